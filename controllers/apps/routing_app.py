@@ -1,0 +1,104 @@
+"""The routing controller: a thin Ryu shell around `controllers.routing`.
+
+On each switch connection it installs that switch's part of the routing plan (groups, then
+flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
+nothing is ever flooded in a looped fabric). It writes its state (connected and ready
+switches, packet-in/out counters) to TESTBED_STATE so the runner knows when every path is
+installed and can account for packets the controller injected.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from controllers import ofmsgs, routing
+from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, OFP_VERSION, RyuApp, arp,
+                                hub, ofp_event, packet, set_ev_cls)
+from topologies.model import Topology
+
+
+class FabricRouting(RyuApp):
+    OFP_VERSIONS = [OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.topo = Topology.from_json(Path(os.environ["TESTBED_TOPOLOGY"]).read_text())
+        self.mode = os.environ.get("TESTBED_ROUTING", "ecmp")
+        self.plan = routing.plan(self.topo, self.mode)
+        self.state_path = Path(os.environ.get("TESTBED_STATE", "controller_state.json"))
+        self.connected: dict[int, float] = {}
+        self.ready: dict[int, float] = {}
+        self.counters: dict[int, dict[str, int]] = {}
+        self.started = time.time()
+        self._write_state()
+        hub.spawn(self._state_writer)
+
+    # ---- switch setup ---------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def switch_features(self, ev):
+        dp = ev.msg.datapath
+        if self.topo.switch_by_dpid(dp.id) is None:
+            self.logger.warning("dpid %s is not in the topology; ignoring it", dp.id)
+            return
+        self.connected[dp.id] = time.time()
+        self.ready.pop(dp.id, None)
+        groups, rules = self.plan.for_switch(dp.id)
+        for msg in ofmsgs.clear_all(dp):
+            dp.send_msg(msg)
+        for group in groups:
+            dp.send_msg(ofmsgs.group_mod(dp, group))
+        for rule in rules:
+            dp.send_msg(ofmsgs.flow_mod(dp, rule))
+        dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier_reply(self, ev):
+        self.ready[ev.msg.datapath.id] = time.time()
+        self._write_state()
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def error(self, ev):
+        msg = ev.msg
+        self.logger.error("switch %s rejected a message: type=%s code=%s",
+                          msg.datapath.id, msg.type, msg.code)
+        self._count(msg.datapath.id, "errors")
+
+    # ---- proxy ARP -------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        self._count(dp.id, "packet_in")
+        req = packet.Packet(msg.data).get_protocol(arp.arp)
+        if req is None or req.opcode != arp.ARP_REQUEST:
+            return
+        in_port = msg.match["in_port"]
+        mac = routing.arp_reply(self.topo, dp.id, in_port, req.dst_ip)
+        if mac is None:
+            self._count(dp.id, "arp_unanswered")
+            return
+        dp.send_msg(ofmsgs.packet_out(dp, in_port, ofmsgs.arp_reply_frame(req, mac)))
+        self._count(dp.id, "packet_out")
+
+    # ---- state for the runner ---------------------------------------------------
+    def _count(self, dpid: int, key: str) -> None:
+        c = self.counters.setdefault(dpid, {})
+        c[key] = c.get(key, 0) + 1
+
+    def _state_writer(self):
+        while True:
+            hub.sleep(0.5)
+            self._write_state()
+
+    def _write_state(self) -> None:
+        state = {"pid": os.getpid(), "mode": self.mode, "started": self.started,
+                 "time": time.time(),
+                 "switches": len(self.topo.switches),
+                 "connected": {str(k): v for k, v in sorted(self.connected.items())},
+                 "ready": {str(k): v for k, v in sorted(self.ready.items())},
+                 "counters": {str(k): v for k, v in sorted(self.counters.items())}}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.state_path)

@@ -1,0 +1,27 @@
+"""The one place that imports Ryu. Everything else imports Ryu names from here, so that a
+move to the maintained fork (os-ken) is a change to this file only.
+
+Ryu 4.34 imports `eventlet.wsgi.ALREADY_HANDLED`, which eventlet removed in 0.30.3, and the
+eventlet versions that still have it do not run on Python 3.11. Defining the constant before
+Ryu is imported is enough for everything the testbed uses (PLATFORM.md).
+"""
+from __future__ import annotations
+
+import eventlet.wsgi
+
+if not hasattr(eventlet.wsgi, "ALREADY_HANDLED"):
+    eventlet.wsgi.ALREADY_HANDLED = object()
+
+from ryu.base import app_manager  # noqa: E402
+from ryu.cmd import manager  # noqa: E402
+from ryu.controller import ofp_event  # noqa: E402
+from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
+from ryu.lib import hub  # noqa: E402
+from ryu.lib.packet import arp, ethernet, packet  # noqa: E402
+from ryu.ofproto import ofproto_v1_3  # noqa: E402
+
+RyuApp = app_manager.RyuApp
+OFP_VERSION = ofproto_v1_3.OFP_VERSION
+
+__all__ = ["CONFIG_DISPATCHER", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
+           "hub", "manager", "ofp_event", "packet", "set_ev_cls"]

@@ -1,0 +1,55 @@
+"""Small builders that turn pure routing data into OpenFlow 1.3 messages (cf. faucet's
+valve_of). They take a Ryu datapath only for its ofproto/parser and never send anything."""
+from __future__ import annotations
+
+from controllers.compat import arp, ethernet, packet
+from controllers.routing import Group, Rule
+
+COOKIE = 0x7E57BED  # marks every entry the testbed installs
+
+
+def clear_all(dp) -> list:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    return [parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                              out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY),
+            parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)]
+
+
+def group_mod(dp, group: Group) -> object:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
+                                actions=[parser.OFPActionOutput(port)])
+               for port in group.ports]
+    return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
+                              group_id=group.group_id, buckets=buckets)
+
+
+def flow_mod(dp, rule: Rule) -> object:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if rule.to_controller:
+        actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+    elif rule.group_id is not None:
+        actions = [parser.OFPActionGroup(rule.group_id)]
+    elif rule.out_port is not None:
+        actions = [parser.OFPActionOutput(rule.out_port)]
+    else:
+        actions = []  # drop, but counted
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    return parser.OFPFlowMod(dp, cookie=COOKIE, priority=rule.priority,
+                             match=parser.OFPMatch(**dict(rule.match)), instructions=inst)
+
+
+def packet_out(dp, port: int, data: bytes) -> object:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                               actions=[parser.OFPActionOutput(port)], data=data)
+
+
+def arp_reply_frame(request: "arp.arp", answer_mac: str) -> bytes:
+    """An ARP reply to `request`, saying that its target IP is at `answer_mac`."""
+    pkt = packet.Packet()
+    pkt.add_protocol(ethernet.ethernet(dst=request.src_mac, src=answer_mac, ethertype=0x0806))
+    pkt.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=answer_mac, src_ip=request.dst_ip,
+                             dst_mac=request.src_mac, dst_ip=request.src_ip))
+    pkt.serialize()
+    return bytes(pkt.data)

@@ -1,0 +1,179 @@
+"""Routing decisions as pure data: given a topology and a mode, the flow entries, groups and
+host routes that make every host pair reachable without loops.
+
+No Ryu import here; `controllers/apps/routing_app.py` turns a `Plan` into OpenFlow messages
+and the testbed installs `HostRoute`s in relay hosts (BCube servers).
+
+Modes:
+- ``ecmp``: every shortest path is used. A switch with several next hops towards a host
+  sends to an OpenFlow 1.3 select group whose buckets are those ports (the switch hashes
+  each flow's 5-tuple). Relay hosts get kernel multipath routes over every neighbour that
+  corrects one BCube digit (hashed on the 5-tuple with fib_multipath_hash_policy=1).
+- ``single``: one deterministic path per destination, like a spanning tree: the
+  lowest-numbered next-hop port at every switch, so all traffic climbs through the first
+  aggregation/core/spine switch. In BCube, BCube's own routing: correct the highest
+  differing digit first (the paper's permutation k..0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topologies.graph import distances_to, next_hops
+from topologies.model import Topology
+
+MODES = ("ecmp", "single")
+
+PRIORITY_ROUTE = 100
+PRIORITY_ARP = 200
+PRIORITY_MISS = 0
+
+ETH_TYPE_IP = 0x0800
+ETH_TYPE_ARP = 0x0806
+
+
+@dataclass(frozen=True, kw_only=True)
+class Group:
+    """A select group: one bucket per output port."""
+    dpid: int
+    group_id: int
+    ports: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """A flow entry. `match` is a sorted tuple of OXM field/value pairs (Ryu's names);
+    exactly one of `out_port`, `group_id`, `to_controller`, or none (drop) applies."""
+    dpid: int
+    priority: int
+    match: tuple[tuple[str, object], ...]
+    out_port: int | None = None
+    group_id: int | None = None
+    to_controller: bool = False
+
+    @property
+    def is_drop(self) -> bool:
+        return self.out_port is None and self.group_id is None and not self.to_controller
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostRoute:
+    """A /32 route in a relay host: to `dst_ip` via one or more (port, next-hop IP)."""
+    host: str
+    dst_ip: str
+    via: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    mode: str
+    groups: tuple[Group, ...]
+    rules: tuple[Rule, ...]
+    host_routes: tuple[HostRoute, ...] = ()
+    _by_dpid: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def for_switch(self, dpid: int) -> tuple[list[Group], list[Rule]]:
+        if not self._by_dpid:
+            for g in self.groups:
+                self._by_dpid.setdefault(g.dpid, ([], []))[0].append(g)
+            for r in self.rules:
+                self._by_dpid.setdefault(r.dpid, ([], []))[1].append(r)
+        return self._by_dpid.get(dpid, ([], []))
+
+
+def plan(topo: Topology, mode: str = "ecmp") -> Plan:
+    """Proactive routing for the whole fabric."""
+    if mode not in MODES:
+        raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if any(h.relay for h in topo.hosts):
+        return _relay_plan(topo, mode)
+    return _switched_plan(topo, mode)
+
+
+def _base_rules(dpid: int) -> list[Rule]:
+    """ARP goes to the controller (it answers every request itself; nothing is flooded);
+    anything unmatched is dropped by an explicit, counted entry."""
+    return [Rule(dpid=dpid, priority=PRIORITY_ARP, match=(("eth_type", ETH_TYPE_ARP),),
+                 to_controller=True),
+            Rule(dpid=dpid, priority=PRIORITY_MISS, match=())]
+
+
+def _switched_plan(topo: Topology, mode: str) -> Plan:
+    """Switches route on the IPv4 destination; hosts are never transited."""
+    groups: list[Group] = []
+    rules: list[Rule] = []
+    for sw in topo.switches:
+        rules.extend(_base_rules(sw.dpid))
+        group_ids: dict[tuple[int, ...], int] = {}
+        for host in topo.hosts:
+            ports = tuple(next_hops(topo, sw.name, host.name))
+            if not ports:
+                continue
+            match = (("eth_type", ETH_TYPE_IP), ("ipv4_dst", host.ip))
+            if mode == "single" or len(ports) == 1:
+                rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
+                                  out_port=ports[0]))
+                continue
+            if ports not in group_ids:
+                group_ids[ports] = len(group_ids) + 1
+                groups.append(Group(dpid=sw.dpid, group_id=group_ids[ports], ports=ports))
+            rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
+                              group_id=group_ids[ports]))
+    return Plan(mode=mode, groups=tuple(groups), rules=tuple(rules))
+
+
+def _relay_plan(topo: Topology, mode: str) -> Plan:
+    """Server-centric fabrics (BCube): switches deliver to the server port that owns the
+    destination MAC; servers choose the next server with their kernel routing table."""
+    rules: list[Rule] = []
+    for sw in topo.switches:
+        rules.extend(_base_rules(sw.dpid))
+        for port, peer, peer_port in topo.ports_of(sw.name):
+            if topo.is_host(peer):
+                mac = topo.node(peer).macs[peer_port]
+                rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE,
+                                  match=(("eth_dst", mac),), out_port=port))
+    routes: list[HostRoute] = []
+    for src in topo.hosts:
+        for dst in topo.hosts:
+            if src is dst:
+                continue
+            via = []
+            for port in next_hops(topo, src.name, dst.name):
+                switch = topo.peer(src.name, port)[0]
+                for nport, relay, _ in topo.ports_of(switch):
+                    if relay != src.name and _on_shortest_path(topo, relay, dst.name, src.name):
+                        via.append((port, topo.node(relay).ip))
+            via.sort()
+            if mode == "single":
+                via = [_bcube_first_choice(topo, src.name, via)]
+            routes.append(HostRoute(host=src.name, dst_ip=dst.ip, via=tuple(via)))
+    return Plan(mode=mode, groups=(), rules=tuple(rules), host_routes=tuple(routes))
+
+
+def _on_shortest_path(topo: Topology, relay: str, dst: str, src: str) -> bool:
+    dist = distances_to(topo, dst)
+    return relay in dist and dist[relay] == dist[src] - 2  # src -> switch -> relay
+
+
+def _bcube_first_choice(topo: Topology, src: str, via: list[tuple[int, str]]) -> tuple[int, str]:
+    """BCube routing corrects the highest differing digit first: the highest server port
+    (server port l faces level l)."""
+    return max(via)
+
+
+def arp_reply(topo: Topology, dpid: int, in_port: int, target_ip: str) -> str | None:
+    """The MAC to answer an ARP request for `target_ip` arriving on (dpid, in_port), or None.
+
+    In a switched fabric it is the target host's MAC. In a relay fabric the request comes
+    from a server asking for a neighbour on the same switch, so the answer is the MAC of the
+    neighbour's port on that switch."""
+    host = topo.host_by_ip(target_ip)
+    sw = topo.switch_by_dpid(dpid)
+    if host is None or sw is None:
+        return None
+    if not host.relay:
+        return host.macs[0]
+    for _, peer, peer_port in topo.ports_of(sw.name):
+        if peer == host.name:
+            return host.macs[peer_port]
+    return None

@@ -1,0 +1,283 @@
+"""The emulated fabric: a Mininet network of Open vSwitch switches built from a `Topology`,
+its queues, its hosts' TCP settings, and the Ryu controller that routes it.
+
+This is the only module that imports Mininet.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+from controllers.routing import plan as routing_plan
+from topologies.model import Topology, ifname
+
+from . import dataplane, ovs
+from .controller import ControllerProcess, ControllerSpec, free_port
+from .resources import RunRecord
+from .system import TestbedError, in_netns, is_root, run, sysctl_get, sysctl_set
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Queues and link impairments. Rates come from the topology unless `rate_mbps` is set."""
+    rate_mbps: float | None = None
+    buffer_pkts: int | None = 100
+    buffer_bytes: int | None = None
+    host_queue_pkts: int = 1000
+    delay_us: int = 0
+    loss_pct: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    congestion_control: str = "cubic"
+    ecn: bool = False
+
+
+@dataclass
+class StartupTimes:
+    net_up_s: float = 0.0
+    controller_connected_s: float = 0.0
+    paths_installed_s: float = 0.0
+    total_s: float = 0.0
+    teardown_s: float = 0.0
+
+
+@dataclass
+class Fabric:
+    topo: Topology
+    links: LinkConfig
+    hosts: HostConfig
+    routing: str
+    out_dir: Path
+    record: RunRecord
+    plugins: tuple[str, ...] = ()
+    log: Callable[[str], None] = print
+    datapath: str = "user"
+    times: StartupTimes = field(default_factory=StartupTimes)
+    net: object = None
+    controller: ControllerProcess | None = None
+    host_cc: dict[str, str] = field(default_factory=dict)
+    send_buffer_bytes: int | None = None
+    needed_buffer_bytes: int = 0
+
+    # ---- queues ------------------------------------------------------------------
+    def port_queues(self) -> tuple[list[dataplane.PortQueue], dict[str, list[dataplane.PortQueue]]]:
+        """Switch egress queues (root namespace) and host NIC queues (per host)."""
+        switch_q: list[dataplane.PortQueue] = []
+        host_q: dict[str, list[dataplane.PortQueue]] = {}
+        for link in self.topo.links:
+            rate = self.links.rate_mbps or link.rate_mbps
+            for node, port in link.ends():
+                name = ifname(node, port)
+                if self.topo.is_host(node):
+                    host_q.setdefault(node, []).append(dataplane.PortQueue(
+                        ifname=name, rate_mbps=rate, buffer_pkts=self.links.host_queue_pkts))
+                else:
+                    switch_q.append(dataplane.PortQueue(
+                        ifname=name, rate_mbps=rate, buffer_pkts=self.links.buffer_pkts,
+                        buffer_bytes=self.links.buffer_bytes, delay_us=self.links.delay_us,
+                        loss_pct=self.links.loss_pct))
+        return switch_q, host_q
+
+    def switch_ifaces(self) -> list[str]:
+        return [name for node, _, name in self.topo.interfaces() if not self.topo.is_host(node)]
+
+    # ---- life cycle ----------------------------------------------------------------
+    def preflight(self) -> None:
+        """Everything that can fail before anything is created."""
+        if not is_root():
+            raise TestbedError("the fabric needs root: run with sudo")
+        try:
+            import mininet.net  # noqa: F401
+        except ImportError:
+            raise TestbedError("Mininet is not importable; run scripts/bootstrap.sh") from None
+        if not ovs.running():
+            raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
+        taken = [b for b in ovs.bridges() if b in {s.name for s in self.topo.switches}]
+        taken += [n for n in self.switch_ifaces() + [s.name for s in self.topo.switches]
+                  if Path(f"/sys/class/net/{n}").exists()]
+        if taken:
+            raise TestbedError(f"{taken[0]} already exists and was not created by this run; "
+                               "run `testbed clean` or remove it")
+        from .system import congestion_controls
+        if self.hosts.congestion_control not in congestion_controls():
+            raise TestbedError(f"hosts.congestion_control: {self.hosts.congestion_control!r} "
+                               f"is not available in this kernel ({' '.join(congestion_controls())})")
+        switch_q, _ = self.port_queues()
+        if any(q.delay_us or q.loss_pct for q in switch_q):
+            dataplane.check_mechanisms(switch_q, netem_available=_netem_available())
+        self.datapath = "kernel" if ovs.kernel_datapath_available() else "user"
+        self.needed_buffer_bytes = ovs.needed_buffer_bytes(
+            [q.buffer_pkts for q in switch_q if q.buffer_pkts],
+            [q.buffer_bytes for q in switch_q if q.buffer_bytes])
+        if self.datapath == "user":
+            current = ovs.send_socket_buffer()
+            if current is not None and current < self.needed_buffer_bytes:
+                self.log(f"OVS send buffer {current} B < {self.needed_buffer_bytes} B needed; "
+                         "restarting ovs-vswitchd")
+                ovs.restart_vswitchd(self.needed_buffer_bytes)
+
+    def start(self) -> None:
+        self.preflight()
+        t0 = time.time()
+        topo_json = self.out_dir / "topology.json"
+        topo_json.write_text(self.topo.to_json())
+        self.record.bridges = [s.name for s in self.topo.switches]
+        self.record.root_ifaces = self.switch_ifaces() + [s.name for s in self.topo.switches]
+        self.record.save()
+
+        self.controller = ControllerProcess(
+            ControllerSpec(topology_json=topo_json, state_json=self.out_dir / "controller_state.json",
+                           routing=self.routing, port=free_port(), plugins=self.plugins),
+            self.out_dir / "controller.log")
+        self.record.add_pid(self.controller.start(), "ryu controller")
+        self._allow_congestion_control()
+
+        with ovs.raised_socket_defaults(self.needed_buffer_bytes):
+            self._build_net()
+            self.times.net_up_s = time.time() - t0
+            self._configure_hosts()
+            self._configure_queues()
+            self._wait_connected(t0)
+            self.controller.wait_ready(len(self.topo.switches))
+            self.times.paths_installed_s = time.time() - t0
+            self._first_packet()
+        self.times.total_s = time.time() - t0
+        self._check_send_buffer()
+
+    def _build_net(self) -> None:
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        setLogLevel("warning")
+        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13",
+                         failMode="secure", batch=True)
+        net = Mininet(switch=switch, controller=None, link=Link, build=False,
+                      autoSetMacs=False, autoStaticArp=False, ipBase="10.0.0.0/8",
+                      waitConnected=False)
+        self.net = net
+        net.addController("c0", controller=RemoteController, ip="127.0.0.1",
+                          port=self.controller.spec.port)
+        for host in self.topo.hosts:
+            net.addHost(host.name, ip=f"{host.ip}/{32 if host.relay else 8}", mac=host.macs[0])
+        for sw in self.topo.switches:
+            net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
+        for link in self.topo.links:
+            params = {}
+            for end, (node, port) in (("1", (link.a, link.a_port)), ("2", (link.b, link.b_port))):
+                if self.topo.is_host(node):
+                    params[f"addr{end}"] = self.topo.node(node).macs[port]
+            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port,
+                        intfName1=ifname(link.a, link.a_port),
+                        intfName2=ifname(link.b, link.b_port), **params)
+        net.build()
+        for host in net.hosts:
+            self.record.add_pid(host.pid, f"mininet host {host.name}")
+        net.start()
+
+    def host_pid(self, name: str) -> int:
+        return self.net.get(name).pid
+
+    def _allow_congestion_control(self) -> None:
+        """A host namespace can only select algorithms in the initial namespace's allowed
+        list; otherwise it silently stays on the system default (bbr here)."""
+        name = "net.ipv4.tcp_allowed_congestion_control"
+        allowed = sysctl_get(name).split()
+        if self.hosts.congestion_control not in allowed:
+            self.record.remember_sysctl(name, " ".join(allowed))
+            sysctl_set(name, " ".join(allowed + [self.hosts.congestion_control]))
+
+    def _configure_hosts(self) -> None:
+        relay_plan = routing_plan(self.topo, self.routing) if any(
+            h.relay for h in self.topo.hosts) else None
+        for host in self.topo.hosts:
+            pid = self.host_pid(host.name)
+            settings = [f"net.ipv4.tcp_congestion_control={self.hosts.congestion_control}",
+                        f"net.ipv4.tcp_ecn={1 if self.hosts.ecn else 0}",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"]
+            if host.relay:
+                settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                             "net.ipv4.conf.default.rp_filter=0",
+                             "net.ipv4.fib_multipath_hash_policy=1"]
+            run(in_netns(pid, ["sysctl", "-q", "-w", *settings]))
+            for port in range(host.ports):
+                run(in_netns(pid, dataplane.offload_command(ifname(host.name, port))))
+            if host.relay:
+                self._relay_routes(host, pid, relay_plan)
+            self.host_cc[host.name] = run(in_netns(
+                pid, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])).stdout.strip()
+        wrong = {h: cc for h, cc in self.host_cc.items() if cc != self.hosts.congestion_control}
+        if wrong:
+            raise TestbedError(f"hosts did not take congestion control "
+                               f"{self.hosts.congestion_control}: {wrong}")
+        for name in self.switch_ifaces():
+            run(["sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1"], check=False)
+            run(dataplane.offload_command(name))
+
+    def _relay_routes(self, host, pid: int, relay_plan) -> None:
+        """BCube servers: their address on every port, and a /32 route per destination."""
+        lines = [f"addr replace {host.ip}/32 dev {ifname(host.name, p)}"
+                 for p in range(1, host.ports)]
+        for route in relay_plan.host_routes:
+            if route.host != host.name:
+                continue
+            hops = [f"nexthop via {ip} dev {ifname(host.name, port)} onlink"
+                    for port, ip in route.via]
+            if len(hops) == 1:
+                hops = [hops[0].replace("nexthop ", "")]
+            lines.append(f"route replace {route.dst_ip}/32 " + " ".join(hops))
+        run(in_netns(pid, ["ip", "-batch", "-"]), input="\n".join(lines) + "\n")
+
+    def _configure_queues(self) -> None:
+        switch_q, host_q = self.port_queues()
+        dataplane.apply_tc([c for q in switch_q for c in dataplane.htb_commands(q)])
+        for host, queues in host_q.items():
+            dataplane.apply_tc([c for q in queues for c in dataplane.htb_commands(q)],
+                               netns_pid=self.host_pid(host))
+
+    def _wait_connected(self, t0: float, timeout: float = 60.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if len(self.controller.state().get("connected", {})) >= len(self.topo.switches):
+                self.times.controller_connected_s = time.time() - t0
+                return
+            time.sleep(0.05)
+        raise TestbedError("not every switch connected to the controller within "
+                           f"{timeout:.0f} s; see {self.controller.log_path}")
+
+    def _first_packet(self) -> None:
+        """Make OVS create its send socket now, while the raised buffer default is in force."""
+        if len(self.topo.hosts) >= 2:
+            a, b = self.topo.hosts[0], self.topo.hosts[1]
+            run(in_netns(self.host_pid(a.name), ["ping", "-c", "1", "-W", "2", b.ip]), check=False)
+
+    def _check_send_buffer(self) -> None:
+        if self.datapath != "user":
+            return
+        self.send_buffer_bytes = ovs.send_socket_buffer()
+        if self.send_buffer_bytes is None or self.send_buffer_bytes < self.needed_buffer_bytes:
+            raise TestbedError(
+                f"OVS's send socket buffer is {self.send_buffer_bytes} bytes, below the "
+                f"{self.needed_buffer_bytes} bytes this fabric's queues need; packets would be "
+                "lost silently. Run `testbed clean` and retry (OVS is restarted when idle)")
+
+    def stop(self) -> None:
+        t0 = time.time()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
+        if self.controller is not None:
+            self.controller.stop()
+        self.times.teardown_s = time.time() - t0
+
+
+def _netem_available() -> bool:
+    from .system import qdisc_supported
+    return qdisc_supported("netem", ("delay", "1ms"))

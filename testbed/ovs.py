@@ -1,0 +1,167 @@
+"""Open vSwitch: starting it, choosing the datapath, and checking the userspace datapath's
+socket buffers.
+
+Why the buffers matter (docs/FIDELITY.md): with the userspace (netdev) datapath, OVS sends
+every packet of every port through ONE AF_PACKET socket, created at the first packet OVS
+transmits, with the `net.core.wmem_default` in force at that moment. Packets waiting in any
+egress qdisc are charged to that socket, so the bytes queued in the whole fabric are capped
+by its send buffer; beyond it OVS drops packets without counting them anywhere. Each port's
+receive socket likewise takes `net.core.rmem_default` when the port is added. The testbed
+raises both defaults while it builds the fabric and sends the first packet, then restores
+them, and verifies the real buffer of the socket with `ss`.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from pathlib import Path
+
+from .system import TestbedError, have, run, sysctl_get, sysctl_set
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+# What a socket buffer is charged per queued full-size frame (skb truesize, measured
+# 2304 bytes for a 1514-byte frame; rounded up).
+TRUESIZE_PER_PKT = 4096
+MIN_PKT_BYTES = 64
+
+
+def running() -> bool:
+    if not have("ovs-vsctl"):
+        return False
+    return run(["ovs-vsctl", "--timeout=3", "show"], check=False).returncode == 0
+
+
+def version() -> str:
+    out = run(["ovs-vsctl", "--version"], check=False).stdout.splitlines()
+    return out[0].split()[-1] if out else "unknown"
+
+
+def kernel_datapath_available() -> bool:
+    """The kernel datapath needs the openvswitch module (absent on the CI machines)."""
+    if Path("/sys/module/openvswitch").exists():
+        return True
+    if have("modprobe"):
+        run(["modprobe", "openvswitch"], check=False)
+    return Path("/sys/module/openvswitch").exists()
+
+
+def bridges() -> list[str]:
+    out = run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _vswitchd_packet_sockets() -> list[dict]:
+    """The AF_PACKET sockets of ovs-vswitchd: iface ('*' for the shared send socket),
+    rcvbuf, sndbuf and drops, from `ss -0 -m -p`."""
+    out = run(["ss", "-0", "-m", "-p"], check=False).stdout
+    socks = []
+    for line in out.splitlines():
+        if "ovs-vswitchd" not in line:
+            continue
+        mem = re.search(r"skmem:\((.*?)\)", line)
+        fields = dict(re.findall(r"([a-z]+)(\d+)", mem.group(1))) if mem else {}
+        local = line.split()[3]  # "*:<iface>" for a port's socket, "[0]:*" for the send socket
+        iface = local.rsplit(":", 1)[1]
+        unbound = local.startswith("[0]")
+        socks.append({"iface": "*" if unbound else iface,
+                      "rcvbuf": int(fields.get("rb", 0)), "sndbuf": int(fields.get("tb", 0)),
+                      "drops": int(fields.get("d", 0))})
+    return socks
+
+
+def send_socket_buffer() -> int | None:
+    """Send buffer (bytes) of OVS's shared AF_PACKET send socket; None before it exists."""
+    for sock in _vswitchd_packet_sockets():
+        if sock["iface"] == "*":
+            return sock["sndbuf"]
+    return None
+
+
+def port_socket_drops(ifaces: set[str]) -> dict[str, int]:
+    """Packets dropped at OVS's per-port receive sockets (socket buffer full)."""
+    return {s["iface"]: s["drops"] for s in _vswitchd_packet_sockets() if s["iface"] in ifaces}
+
+
+def needed_buffer_bytes(buffers_pkts: list[int], buffers_bytes: list[int]) -> int:
+    """Send buffer that holds every switch egress queue full at once: packet-limited
+    queues of full-size frames, byte-limited queues of minimum-size frames (worst case)."""
+    need = sum(buffers_pkts) * TRUESIZE_PER_PKT
+    need += sum(b // MIN_PKT_BYTES + 1 for b in buffers_bytes) * 1024
+    return max(need + 4 * 1024 * 1024, 8 * 1024 * 1024)
+
+
+@contextlib.contextmanager
+def raised_socket_defaults(nbytes: int):
+    """Raise the default/max socket buffers while OVS creates its sockets, then restore."""
+    names = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
+             "net.core.rmem_default")
+    saved = {name: sysctl_get(name) for name in names}
+    nbytes = min(nbytes, 2**31 - 1)
+    try:
+        for name in names:
+            if int(saved[name]) < nbytes:
+                sysctl_set(name, nbytes)
+        yield saved
+    finally:
+        for name in reversed(names):
+            sysctl_set(name, saved[name])
+
+
+def start(sndbuf_bytes: int) -> None:
+    """Start ovsdb-server and ovs-vswitchd (no systemd needed)."""
+    with raised_socket_defaults(sndbuf_bytes):
+        proc = run([OVS_CTL, "start", "--system-id=random"], check=False, timeout=120)
+    if not running():
+        raise TestbedError(f"Open vSwitch did not start: {proc.stderr.strip()[-300:]}")
+
+
+def restart_vswitchd(sndbuf_bytes: int) -> None:
+    """Restart ovs-vswitchd so that its send socket is created again with a larger buffer.
+    Only done when OVS carries no bridges at all (nothing of anyone else's is disturbed)."""
+    if bridges():
+        raise TestbedError(
+            "Open vSwitch's send socket buffer is too small for this fabric and OVS carries "
+            f"other bridges ({', '.join(bridges()[:5])}); remove them or restart OVS with "
+            f"net.core.wmem_default >= {sndbuf_bytes} (see docs/FIDELITY.md)")
+    with raised_socket_defaults(sndbuf_bytes):
+        run([OVS_CTL, "restart", "--system-id=random"], check=False, timeout=120)
+    deadline = time.time() + 20
+    while not running() and time.time() < deadline:
+        time.sleep(0.2)
+    if not running():
+        raise TestbedError("Open vSwitch did not come back after a restart; see "
+                           "/var/log/openvswitch/ovs-vswitchd.log")
+
+
+def ensure_started(sndbuf_bytes: int = 256 * 1024 * 1024) -> str:
+    """Start OVS if needed; if its send socket already exists with too small a buffer,
+    restart ovs-vswitchd. Returns what was done."""
+    if not have("ovs-vsctl"):
+        raise TestbedError("Open vSwitch is not installed; run scripts/bootstrap.sh")
+    if not running():
+        start(sndbuf_bytes)
+        return "started"
+    current = send_socket_buffer()
+    if current is not None and current < sndbuf_bytes:
+        restart_vswitchd(sndbuf_bytes)
+        return f"restarted (send buffer was {current} bytes)"
+    return "running"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["ensure-started"]:
+        try:
+            print(f"[bootstrap] Open vSwitch {version() if have('ovs-vsctl') else ''}: "
+                  f"{ensure_started(needed_buffer_bytes([], []))}", file=sys.stderr)
+        except TestbedError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: python -m testbed.ovs ensure-started", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,167 @@
+"""What a run creates, written down before it is created, so that `testbed clean` removes
+exactly that and nothing else; and the lock that keeps two runs apart.
+
+Records live in /run/testbed (tmpfs: they survive a crash, not a reboot, like the
+namespaces and bridges they describe).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .system import TestbedError, run, sysctl_set
+
+STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
+
+
+def _proc_start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    out_dir: str
+    owner_pid: int = field(default_factory=os.getpid)
+    owner_start: int | None = field(default_factory=lambda: _proc_start_time(os.getpid()))
+    started: float = field(default_factory=time.time)
+    bridges: list[str] = field(default_factory=list)
+    root_ifaces: list[str] = field(default_factory=list)
+    pids: list[dict] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)  # name -> value to restore
+
+    @property
+    def path(self) -> Path:
+        return STATE_DIR / "runs" / f"{self.run_id}.json"
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=1))
+        os.replace(tmp, self.path)
+
+    def add_pid(self, pid: int, what: str) -> None:
+        self.pids.append({"pid": pid, "start": _proc_start_time(pid), "what": what})
+        self.save()
+
+    def remember_sysctl(self, name: str, old_value: str) -> None:
+        self.sysctls.setdefault(name, old_value)
+        self.save()
+
+    @classmethod
+    def load(cls, path: Path) -> "RunRecord":
+        return cls(**json.loads(path.read_text()))
+
+
+def records() -> list[RunRecord]:
+    folder = STATE_DIR / "runs"
+    return [RunRecord.load(p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+class RunLock:
+    """One run at a time. flock is released by the kernel if the holder dies."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        path = STATE_DIR / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise TestbedError(f"another testbed run is active ({holder}); wait for it to "
+                               "finish or stop it (Ctrl-C) before starting a new one") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
+        self.fd = fd
+        leftovers = [r for r in records() if r.owner_pid != os.getpid()]
+        if leftovers:
+            self.release()
+            raise TestbedError(f"an earlier run ({leftovers[0].run_id}) left resources behind; "
+                               "run `testbed clean` first")
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def stop_pid(pid: int, start: int | None, timeout: float = 3.0) -> bool:
+    """Stop one process we started, if it is still that process (same start time)."""
+    if start is not None and _proc_start_time(pid) != start:
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.time() + timeout
+    while time.time() < deadline and _proc_start_time(pid) == start:
+        time.sleep(0.05)
+    if _proc_start_time(pid) == start:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
+
+
+def release_record(rec: RunRecord) -> list[str]:
+    """Remove everything `rec` lists; returns what was removed. Safe to call twice."""
+    removed: list[str] = []
+    for entry in reversed(rec.pids):
+        if stop_pid(entry["pid"], entry.get("start")):
+            removed.append(f"process {entry['pid']} ({entry['what']})")
+    existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
+    doomed = [b for b in rec.bridges if b in existing]
+    if doomed:
+        argv = ["ovs-vsctl", "--timeout=20"]
+        for b in doomed:
+            argv += ["--", "--if-exists", "del-br", b]
+        run(argv, check=False, timeout=60)
+        removed += [f"bridge {b}" for b in doomed]
+    for name in rec.root_ifaces:
+        if Path(f"/sys/class/net/{name}").exists():
+            run(["ip", "link", "del", name], check=False)
+            removed.append(f"interface {name}")
+    for name, value in rec.sysctls.items():
+        try:
+            sysctl_set(name, value)
+        except OSError:
+            pass
+    _mark_incomplete(Path(rec.out_dir))
+    rec.path.unlink(missing_ok=True)
+    return removed
+
+
+def _mark_incomplete(out_dir: Path) -> None:
+    """A run that never wrote its summary gets one that says so."""
+    summary = out_dir / "summary.json"
+    if out_dir.exists() and not summary.exists():
+        summary.write_text(json.dumps({"status": "incomplete",
+                                       "reason": "the run was interrupted; cleaned up later"}))
+
+
+def clean() -> list[str]:
+    """Remove what earlier runs left behind (never what a live run owns)."""
+    removed: list[str] = []
+    for rec in records():
+        alive = _proc_start_time(rec.owner_pid) == rec.owner_start
+        if rec.owner_pid != os.getpid() and alive:
+            raise TestbedError(f"run {rec.run_id} (pid {rec.owner_pid}) is still active; "
+                               "stop it first (Ctrl-C or kill that pid)")
+        removed += release_record(rec)
+    return removed

@@ -1,0 +1,66 @@
+"""Running commands and reading kernel settings. Every command is an argv list."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+
+class TestbedError(RuntimeError):
+    """An error the user can fix; the message is one line naming the fix."""
+
+
+def run(argv: list[str], check: bool = True, timeout: float = 60,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
+    except FileNotFoundError as exc:
+        raise TestbedError(f"{argv[0]} is not installed; run scripts/bootstrap.sh") from exc
+    if check and proc.returncode != 0:
+        raise TestbedError(f"`{' '.join(argv)}` failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()[:400]}")
+    return proc
+
+
+def in_netns(pid: int, argv: list[str]) -> list[str]:
+    """argv that runs `argv` inside the network namespace of process `pid`."""
+    return ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv]
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
+
+
+def sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+def sysctl_get(name: str) -> str:
+    return sysctl_path(name).read_text().strip()
+
+
+def sysctl_set(name: str, value: str | int) -> None:
+    sysctl_path(name).write_text(f"{value}\n")
+
+
+def kernel_release() -> str:
+    return os.uname().release
+
+
+def qdisc_supported(kind: str, args: tuple[str, ...] = ()) -> bool:
+    """Whether the kernel accepts a qdisc, tried on the loopback of a throwaway namespace
+    (`unshare -n`), so nothing on the machine changes."""
+    if not (is_root() and have("unshare") and have("tc")):
+        return False
+    proc = subprocess.run(["unshare", "-n", "tc", "qdisc", "add", "dev", "lo", "root", kind, *args],
+                          capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def congestion_controls() -> list[str]:
+    return sysctl_get("net.ipv4.tcp_available_congestion_control").split()

@@ -1,0 +1,218 @@
+"""Build functions for the fabrics the testbed supports.
+
+Each returns a `Topology` whose names, ports, dpids, MACs and IPs depend only on the
+parameters. Invalid parameters raise `TopologyError` naming the parameter.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .model import Builder, Topology, TopologyError
+
+DEFAULT_RATE_MBPS = 100.0
+
+
+def _int_param(kind: str, name: str, value: Any, minimum: int, even: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TopologyError(f"{kind}: {name} must be an integer (got {value!r})")
+    if value < minimum or (even and value % 2):
+        need = f"an even integer >= {minimum}" if even else f"an integer >= {minimum}"
+        raise TopologyError(f"{kind}: {name} must be {need} (got {value})")
+    return value
+
+
+def _rate_param(kind: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100_000:
+        raise TopologyError(f"{kind}: {name} must be a rate in Mb/s in (0, 100000] (got {value!r})")
+    return float(value)
+
+
+def fattree(k: int = 4, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
+    """k-ary Fat-Tree (Al-Fares 2008): k pods of k/2 edge and k/2 aggregation switches,
+    (k/2)^2 cores, k^3/4 hosts. Ports: edge 1..k/2 face hosts, k/2+1..k face aggregation;
+    aggregation 1..k/2 face edges, k/2+1..k face cores; core port p+1 faces pod p."""
+    k = _int_param("fattree", "k", k, 2, even=True)
+    rate = _rate_param("fattree", "rate_mbps", rate_mbps)
+    half = k // 2
+    b = Builder("fattree", {"k": k, "rate_mbps": rate})
+    cores = [b.switch(f"c{i + 1}", "core", index=i) for i in range(half * half)]
+    aggs = [[b.switch(f"a{p * half + j + 1}", "agg", pod=p, index=j) for j in range(half)]
+            for p in range(k)]
+    edges = [[b.switch(f"e{p * half + j + 1}", "edge", pod=p, index=j) for j in range(half)]
+             for p in range(k)]
+    n = 0
+    for p in range(k):
+        for j in range(half):
+            for i in range(half):
+                n += 1
+                b.link(edges[p][j], b.host(f"h{n}", pod=p, edge=j, index=i), rate)
+        for j in range(half):
+            for a in range(half):
+                b.link(edges[p][j], aggs[p][a], rate)
+    for p in range(k):
+        for a in range(half):
+            for c in range(half):
+                b.link(aggs[p][a], cores[a * half + c], rate)
+    return b.build()
+
+
+def leafspine(spines: int = 2, leaves: int = 4, hosts_per_leaf: int = 4,
+              host_rate: float = DEFAULT_RATE_MBPS,
+              uplink_rate: float = DEFAULT_RATE_MBPS) -> Topology:
+    """Two-tier Clos: every leaf connects to every spine. Leaf ports 1..hosts_per_leaf face
+    hosts, the next `spines` ports face spines; spine port l+1 faces leaf l."""
+    spines = _int_param("leafspine", "spines", spines, 1)
+    leaves = _int_param("leafspine", "leaves", leaves, 1)
+    hosts_per_leaf = _int_param("leafspine", "hosts_per_leaf", hosts_per_leaf, 1)
+    host_rate = _rate_param("leafspine", "host_rate", host_rate)
+    uplink_rate = _rate_param("leafspine", "uplink_rate", uplink_rate)
+    b = Builder("leafspine", {"spines": spines, "leaves": leaves,
+                              "hosts_per_leaf": hosts_per_leaf,
+                              "host_rate": host_rate, "uplink_rate": uplink_rate})
+    spine_names = [b.switch(f"sp{i + 1}", "spine", index=i) for i in range(spines)]
+    leaf_names = [b.switch(f"l{i + 1}", "leaf", index=i) for i in range(leaves)]
+    n = 0
+    for li, leaf in enumerate(leaf_names):
+        for i in range(hosts_per_leaf):
+            n += 1
+            b.link(leaf, b.host(f"h{n}", leaf=li, index=i), host_rate)
+    for leaf in leaf_names:
+        for spine in spine_names:
+            b.link(leaf, spine, uplink_rate)
+    return b.build()
+
+
+def oversubscription(topo: Topology) -> float:
+    """Leaf-Spine: host-facing capacity of a leaf over its uplink capacity."""
+    if topo.kind != "leafspine":
+        return 1.0
+    p = dict(topo.params)
+    return (p["hosts_per_leaf"] * p["host_rate"]) / (p["spines"] * p["uplink_rate"])
+
+
+def bcube(n: int = 4, k: int = 1, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
+    """BCube(n, k) (Guo et al. 2009): n^(k+1) servers with k+1 ports each and k+1 levels of
+    n^k n-port switches. Server digits a_k..a_0 (index = sum a_i n^i); server port l connects
+    to the level-l switch that joins the servers differing only in digit l, on switch port
+    a_l + 1. Servers relay packets between levels (server-centric)."""
+    n = _int_param("bcube", "n", n, 2)
+    k = _int_param("bcube", "k", k, 0)
+    rate = _rate_param("bcube", "rate_mbps", rate_mbps)
+    if n ** (k + 1) > 4096:
+        raise TopologyError(f"bcube: n^(k+1) = {n ** (k + 1)} servers is more than 4096")
+    b = Builder("bcube", {"n": n, "k": k, "rate_mbps": rate})
+    per_level = n ** k
+    switches = [[b.switch(f"b{level}_{j}", "bcube", level=level, index=j)
+                 for j in range(per_level)] for level in range(k + 1)]
+    servers = []
+    for idx in range(n ** (k + 1)):
+        digits = bcube_digits(idx, n, k)
+        servers.append(b.host(f"h{idx + 1}", ports=k + 1, relay=True,
+                              **{f"d{level}": digits[level] for level in range(k + 1)}))
+    # Add links switch by switch so that switch port = digit + 1 and server port = level.
+    for level in range(k + 1):
+        for j in range(per_level):
+            for digit in range(n):
+                idx = _bcube_server_at(j, level, digit, n, k)
+                b.link(servers[idx], switches[level][j], rate)
+    return _check_server_ports(b.build())
+
+
+def bcube_digits(index: int, n: int, k: int) -> list[int]:
+    """Digits a_0..a_k of a BCube server index (a_0 first)."""
+    return [(index // n ** level) % n for level in range(k + 1)]
+
+
+def _bcube_server_at(switch_index: int, level: int, digit: int, n: int, k: int) -> int:
+    """Index of the server on level-`level` switch `switch_index` whose digit `level` is `digit`.
+    The switch index is the server's other k digits read as a number (lowest level first)."""
+    others = [(switch_index // n ** i) % n for i in range(k)]
+    digits = others[:level] + [digit] + others[level:]
+    return sum(d * n ** i for i, d in enumerate(digits))
+
+
+def _check_server_ports(topo: Topology) -> Topology:
+    """Links were added level by level, so each server's port l must face level l."""
+    for link in topo.links:
+        if link.a_port != topo.node(link.b).label("level"):
+            raise AssertionError(f"BCube wiring bug: {link}")
+    return topo
+
+
+def nonblocking(hosts: int = 16, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
+    """One big switch: the ideal, non-blocking reference for throughput experiments."""
+    hosts = _int_param("nonblocking", "hosts", hosts, 1)
+    rate = _rate_param("nonblocking", "rate_mbps", rate_mbps)
+    b = Builder("nonblocking", {"hosts": hosts, "rate_mbps": rate})
+    sw = b.switch("s1", "big")
+    for i in range(hosts):
+        b.link(sw, b.host(f"h{i + 1}", index=i), rate)
+    return b.build()
+
+
+def dumbbell(senders: int = 1, receivers: int = 1, access_rate_mbps: float = DEFAULT_RATE_MBPS,
+             bottleneck_rate_mbps: float = 20.0) -> Topology:
+    """Senders h1..hS on s1, receivers on s2, one s1-s2 bottleneck link. The queue that
+    builds is s1's egress port toward s2 (port `senders + 1`)."""
+    senders = _int_param("dumbbell", "senders", senders, 1)
+    receivers = _int_param("dumbbell", "receivers", receivers, 1)
+    access = _rate_param("dumbbell", "access_rate_mbps", access_rate_mbps)
+    bottleneck = _rate_param("dumbbell", "bottleneck_rate_mbps", bottleneck_rate_mbps)
+    b = Builder("dumbbell", {"senders": senders, "receivers": receivers,
+                             "access_rate_mbps": access, "bottleneck_rate_mbps": bottleneck})
+    left, right = b.switch("s1", "edge"), b.switch("s2", "edge")
+    for i in range(senders):
+        b.link(left, b.host(f"h{i + 1}", side=0, index=i), access)
+    b.link(left, right, bottleneck)
+    for i in range(receivers):
+        b.link(right, b.host(f"h{senders + i + 1}", side=1, index=i), access)
+    return b.build()
+
+
+KINDS: dict[str, Callable[..., Topology]] = {
+    "fattree": fattree,
+    "leafspine": leafspine,
+    "bcube": bcube,
+    "nonblocking": nonblocking,
+    "dumbbell": dumbbell,
+}
+
+
+def build(kind: str, **params: Any) -> Topology:
+    """Build a topology by kind name; unknown kinds and parameters are errors."""
+    if kind not in KINDS:
+        raise TopologyError(f"unknown topology kind {kind!r}; choose one of {', '.join(KINDS)}")
+    fn = KINDS[kind]
+    allowed = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    for name in params:
+        if name not in allowed:
+            raise TopologyError(f"{kind}: unknown parameter {name!r}; "
+                                f"parameters are {', '.join(allowed)}")
+    return fn(**params)
+
+
+def parse_params(kind: str, args: list[str]) -> dict[str, Any]:
+    """CLI parameters: positional values in signature order or name=value pairs."""
+    if kind not in KINDS:
+        raise TopologyError(f"unknown topology kind {kind!r}; choose one of {', '.join(KINDS)}")
+    fn = KINDS[kind]
+    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(args):
+        if "=" in arg:
+            key, value = arg.split("=", 1)
+        else:
+            if i >= len(names):
+                raise TopologyError(f"{kind}: too many parameters ({len(args)} > {len(names)})")
+            key, value = names[i], arg
+        out[key] = _number(value)
+    return out
+
+
+def _number(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
