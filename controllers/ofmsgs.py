@@ -19,7 +19,7 @@ def group_mod(dp, group: Group) -> object:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)])
-               for port in group.ports]
+               for port in group.buckets]
     return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
                               group_id=group.group_id, buckets=buckets)
 

@@ -30,6 +30,7 @@ class PortQueue:
     buffer_bytes: int | None = None
     delay_us: int = 0
     loss_pct: float = 0.0
+    drop: str = "tail"  # tail | head
 
     def __post_init__(self) -> None:
         if (self.buffer_pkts is None) == (self.buffer_bytes is None):
@@ -50,6 +51,9 @@ def htb_commands(q: PortQueue) -> list[list[str]]:
             leaf += ["delay", f"{q.delay_us}us"]
         if q.loss_pct:
             leaf += ["loss", f"{q.loss_pct}%"]
+    elif q.drop == "head":
+        limit = q.buffer_pkts or max(1, q.buffer_bytes // 1514)
+        leaf = ["pfifo_head_drop", "limit", str(limit)]
     elif q.buffer_pkts is not None:
         leaf = ["pfifo", "limit", str(q.buffer_pkts)]
     else:

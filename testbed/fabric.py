@@ -29,6 +29,7 @@ class LinkConfig:
     host_queue_pkts: int = 1000
     delay_us: int = 0
     loss_pct: float = 0.0
+    drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +81,7 @@ class Fabric:
                     switch_q.append(dataplane.PortQueue(
                         ifname=name, rate_mbps=rate, buffer_pkts=self.links.buffer_pkts,
                         buffer_bytes=self.links.buffer_bytes, delay_us=self.links.delay_us,
-                        loss_pct=self.links.loss_pct))
+                        loss_pct=self.links.loss_pct, drop=self.links.drop))
         return switch_q, host_q
 
     def switch_ifaces(self) -> list[str]:

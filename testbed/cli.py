@@ -1,0 +1,115 @@
+"""The `testbed` command."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from topologies import TopologyError, build, parse_params
+from topologies.graph import describe as describe_topology
+
+from .system import TestbedError
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Packet-level emulation testbed for data-center networks carrying DL traffic."""
+
+
+@main.command()
+def doctor() -> None:
+    """What this machine offers, with the fix for each missing piece."""
+    from .doctor import checks
+    failed = False
+    for name, ok, detail, fix in checks():
+        mark = "ok " if ok else ("-- " if fix is None else "NO ")
+        click.echo(f"{mark} {name:<28} {detail}")
+        if not ok and fix:
+            click.echo(f"    fix: {fix}")
+            failed = True
+    sys.exit(1 if failed else 0)
+
+
+@main.group()
+def topo() -> None:
+    """Topology tools (no root needed)."""
+
+
+@topo.command("describe")
+@click.argument("kind")
+@click.argument("params", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--pair", nargs=2, help="hosts whose equal-cost paths to count")
+def topo_describe(kind: str, params: tuple[str, ...], as_json: bool, pair) -> None:
+    """Describe KIND built with PARAMS (positional or name=value), e.g. `fattree 4`."""
+    try:
+        t = build(kind, **parse_params(kind, list(params)))
+        info = describe_topology(t, *(pair or (None, None)))
+    except (TopologyError, KeyError) as exc:
+        _fail(str(exc).strip("'\""))
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    for key, value in info.items():
+        click.echo(f"{key:<20} {value}")
+
+
+@main.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+def validate(spec: Path) -> None:
+    """Check SPEC offline: types, unknown keys, values."""
+    from .spec import SpecError, load
+    try:
+        s, t = load(spec)
+    except SpecError as exc:
+        _fail(f"{spec}: {exc}")
+    click.echo(f"{spec}: ok ({s.name}: {t.kind}, {len(t.hosts)} hosts, "
+               f"{len(s.experiments)} experiment(s))")
+
+
+@main.command("run")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="results directory")
+def run_cmd(spec: Path, out: Path | None) -> None:
+    """Run SPEC on an emulated fabric; results go to a directory."""
+    from .runner import run_spec
+    from .spec import SpecError, load
+    try:
+        s, t = load(spec)
+    except SpecError as exc:
+        _fail(f"{spec}: {exc}")
+    try:
+        out_dir = run_spec(s, t, spec.read_text(), out, log=lambda m: click.echo(m, err=True))
+    except TestbedError as exc:
+        _fail(str(exc))
+    summary = json.loads((out_dir / "summary.json").read_text())
+    click.echo(f"results: {out_dir}")
+    for name, res in summary["experiments"].items():
+        click.echo(f"  {name}: {json.dumps(res['headline'])}")
+    for w in summary["fidelity_warnings"]:
+        click.echo(f"  warning: {w}")
+
+
+@main.command()
+def clean() -> None:
+    """Remove what earlier (crashed) runs left behind, and only that."""
+    from .resources import clean as clean_records
+    from .system import is_root
+    if not is_root():
+        _fail("`testbed clean` needs root: run it with sudo")
+    try:
+        removed = clean_records()
+    except TestbedError as exc:
+        _fail(str(exc))
+    click.echo("\n".join(f"removed {r}" for r in removed) or "nothing to clean")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""`testbed doctor`: what the machine offers for the fabric, with fixes."""
+from __future__ import annotations
+
+from . import ovs
+from .system import congestion_controls, have, is_root, kernel_release, qdisc_supported, run
+
+BOOTSTRAP = "sudo scripts/bootstrap.sh"
+
+
+def checks() -> list[tuple[str, bool, str, str | None]]:
+    """(name, ok, detail, fix); fix None means optional (reported, not required)."""
+    out = []
+    root = is_root()
+    out.append(("root", root, "yes" if root else "no", "run with sudo"))
+    out.append(("kernel", True, kernel_release(), None))
+    for tool, pkg in (("ovs-vsctl", "openvswitch-switch"), ("mn", "mininet"),
+                      ("iperf3", "iperf3"), ("ethtool", "ethtool"), ("ping", "iputils-ping"),
+                      ("nsenter", "util-linux"), ("tc", "iproute2")):
+        out.append((tool, have(tool), "found" if have(tool) else "missing",
+                    f"{BOOTSTRAP} (apt package {pkg})"))
+    try:
+        import mininet.net  # noqa: F401
+        out.append(("mininet python module", True, "importable", None))
+    except ImportError:
+        out.append(("mininet python module", False, "not importable",
+                    "use the venv made by scripts/bootstrap.sh (--system-site-packages)"))
+    running = have("ovs-vsctl") and ovs.running()
+    out.append(("Open vSwitch running", running, ovs.version() if running else "not running",
+                BOOTSTRAP))
+    if root:
+        kdp = ovs.kernel_datapath_available()
+        out.append(("OVS kernel datapath", kdp, "available" if kdp else
+                    "absent: userspace (netdev) datapath will be used", None))
+        if running:
+            buf = ovs.send_socket_buffer()
+            out.append(("OVS send socket buffer", True,
+                        f"{buf} bytes" if buf else "not created yet (sized at first run)", None))
+        for kind, args in (("htb", ()), ("netem", ("delay", "1ms")), ("red", (
+                "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
+                "burst", "55", "probability", "0.1")), ("fq_codel", ())):
+            ok = qdisc_supported(kind, args)
+            fix = f"{BOOTSTRAP}" if kind == "htb" else None
+            out.append((f"qdisc {kind}", ok, "yes" if ok else
+                        "no (experiments needing it refuse to start)", fix))
+        bpf = run(["unshare", "-n", "tc", "filter", "add", "dev", "lo", "ingress", "bpf",
+                   "help"], check=False)
+        out.append(("tc bpf classifier", "Usage" in (bpf.stderr + bpf.stdout), "probed", None))
+    ccs = congestion_controls()
+    for cc in ("cubic", "dctcp", "bbr"):
+        out.append((f"tcp {cc}", cc in ccs, "yes" if cc in ccs else "no", None))
+    return out

@@ -1,0 +1,225 @@
+"""The first experiments: reachability, link calibration, queue calibration, permutation
+throughput. Each writes CSV files with units in their headers and returns headline metrics
+and fidelity warnings; plots are drawn later from those files only."""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from topologies import dumbbell, nonblocking
+from topologies.graph import host_rate_sum
+
+from .monitor import QueueSampler, conservation_report, conservation_snapshot
+from .spec import LinkCalibration, Permutation, QueueCalibration, Reachability, parse_pattern
+from .system import in_netns
+from .traffic import FlowRunner, assign_ports, random_bijection, stride
+
+# iperf3 goodput counts TCP payload: 1448 of every 1514 bytes on the wire (timestamps on).
+TCP_PAYLOAD_FRACTION = 1448 / 1514
+
+
+@dataclass
+class Outcome:
+    headline: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _check_traffic_phase(ctx, fab, before, outcome: Outcome, label: str, t_start: float) -> dict:
+    """Conservation and CPU after a traffic phase; adds warnings; returns both."""
+    time.sleep(0.8)  # let queues drain and the controller's counters be written
+    report = conservation_report(before, conservation_snapshot(fab, fab.controller.state()))
+    cpu = ctx.cpu.window(t_start - ctx.cpu.t0, time.time() - ctx.cpu.t0)
+    if report["lost_in_switches"] != 0:
+        outcome.warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
+                                "switches without being counted (OVS send buffer?)")
+    if report["socket_drops"]:
+        outcome.warnings.append(f"{label}: {report['socket_drops']} packets dropped at OVS "
+                                "receive sockets")
+    if cpu["cpu_bound"]:
+        outcome.warnings.append(
+            f"{label}: CPU-bound (OVS forwarding thread p90 {cpu['ovs_thread_p90']:.0%} of a core, "
+            f"machine idle min {cpu['machine_idle_min']:.0%}); throughput is not faithful")
+    ctx.events.append({"phase": label, "conservation": report, "cpu": cpu})
+    return {"conservation": report, "cpu": cpu}
+
+
+def _check_cc(results, expected: str, outcome: Outcome, label: str) -> list[str]:
+    used = sorted({r.sender_cc for r in results})
+    if used != [expected]:
+        outcome.warnings.append(f"{label}: senders used {used}, not {expected}")
+    return used
+
+
+# ---- reachability ------------------------------------------------------------------------
+
+def reachability(ctx, exp: Reachability) -> Outcome:
+    out = Outcome()
+    topo = ctx.topo
+    rows = []
+    with ctx.fabric(topo, ctx.spec.controller.routing, "reachability") as fab:
+        for src in topo.hosts:
+            procs = []
+            for dst in topo.hosts:
+                if dst is src:
+                    continue
+                argv = ["ping", "-n", "-q", "-c", str(exp.count), "-i", f"{exp.interval_s:g}",
+                        "-W", "2", dst.ip]
+                procs.append((dst, subprocess.Popen(in_netns(fab.host_pid(src.name), argv),
+                                                    stdout=subprocess.PIPE, text=True)))
+            for dst, proc in procs:
+                text = proc.communicate(timeout=60)[0]
+                rows.append([src.name, dst.name, *_parse_ping(text, exp.count)])
+    ctx.write_csv("reachability.csv", ["src", "dst", "sent_pkts", "received_pkts",
+                                       "loss_pct", "rtt_avg_ms", "rtt_max_ms"], rows)
+    sent = sum(r[2] for r in rows)
+    received = sum(r[3] for r in rows)
+    failed = [f"{r[0]}->{r[1]}" for r in rows if r[3] < r[2]]
+    rtts = [r[5] for r in rows if r[5] is not None]
+    out.headline = {"pairs": len(rows), "pings_sent": sent, "pings_received": received,
+                    "loss_pct": round(100 * (sent - received) / max(1, sent), 3),
+                    "pairs_with_loss": len(failed),
+                    "rtt_median_ms": round(statistics.median(rtts), 3) if rtts else None,
+                    "rtt_max_ms": round(max(rtts), 3) if rtts else None}
+    if failed:
+        out.warnings.append(f"reachability: {len(failed)} pairs lost pings, e.g. {failed[:3]}")
+    return out
+
+
+def _parse_ping(text: str, count: int) -> list:
+    sent, received, avg, mx = count, 0, None, None
+    for line in text.splitlines():
+        if "packets transmitted" in line:
+            parts = line.split(",")
+            sent = int(parts[0].split()[0])
+            received = int(parts[1].split()[0])
+        if line.startswith("rtt") or line.startswith("round-trip"):
+            vals = line.split("=")[1].split()[0].split("/")
+            avg, mx = float(vals[1]), float(vals[2])
+    loss = round(100 * (sent - received) / max(1, sent), 2)
+    return [sent, received, loss, avg, mx]
+
+
+# ---- link calibration --------------------------------------------------------------------
+
+def link_calibration(ctx, exp: LinkCalibration) -> Outcome:
+    out = Outcome()
+    rows = []
+    for rate in exp.rates_mbps:
+        topo = nonblocking(hosts=2, rate_mbps=rate)
+        label = f"link {rate:g} Mb/s"
+        with ctx.fabric(topo, "single", label) as fab:
+            t0 = time.time()
+            before = conservation_snapshot(fab, fab.controller.state())
+            res = FlowRunner(fab, ctx.out_dir / "flows").run(
+                assign_ports([("h1", "h2")], exp.duration_s, exp.omit_s), f"link-{rate:g}")[0]
+            checks = _check_traffic_phase(ctx, fab, before, out, label, t0)
+        ratio = res.goodput_mbps / rate
+        rows.append([rate, round(res.goodput_mbps, 3), round(ratio, 4),
+                     round(TCP_PAYLOAD_FRACTION, 4), res.retransmits, res.sender_cc,
+                     checks["conservation"]["lost_in_switches"], checks["cpu"]["cpu_bound"]])
+        _check_cc([res], ctx.spec.hosts.congestion_control, out, label)
+        if res.error:
+            out.warnings.append(f"{label}: iperf3 failed: {res.error}")
+    ctx.write_csv("link_calibration.csv",
+                  ["rate_mbps", "goodput_mbps", "goodput_over_rate", "tcp_payload_limit",
+                   "retransmits_pkts", "sender_cc", "lost_in_switches_pkts", "cpu_bound"], rows)
+    out.headline = {f"goodput_over_rate_{r[0]:g}mbps": r[2] for r in rows}
+    return out
+
+
+# ---- queue calibration -------------------------------------------------------------------
+
+def queue_calibration(ctx, exp: QueueCalibration) -> Outcome:
+    out = Outcome()
+    topo = dumbbell(senders=1, receivers=1, access_rate_mbps=exp.access_rate_mbps,
+                    bottleneck_rate_mbps=exp.rate_mbps)
+    bottleneck = "s1-eth2"  # s1's egress toward s2
+    with ctx.fabric(topo, "single", "queue calibration",
+                    buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
+        sampler = QueueSampler([bottleneck], rate_hz=exp.sample_hz)
+        t0 = time.time()
+        before = conservation_snapshot(fab, fab.controller.state())
+        sampler.start()
+        res = FlowRunner(fab, ctx.out_dir / "flows").run(
+            assign_ports([("h1", "h2")], exp.duration_s, 0.0), "queue")[0]
+        sampler.stop()
+        checks = _check_traffic_phase(ctx, fab, before, out, "queue calibration", t0)
+    samples = sampler.samples
+    d0 = samples[0].drops if samples else 0
+    ctx.write_csv("queue_depth.csv", ["t_s", "port", "qlen_pkts", "backlog_bytes", "drops_pkts"],
+                  [[round(s.t, 4), s.ifname, s.qlen_pkts, s.backlog_bytes, s.drops - d0]
+                   for s in samples])
+    qlens = sorted(s.qlen_pkts for s in samples) or [0]
+    port_drops = checks["conservation"]["per_switch"]["s1"]["qdisc_drops"]
+    cc = _check_cc([res], ctx.spec.hosts.congestion_control, out, "queue calibration")
+    out.headline = {
+        "buffer_pkts": exp.buffer_pkts, "rate_mbps": exp.rate_mbps,
+        "queue_max_pkts": qlens[-1], "queue_p50_pkts": qlens[len(qlens) // 2],
+        "queue_p90_pkts": qlens[int(0.9 * (len(qlens) - 1))],
+        "drops_at_bottleneck_pkts": samples[-1].drops - d0 if samples else 0,
+        "qdisc_drops_s1_pkts": port_drops,
+        "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
+        "sender_cc": cc, "goodput_mbps": round(res.goodput_mbps, 3),
+        "retransmits_pkts": res.retransmits,
+        "sample_rate_hz": round(sampler.achieved_rate_hz(), 1),
+    }
+    if qlens[-1] < 0.8 * exp.buffer_pkts:
+        out.warnings.append(f"queue calibration: queue peaked at {qlens[-1]} of "
+                            f"{exp.buffer_pkts} packets")
+    return out
+
+
+# ---- permutation throughput --------------------------------------------------------------
+
+def permutation(ctx, exp: Permutation) -> Outcome:
+    out = Outcome()
+    topo = ctx.topo
+    hosts = [h.name for h in topo.hosts]
+    ideal = host_rate_sum(topo)
+    rows, flow_rows = [], []
+    for routing in exp.routings:
+        with ctx.fabric(topo, routing, f"permutation {routing}") as fab:
+            for pattern in exp.patterns:
+                kind, arg = parse_pattern(pattern, len(hosts))
+                for rep in range(exp.repeats):
+                    pairs = stride(hosts, arg) if kind == "stride" else \
+                        random_bijection(hosts, arg + rep)
+                    label = f"{routing} {pattern} #{rep}"
+                    ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
+                    t0 = time.time()
+                    before = conservation_snapshot(fab, fab.controller.state())
+                    res = FlowRunner(fab, ctx.out_dir / "flows").run(
+                        assign_ports(pairs, exp.duration_s, exp.omit_s),
+                        f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                    checks = _check_traffic_phase(ctx, fab, before, out, label, t0)
+                    _check_cc(res, ctx.spec.hosts.congestion_control, out, label)
+                    agg = sum(r.goodput_mbps for r in res)
+                    rows.append([routing, pattern, rep, round(agg, 3), round(agg / ideal, 4),
+                                 checks["cpu"]["ovs_thread_p90"], checks["cpu"]["machine_idle_min"],
+                                 checks["cpu"]["cpu_bound"],
+                                 checks["conservation"]["lost_in_switches"]])
+                    flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
+                                   r.retransmits, r.sender_cc] for r in res]
+    ctx.write_csv("permutation.csv", ["routing", "pattern", "repeat", "aggregate_mbps",
+                                      "normalised_to_ideal", "ovs_thread_p90_core",
+                                      "machine_idle_min", "cpu_bound", "lost_in_switches_pkts"],
+                  rows)
+    ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
+                                            "goodput_mbps", "retransmits_pkts", "sender_cc"],
+                  flow_rows)
+    out.headline = {"ideal_mbps": ideal}
+    for pattern in exp.patterns:
+        means = {}
+        for routing in exp.routings:
+            vals = [r[4] for r in rows if r[0] == routing and r[1] == pattern]
+            means[routing] = sum(vals) / len(vals)
+            out.headline[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
+        if "ecmp" in means and "single" in means and means["single"] > 0:
+            out.headline[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
+    return out
+
+
+RUNNERS = {"reachability": reachability, "link_calibration": link_calibration,
+           "queue_calibration": queue_calibration, "permutation": permutation}

@@ -1,0 +1,236 @@
+"""Measurements taken while a run is live: CPU headroom, queue depth, and the packet
+conservation check that proves OVS lost nothing between a switch's ingress and its
+egress queues.
+
+Queue depth is read over netlink (pyroute2), never by forking `tc`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from .system import run
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Above this share of one core, OVS's forwarding thread is saturated and the fabric's
+# numbers are limited by CPU, not by the emulated links.
+OVS_THREAD_SATURATED = 0.85
+MACHINE_IDLE_MIN = 0.10
+
+
+def _proc_cpu_seconds(path: str) -> float:
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def ovs_main_thread() -> str | None:
+    """/proc path of ovs-vswitchd's main thread, which polls every AF_PACKET port."""
+    pid_file = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    path = f"/proc/{pid}/task/{pid}/stat"
+    return path if Path(path).exists() else None
+
+
+@dataclass
+class CpuSample:
+    t: float
+    machine_busy: float  # fraction of all cores
+    ovs_thread: float  # fraction of one core
+
+
+class CpuMonitor(threading.Thread):
+    """Samples machine CPU and OVS's forwarding thread once per `period_s`."""
+
+    def __init__(self, period_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.period_s = period_s
+        self.samples: list[CpuSample] = []
+        self._halt = threading.Event()
+        self.thread_path = ovs_main_thread()
+        self.t0 = time.time()
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        vals = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]))
+        return sum(vals), vals[3] + vals[4]
+
+    def run(self) -> None:
+        total0, idle0 = self._machine()
+        ovs0 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+        t0 = time.time()
+        while not self._halt.wait(self.period_s):
+            total1, idle1 = self._machine()
+            t1 = time.time()
+            ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+            busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+            self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
+                                          ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0)))
+            total0, idle0, ovs0, t0 = total1, idle1, ovs1, t1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2)
+
+    def window(self, start: float, end: float) -> dict:
+        """Summary over samples taken between `start` and `end` (seconds since t0)."""
+        sel = [s for s in self.samples if start <= s.t <= end] or self.samples
+        if not sel:
+            return {"machine_idle_min": None, "machine_idle_mean": None,
+                    "ovs_thread_max": None, "ovs_thread_mean": None, "cpu_bound": False}
+        idle = [1 - s.machine_busy for s in sel]
+        ovs_load = sorted(s.ovs_thread for s in sel)
+        p90 = ovs_load[int(0.9 * (len(ovs_load) - 1))]
+        return {"machine_idle_min": round(min(idle), 3),
+                "machine_idle_mean": round(sum(idle) / len(idle), 3),
+                "ovs_thread_p90": round(p90, 3),
+                "ovs_thread_mean": round(sum(ovs_load) / len(ovs_load), 3),
+                "cpu_bound": p90 >= OVS_THREAD_SATURATED or min(idle) < MACHINE_IDLE_MIN}
+
+
+@dataclass
+class QueueSample:
+    t: float
+    ifname: str
+    qlen_pkts: int
+    backlog_bytes: int
+    drops: int
+    sent_pkts: int
+
+
+def _qdisc_stats(ipr: IPRoute, index: int) -> dict | None:
+    """Stats of the root qdisc (HTB) of an interface: its queue length counts every packet
+    in its classes, and it counts the drops of its leaves."""
+    for msg in ipr.get_qdiscs(index=index):
+        if msg["parent"] != 0xFFFFFFFF:
+            continue
+        stats2 = msg.get_attr("TCA_STATS2")
+        queue = stats2.get_attr("TCA_STATS_QUEUE") if stats2 else None
+        basic = stats2.get_attr("TCA_STATS_BASIC") if stats2 else None
+        if queue is None or basic is None:
+            return None
+        return {"qlen": queue["qlen"], "backlog": queue["backlog"], "drops": queue["drops"],
+                "packets": basic["packets"], "bytes": basic["bytes"]}
+    return None
+
+
+class QueueSampler(threading.Thread):
+    """Samples the egress queue of some interfaces at `rate_hz` over netlink."""
+
+    def __init__(self, ifnames: list[str], rate_hz: float = 200.0):
+        super().__init__(daemon=True)
+        self.ifnames = ifnames
+        self.period = 1.0 / rate_hz
+        self.samples: list[QueueSample] = []
+        self._halt = threading.Event()
+        self.t0 = time.time()
+
+    def run(self) -> None:
+        with IPRoute() as ipr:
+            index = {name: ipr.link_lookup(ifname=name)[0] for name in self.ifnames}
+            next_t = time.time()
+            while not self._halt.is_set():
+                now = time.time()
+                for name, idx in index.items():
+                    st = _qdisc_stats(ipr, idx)
+                    if st:
+                        self.samples.append(QueueSample(t=now - self.t0, ifname=name,
+                                                        qlen_pkts=st["qlen"],
+                                                        backlog_bytes=st["backlog"],
+                                                        drops=st["drops"],
+                                                        sent_pkts=st["packets"]))
+                next_t += self.period
+                delay = next_t - time.time()
+                if delay > 0:
+                    self._halt.wait(delay)
+                else:
+                    next_t = time.time()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2)
+
+    def achieved_rate_hz(self) -> float:
+        times = sorted({s.t for s in self.samples})
+        return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+
+
+# ---- packet conservation ---------------------------------------------------------------
+
+@dataclass
+class SwitchCounters:
+    rx: int = 0  # packets the switch's ports received
+    enqueued: int = 0  # packets that reached an egress qdisc (sent + dropped + queued)
+    qdisc_drops: int = 0
+    to_controller: int = 0  # flow entries that send to the controller
+    table_drops: int = 0  # explicit drop entries (unroutable packets)
+    socket_drops: int = 0  # OVS receive-socket overflow
+
+
+@dataclass
+class ConservationSnapshot:
+    t: float
+    switches: dict[str, SwitchCounters] = field(default_factory=dict)
+    packet_out: dict[str, int] = field(default_factory=dict)
+
+
+_FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
+
+
+def conservation_snapshot(fabric, ctrl_state: dict) -> ConservationSnapshot:
+    from . import ovs
+    topo = fabric.topo
+    snap = ConservationSnapshot(t=time.time())
+    socket_drops = ovs.port_socket_drops(set(fabric.switch_ifaces()))
+    with IPRoute() as ipr:
+        for sw in topo.switches:
+            c = SwitchCounters()
+            for port, _, _ in topo.ports_of(sw.name):
+                name = f"{sw.name}-eth{port}"
+                c.rx += int(Path(f"/sys/class/net/{name}/statistics/rx_packets").read_text())
+                st = _qdisc_stats(ipr, ipr.link_lookup(ifname=name)[0]) or {}
+                c.enqueued += st.get("packets", 0) + st.get("drops", 0) + st.get("qlen", 0)
+                c.qdisc_drops += st.get("drops", 0)
+                c.socket_drops += socket_drops.get(name, 0)
+            flows = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw.name], check=False).stdout
+            for m in _FLOW_RE.finditer(flows):
+                if m.group(2).startswith("CONTROLLER"):
+                    c.to_controller += int(m.group(1))
+                elif m.group(2) == "drop":
+                    c.table_drops += int(m.group(1))
+            snap.switches[sw.name] = c
+            counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
+            snap.packet_out[sw.name] = int(counters.get("packet_out", 0))
+    return snap
+
+
+def conservation_report(before: ConservationSnapshot, after: ConservationSnapshot) -> dict:
+    """Per switch: packets in (ports + controller packet-outs) minus packets accounted for
+    (egress qdiscs + to controller + dropped by the flow table). Anything left was lost
+    inside OVS without being counted: the silent loss of an undersized send buffer."""
+    per_switch = {}
+    total_lost = 0
+    total_in = 0
+    for name, a in after.switches.items():
+        b = before.switches[name]
+        pin = (a.rx - b.rx) + (after.packet_out[name] - before.packet_out[name])
+        accounted = ((a.enqueued - b.enqueued) + (a.to_controller - b.to_controller)
+                     + (a.table_drops - b.table_drops))
+        lost = pin - accounted
+        per_switch[name] = {"in": pin, "accounted": accounted, "lost": lost,
+                            "qdisc_drops": a.qdisc_drops - b.qdisc_drops,
+                            "socket_drops": a.socket_drops - b.socket_drops}
+        total_lost += lost
+        total_in += pin
+    return {"packets_in": total_in, "lost_in_switches": total_lost,
+            "qdisc_drops": sum(v["qdisc_drops"] for v in per_switch.values()),
+            "socket_drops": sum(v["socket_drops"] for v in per_switch.values()),
+            "per_switch": per_switch}

@@ -1,0 +1,202 @@
+"""`testbed run SPEC`: one results directory per run, written so that an interrupted run is
+never mistaken for a finished one (summary.json says "incomplete" until the very end)."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import platform
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+
+
+from topologies.model import Topology
+
+from . import ovs, plots
+from .experiments import RUNNERS, Outcome
+from .fabric import Fabric
+from .monitor import CpuMonitor
+from .resources import RunLock, RunRecord, release_record
+from .spec import Spec
+from .system import TestbedError, is_root, kernel_release, run
+
+
+class Interrupted(Exception):
+    pass
+
+
+@dataclass
+class RunContext:
+    spec: Spec
+    topo: Topology
+    out_dir: Path
+    record: RunRecord
+    log: Callable[[str], None]
+    cpu: CpuMonitor
+    events: list[dict] = field(default_factory=list)
+    startups: list[list] = field(default_factory=list)
+    datapath: str = ""
+    host_cc: dict[str, str] = field(default_factory=dict)
+    send_buffer_bytes: int | None = None
+
+    def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
+        path = self.out_dir / "metrics" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(header)
+            writer.writerows(rows)
+        return path
+
+    @contextlib.contextmanager
+    def fabric(self, topo: Topology, routing: str, label: str, **link_overrides):
+        links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
+        fab = Fabric(topo=topo, links=links, hosts=self.spec.hosts, routing=routing,
+                     out_dir=self.out_dir, record=self.record,
+                     plugins=tuple(self.spec.controller.plugins), log=self.log)
+        self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
+                 f"{len(topo.switches)} switches), routing {routing}")
+        try:
+            fab.start()
+            self.datapath = fab.datapath
+            self.host_cc.update(fab.host_cc)
+            self.send_buffer_bytes = fab.send_buffer_bytes
+            self.log(f"[{label}] up in {fab.times.total_s:.1f} s (paths installed at "
+                     f"{fab.times.paths_installed_s:.1f} s)")
+            yield fab
+        finally:
+            fab.stop()
+            t = fab.times
+            self.startups.append([label, topo.kind, len(topo.hosts), len(topo.switches),
+                                  round(t.net_up_s, 3), round(t.controller_connected_s, 3),
+                                  round(t.paths_installed_s, 3), round(t.total_s, 3),
+                                  round(t.teardown_s, 3)])
+            self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
+
+
+def _versions() -> dict:
+    def pkg(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+    try:
+        from mininet.net import VERSION as mn_version
+    except ImportError:
+        mn_version = "absent"
+    iperf = run(["iperf3", "--version"], check=False).stdout.split("\n")[0]
+    return {"testbed": pkg("dcn-testbed"), "python": platform.python_version(),
+            "ryu": pkg("ryu"), "eventlet": pkg("eventlet"), "torch": pkg("torch"),
+            "pyroute2": pkg("pyroute2"), "mininet": mn_version, "openvswitch": ovs.version(),
+            "iperf3": iperf, "kernel": kernel_release()}
+
+
+def _install_signal_handlers() -> dict:
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
+             log: Callable[[str], None] = print) -> Path:
+    if not is_root():
+        raise TestbedError("`testbed run` needs root: run it with sudo")
+    if not ovs.running():
+        raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
+    lock = RunLock()
+    lock.acquire()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(out_dir or Path("results") / f"{spec.name}-{stamp}").resolve()
+    if out_dir.exists() and any(out_dir.iterdir()):
+        lock.release()
+        raise TestbedError(f"--out {out_dir} exists and is not empty; choose another directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps({"status": "incomplete",
+                                                      "reason": "the run is in progress"}))
+    (out_dir / "spec.yaml").write_text(spec_text)
+    record = RunRecord(run_id=f"{spec.name}-{stamp}", out_dir=str(out_dir))
+    record.save()
+    cpu = CpuMonitor()
+    ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu)
+    old_handlers = _install_signal_handlers()
+    status, error, results = "ok", "", {}
+    t0 = time.time()
+    cpu.start()
+    try:
+        for i, exp in enumerate(spec.experiments):
+            log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
+            outcome: Outcome = RUNNERS[exp.type](ctx, exp)
+            results[f"{i}:{exp.type}"] = {"headline": outcome.headline,
+                                          "warnings": outcome.warnings}
+            for w in outcome.warnings:
+                log(f"  warning: {w}")
+    except (KeyboardInterrupt, Interrupted) as exc:
+        status, error = "incomplete", f"interrupted ({exc or 'SIGINT'})"
+    except TestbedError as exc:
+        status, error = "failed", str(exc)
+    except Exception as exc:  # a bug: keep the traceback in the results
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        (out_dir / "traceback.txt").write_text(traceback.format_exc())
+    finally:
+        cpu.stop()
+        for sig, h in old_handlers.items():
+            signal.signal(sig, h)
+        release_record(record)  # anything a failed teardown left behind
+        lock.release()
+    _write_outputs(ctx, status, error, results, time.time() - t0)
+    if status != "ok":
+        raise TestbedError(f"run {status}: {error} (results in {out_dir})")
+    return out_dir
+
+
+def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
+                   elapsed: float) -> None:
+    out = ctx.out_dir
+    ctx.write_csv("startup.csv", ["phase", "topology", "hosts", "switches", "net_up_s",
+                                  "controller_connected_s", "paths_installed_s", "startup_total_s",
+                                  "teardown_s"], ctx.startups)
+    ctx.write_csv("cpu.csv", ["t_s", "machine_busy_fraction", "ovs_thread_core_fraction"],
+                  [[round(s.t, 3), round(s.machine_busy, 4), round(s.ovs_thread, 4)]
+                   for s in ctx.cpu.samples])
+    with (out / "events.jsonl").open("w") as fh:
+        for ev in ctx.events:
+            fh.write(json.dumps(ev) + "\n")
+    manifest = {
+        "spec_name": ctx.spec.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "elapsed_s": round(elapsed, 1), "versions": _versions(),
+        "machine": {"cpus": __import__("os").cpu_count(), "kernel": kernel_release()},
+        "datapath": ctx.datapath or "not started",
+        "mechanisms": {"shaping": "htb", "queue": f"{ctx.spec.links.drop}-drop fifo, "
+                       f"{'bytes' if ctx.spec.links.buffer_bytes else 'packets'}",
+                       "ecn_marking": "none", "pfc": "none",
+                       "delay_loss": "netem" if (ctx.spec.links.delay_us or ctx.spec.links.loss_pct)
+                       else "none"},
+        "ovs_send_buffer_bytes": ctx.send_buffer_bytes,
+        "congestion_control": {"configured": ctx.spec.hosts.congestion_control,
+                               "per_host": ctx.host_cc},
+        "ecn": ctx.spec.hosts.ecn,
+        "spec": dataclasses.asdict(ctx.spec),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+    try:
+        made = plots.draw_all(out)
+    except Exception as exc:  # plots never hide results
+        made = []
+        results.setdefault("plots", {})["error"] = str(exc)
+    warnings = [w for r in results.values() for w in r.get("warnings", [])]
+    summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
+               "experiments": results, "fidelity_warnings": warnings,
+               "cpu_bound": any("CPU-bound" in w for w in warnings),
+               "plots": [str(p.relative_to(out)) for p in made]}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(out / "summary.json")
+
+

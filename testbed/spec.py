@@ -1,0 +1,277 @@
+"""Experiment specs: YAML loaded strictly into frozen dataclasses.
+
+An unknown key or a wrong type is an error naming the field's path (`links.buffer_pkts`);
+semantic checks follow; the result is frozen. `testbed validate SPEC` runs exactly this,
+offline.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from topologies import TopologyError, build
+from topologies.model import Topology
+
+from .fabric import HostConfig, LinkConfig
+
+
+class SpecError(ValueError):
+    """A spec is invalid; the message starts with the path of the bad field."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologySpec:
+    kind: str = "fattree"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerSpec:
+    routing: Literal["ecmp", "single"] = "ecmp"
+    plugins: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reachability:
+    type: Literal["reachability"] = "reachability"
+    count: int = 3
+    interval_s: float = 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkCalibration:
+    type: Literal["link_calibration"] = "link_calibration"
+    rates_mbps: list[float] = field(default_factory=lambda: [10.0, 50.0, 100.0])
+    duration_s: float = 10.0
+    omit_s: float = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueCalibration:
+    type: Literal["queue_calibration"] = "queue_calibration"
+    rate_mbps: float = 20.0
+    access_rate_mbps: float = 100.0
+    buffer_pkts: int = 100
+    duration_s: float = 15.0
+    sample_hz: float = 200.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Permutation:
+    type: Literal["permutation"] = "permutation"
+    patterns: list[str] = field(default_factory=lambda: ["stride:8", "random:1"])
+    routings: list[Literal["ecmp", "single"]] = field(default_factory=lambda: ["single", "ecmp"])
+    duration_s: float = 20.0
+    omit_s: float = 3.0
+    repeats: int = 1
+
+
+EXPERIMENTS = {cls.__dataclass_fields__["type"].default: cls
+               for cls in (Reachability, LinkCalibration, QueueCalibration, Permutation)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    name: str
+    description: str = ""
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    links: LinkConfig = field(default_factory=LinkConfig)
+    hosts: HostConfig = field(default_factory=HostConfig)
+    controller: ControllerSpec = field(default_factory=ControllerSpec)
+    experiments: list[Any] = field(default_factory=list)
+
+    def build_topology(self) -> Topology:
+        return build(self.topology.kind, **self.topology.params)
+
+
+# ---- strict conversion ------------------------------------------------------------------
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            dict: "a mapping", list: "a list"}.get(tp, str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, path)
+    if origin is Literal:
+        if value not in args:
+            raise SpecError(f"{path}: must be one of {', '.join(map(str, args))} (got {value!r})")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise SpecError(f"{path}: expected a list, got {type(value).__name__}")
+        return [_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise SpecError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        return _dataclass(tp, value, path)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp in (bool, str):
+        if not isinstance(value, tp):
+            raise SpecError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    raise SpecError(f"{path}: unsupported field type {tp}")
+
+
+def _dataclass(cls: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(f"{path or 'spec'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise SpecError(f"{path + '.' if path else ''}{key}: unknown key "
+                            f"(known: {', '.join(names)})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        fpath = f"{path}.{f.name}" if path else f.name
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"{fpath}: required")
+            continue
+        if cls is Spec and f.name == "experiments":
+            kwargs[f.name] = [_experiment(v, f"{fpath}[{i}]") for i, v in
+                              enumerate(_convert(list[Any], data[f.name], fpath))]
+        else:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], fpath)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{path or 'spec'}: {exc}") from None
+
+
+def _experiment(data: Any, path: str) -> Any:
+    if not isinstance(data, dict) or "type" not in data:
+        raise SpecError(f"{path}.type: required (one of {', '.join(EXPERIMENTS)})")
+    cls = EXPERIMENTS.get(data["type"])
+    if cls is None:
+        raise SpecError(f"{path}.type: unknown experiment {data['type']!r} "
+                        f"(one of {', '.join(EXPERIMENTS)})")
+    return _dataclass(cls, data, path)
+
+
+# ---- semantic checks --------------------------------------------------------------------
+
+def _positive(value: float | None, path: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise SpecError(f"{path}: must be > 0 (got {value})")
+
+
+def check(spec: Spec) -> Topology:
+    """Semantic checks; returns the topology the spec describes."""
+    try:
+        topo = spec.build_topology()
+    except TopologyError as exc:
+        raise SpecError(f"topology.params: {exc}") from None
+    links = spec.links
+    if (links.buffer_pkts is None) == (links.buffer_bytes is None):
+        raise SpecError("links: set exactly one of buffer_pkts and buffer_bytes "
+                        "(buffer_pkts: null to use buffer_bytes)")
+    _positive(links.buffer_pkts, "links.buffer_pkts", allow_none=True)
+    _positive(links.buffer_bytes, "links.buffer_bytes", allow_none=True)
+    if links.buffer_bytes is not None and links.buffer_bytes < 1514:
+        raise SpecError(f"links.buffer_bytes: must hold one full-size frame (>= 1514), "
+                        f"got {links.buffer_bytes}")
+    _positive(links.rate_mbps, "links.rate_mbps", allow_none=True)
+    if links.drop not in ("head", "tail"):
+        raise SpecError(f"links.drop: must be head or tail (got {links.drop!r})")
+    _positive(links.host_queue_pkts, "links.host_queue_pkts")
+    if links.delay_us < 0:
+        raise SpecError(f"links.delay_us: must be >= 0 (got {links.delay_us})")
+    if not 0 <= links.loss_pct <= 100:
+        raise SpecError(f"links.loss_pct: must be in [0, 100] (got {links.loss_pct})")
+    if not spec.hosts.congestion_control.isidentifier():
+        raise SpecError(f"hosts.congestion_control: not an algorithm name "
+                        f"({spec.hosts.congestion_control!r})")
+    for i, plugin in enumerate(spec.controller.plugins):
+        if plugin.endswith(".py") and not Path(plugin).exists():
+            raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
+    if not spec.experiments:
+        raise SpecError("experiments: at least one experiment is required")
+    for i, exp in enumerate(spec.experiments):
+        _check_experiment(exp, f"experiments[{i}]", topo)
+    return topo
+
+
+def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
+    for name in ("duration_s", "interval_s", "rate_mbps", "access_rate_mbps", "sample_hz"):
+        if hasattr(exp, name):
+            _positive(getattr(exp, name), f"{path}.{name}")
+    if isinstance(exp, Reachability) and exp.count < 1:
+        raise SpecError(f"{path}.count: must be >= 1 (got {exp.count})")
+    if isinstance(exp, LinkCalibration):
+        if not exp.rates_mbps:
+            raise SpecError(f"{path}.rates_mbps: at least one rate")
+        for j, r in enumerate(exp.rates_mbps):
+            _positive(r, f"{path}.rates_mbps[{j}]")
+    if isinstance(exp, QueueCalibration):
+        _positive(exp.buffer_pkts, f"{path}.buffer_pkts")
+        if exp.access_rate_mbps <= exp.rate_mbps:
+            raise SpecError(f"{path}.access_rate_mbps: must exceed rate_mbps so that the "
+                            "queue builds at the switch, not in the sender")
+        if exp.sample_hz > 2000:
+            raise SpecError(f"{path}.sample_hz: at most 2000 (got {exp.sample_hz})")
+    if isinstance(exp, Permutation):
+        if exp.omit_s >= exp.duration_s:
+            raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
+        if exp.repeats < 1:
+            raise SpecError(f"{path}.repeats: must be >= 1")
+        if not exp.routings:
+            raise SpecError(f"{path}.routings: at least one routing mode")
+        for j, pattern in enumerate(exp.patterns):
+            parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
+
+
+def parse_pattern(text: str, n_hosts: int, path: str = "pattern") -> tuple[str, int]:
+    """'stride:N' or 'random:SEED'."""
+    kind, _, arg = text.partition(":")
+    if kind not in ("stride", "random") or not arg.lstrip("-").isdigit():
+        raise SpecError(f"{path}: expected 'stride:N' or 'random:SEED' (got {text!r})")
+    value = int(arg)
+    if kind == "stride" and not 0 < value < n_hosts:
+        raise SpecError(f"{path}: stride must be in 1..{n_hosts - 1} for {n_hosts} hosts "
+                        f"(got {value})")
+    if n_hosts < 2:
+        raise SpecError(f"{path}: a permutation needs at least 2 hosts")
+    return kind, value
+
+
+def load(path: str | Path) -> tuple[Spec, Topology]:
+    """Load, convert, check. Raises SpecError with the path of the first bad field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+    return loads(data)
+
+
+def loads(data: Any) -> tuple[Spec, Topology]:
+    spec = _dataclass(Spec, data, "")
+    return spec, check(spec)

@@ -1,0 +1,153 @@
+"""iperf3 flows between emulated hosts, and traffic patterns as data.
+
+Every process is started from an argv list inside its host's network namespace; its PID is
+recorded in the run record so that teardown and `testbed clean` stop exactly those.
+"""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .system import TestbedError, in_netns, run
+
+BASE_PORT = 5201
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flow:
+    src: str
+    dst: str
+    duration_s: float
+    omit_s: float = 1.0
+    port: int = BASE_PORT
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowResult:
+    src: str
+    dst: str
+    goodput_mbps: float
+    sent_mbps: float
+    retransmits: int
+    max_cwnd_bytes: int
+    sender_cc: str
+    receiver_cc: str
+    error: str = ""
+
+
+def stride(hosts: list[str], step: int) -> list[tuple[str, str]]:
+    """Host i sends to host (i + step) mod N."""
+    n = len(hosts)
+    if not 0 < step < n:
+        raise ValueError(f"stride must be in 1..{n - 1} (got {step})")
+    return [(hosts[i], hosts[(i + step) % n]) for i in range(n)]
+
+
+def random_bijection(hosts: list[str], seed: int) -> list[tuple[str, str]]:
+    """A random permutation with no host sending to itself (a derangement), seeded."""
+    rng = random.Random(seed)
+    while True:
+        perm = hosts[:]
+        rng.shuffle(perm)
+        if all(a != b for a, b in zip(hosts, perm)):
+            return list(zip(hosts, perm))
+
+
+def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
+    """Goodput is what the receiver got (payload bits per second), after the omit period."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
+                          max_cwnd_bytes=0, sender_cc="", receiver_cc="",
+                          error=f"unparsable iperf3 output: {text[:200]!r}")
+    end = data.get("end", {})
+    if "error" in data:
+        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
+                          max_cwnd_bytes=0, sender_cc="", receiver_cc="", error=data["error"])
+    streams = end.get("streams", [{}])
+    return FlowResult(
+        src=src, dst=dst,
+        goodput_mbps=end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6,
+        sent_mbps=end.get("sum_sent", {}).get("bits_per_second", 0.0) / 1e6,
+        retransmits=int(end.get("sum_sent", {}).get("retransmits", 0)),
+        max_cwnd_bytes=int(streams[0].get("sender", {}).get("max_snd_cwnd", 0)),
+        sender_cc=end.get("sender_tcp_congestion", ""),
+        receiver_cc=end.get("receiver_tcp_congestion", ""))
+
+
+class FlowRunner:
+    """Runs a set of iperf3 flows at the same time and returns their results."""
+
+    def __init__(self, fabric, log_dir: Path):
+        self.fabric = fabric
+        self.log_dir = log_dir
+
+    def _spawn(self, host: str, argv: list[str], what: str, log: Path) -> subprocess.Popen:
+        out = open(log, "wb")
+        proc = subprocess.Popen(in_netns(self.fabric.host_pid(host), argv), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        self.fabric.record.add_pid(proc.pid, what)
+        return proc
+
+    def run(self, flows: list[Flow], tag: str) -> list[FlowResult]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        topo = self.fabric.topo
+        servers = []
+        for i, f in enumerate(flows):
+            servers.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
+                                       f"iperf3 server {f.dst}:{f.port}",
+                                       self.log_dir / f"{tag}-{i}-server.log"))
+        self._wait_listening(flows)
+        clients = []
+        for i, f in enumerate(flows):
+            argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
+                    "-t", f"{f.duration_s:g}", "-O", f"{f.omit_s:g}"]
+            clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
+                                       self.log_dir / f"{tag}-{i}-client.json"))
+        timeout = max(f.duration_s + f.omit_s for f in flows) + 30
+        results = []
+        for i, (f, proc) in enumerate(zip(flows, clients)):
+            try:
+                proc.wait(timeout=max(1.0, timeout))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            text = (self.log_dir / f"{tag}-{i}-client.json").read_text(errors="replace")
+            results.append(parse_iperf3(f.src, f.dst, text))
+        for proc in servers:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return results
+
+    def _wait_listening(self, flows: list[Flow], timeout: float = 10.0) -> None:
+        pending = {(f.dst, f.port) for f in flows}
+        deadline = time.time() + timeout
+        while pending and time.time() < deadline:
+            for dst, port in list(pending):
+                out = run(in_netns(self.fabric.host_pid(dst), ["ss", "-ltnH", f"sport = :{port}"]),
+                          check=False).stdout
+                if out.strip():
+                    pending.discard((dst, port))
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise TestbedError(f"iperf3 servers did not start: {sorted(pending)[:3]}")
+
+
+def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float) -> list[Flow]:
+    """One flow per pair, each receiver's servers on distinct ports."""
+    used: dict[str, int] = {}
+    flows = []
+    for src, dst in pairs:
+        port = BASE_PORT + used.get(dst, 0)
+        used[dst] = used.get(dst, 0) + 1
+        flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port))
+    return flows
