@@ -1,0 +1,44 @@
+import pytest
+
+from testbed.dataplane import PortQueue, check_mechanisms, htb_commands, offload_command
+from testbed.system import TestbedError, in_netns
+
+
+def test_htb_pfifo_head_drop_golden():
+    q = PortQueue(ifname="e1-eth3", rate_mbps=20, buffer_pkts=100, drop="head")
+    assert htb_commands(q) == [
+        ["qdisc", "replace", "dev", "e1-eth3", "root", "handle", "1:", "htb", "default", "1"],
+        ["class", "replace", "dev", "e1-eth3", "parent", "1:", "classid", "1:1", "htb",
+         "rate", "20000000bit", "ceil", "20000000bit", "quantum", "1514"],
+        ["qdisc", "replace", "dev", "e1-eth3", "parent", "1:1", "handle", "10:",
+         "pfifo_head_drop", "limit", "100"],
+    ]
+
+
+def test_tail_drop_packets_and_bytes():
+    assert htb_commands(PortQueue(ifname="x", rate_mbps=10, buffer_pkts=5, drop="tail"))[-1][-3:] == \
+        ["pfifo", "limit", "5"]
+    assert htb_commands(PortQueue(ifname="x", rate_mbps=10, buffer_bytes=30000, drop="tail"))[-1][-3:] == \
+        ["bfifo", "limit", "30000"]
+    assert htb_commands(PortQueue(ifname="x", rate_mbps=10, buffer_bytes=30280, drop="head"))[-1][-3:] == \
+        ["pfifo_head_drop", "limit", "20"]
+
+
+def test_netem_rendering_and_refusal():
+    q = PortQueue(ifname="x", rate_mbps=10, buffer_pkts=50, delay_us=500, loss_pct=1.5)
+    assert htb_commands(q)[-1][-7:] == ["netem", "limit", "50", "delay", "500us", "loss", "1.5%"]
+    with pytest.raises(TestbedError, match="no netem"):
+        check_mechanisms([q], netem_available=False)
+    check_mechanisms([q], netem_available=True)
+
+
+def test_buffer_must_be_one_kind():
+    with pytest.raises(ValueError):
+        PortQueue(ifname="x", rate_mbps=1, buffer_pkts=1, buffer_bytes=1)
+
+
+def test_offloads_and_netns_argv():
+    assert offload_command("h1-eth0") == ["ethtool", "-K", "h1-eth0", "rx", "off", "tx", "off",
+                                          "tso", "off", "gso", "off", "gro", "off"]
+    assert in_netns(42, ["tc", "-batch", "f"]) == ["nsenter", "--net=/proc/42/ns/net", "--",
+                                                   "tc", "-batch", "f"]

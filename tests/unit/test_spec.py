@@ -1,0 +1,125 @@
+import copy
+
+import pytest
+
+from testbed.spec import Permutation, QueueCalibration, SpecError, load, loads
+
+BASE = {"name": "t", "topology": {"kind": "fattree", "params": {"k": 4}},
+        "experiments": [{"type": "reachability"}]}
+
+
+def with_(path, value):
+    data = copy.deepcopy(BASE)
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {}) if not k.isdigit() else node[int(k)]
+    last = keys[-1]
+    if last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return data
+
+
+def test_minimal_spec_and_defaults():
+    spec, topo = loads(BASE)
+    assert spec.links.buffer_pkts == 100 and spec.links.drop == "head"
+    assert spec.hosts.congestion_control == "cubic" and spec.hosts.ecn is False
+    assert spec.controller.routing == "ecmp" and len(topo.hosts) == 16
+
+
+VALID = [
+    with_("links", {"buffer_pkts": None, "buffer_bytes": 150000}),
+    with_("links", {"rate_mbps": 20, "drop": "tail", "host_queue_pkts": 50}),
+    with_("hosts", {"congestion_control": "reno", "ecn": True}),
+    with_("controller", {"routing": "single", "plugins": ["mypkg.myapp"]}),
+    with_("topology", {"kind": "bcube", "params": {"n": 2, "k": 2}}),
+    with_("experiments", [{"type": "permutation", "patterns": ["stride:4", "random:7"],
+                           "routings": ["ecmp"], "duration_s": 5, "omit_s": 1, "repeats": 2}]),
+    with_("experiments", [{"type": "queue_calibration", "rate_mbps": 10, "buffer_pkts": 50}]),
+    with_("experiments", [{"type": "link_calibration", "rates_mbps": [10, 20.5]}]),
+]
+
+
+@pytest.mark.parametrize("data", VALID)
+def test_valid_specs(data):
+    spec, _ = loads(data)
+    assert spec.name == "t"
+
+
+INVALID = [
+    (with_("links.bufer_pkts", 10), "links.bufer_pkts: unknown key"),
+    (with_("links.buffer_pkts", "100"), "links.buffer_pkts: expected an integer"),
+    (with_("links.buffer_pkts", True), "links.buffer_pkts: expected an integer"),
+    (with_("links.buffer_pkts", 0), "links.buffer_pkts: must be > 0"),
+    (with_("links", {"buffer_bytes": 1000}), "links: set exactly one"),
+    (with_("links", {"buffer_pkts": None, "buffer_bytes": 1000}), "links.buffer_bytes: must hold"),
+    (with_("links.loss_pct", 150), "links.loss_pct"),
+    (with_("links.delay_us", -1), "links.delay_us"),
+    (with_("links.drop", "random"), "links.drop"),
+    (with_("links.rate_mbps", -5), "links.rate_mbps: must be > 0"),
+    (with_("hosts.ecn", "yes"), "hosts.ecn: expected true/false"),
+    (with_("hosts.congestion_control", "cu bic"), "hosts.congestion_control"),
+    (with_("controller.routing", "hedera"), "controller.routing: must be one of ecmp, single"),
+    (with_("controller.plugins", ["/nonexistent/app.py"]), "controller.plugins[0]"),
+    (with_("topology.kind", "torus"), "unknown topology kind"),
+    (with_("topology.params", {"k": 5}), "topology.params: fattree: k must be an even"),
+    (with_("topology.params", {"radix": 4}), "unknown parameter 'radix'"),
+    (with_("experiments", []), "experiments: at least one"),
+    (with_("experiments", [{"type": "warp"}]), "experiments[0].type: unknown experiment"),
+    (with_("experiments", [{"count": 3}]), "experiments[0].type: required"),
+    (with_("experiments", [{"type": "reachability", "count": 0}]), "experiments[0].count"),
+    (with_("experiments", [{"type": "reachability", "cnt": 1}]), "experiments[0].cnt: unknown key"),
+    (with_("experiments", [{"type": "permutation", "patterns": ["stride:16"]}]),
+     "experiments[0].patterns[0]: stride must be in 1..15"),
+    (with_("experiments", [{"type": "permutation", "patterns": ["shuffle"]}]),
+     "experiments[0].patterns[0]: expected 'stride:N'"),
+    (with_("experiments", [{"type": "permutation", "omit_s": 30}]), "experiments[0].omit_s"),
+    (with_("experiments", [{"type": "permutation", "routings": ["hedera"]}]),
+     "experiments[0].routings[0]: must be one of"),
+    (with_("experiments", [{"type": "queue_calibration", "access_rate_mbps": 10}]),
+     "experiments[0].access_rate_mbps"),
+    (with_("experiments", [{"type": "queue_calibration", "sample_hz": 5000}]),
+     "experiments[0].sample_hz"),
+    (with_("experiments", [{"type": "link_calibration", "rates_mbps": [10, 0]}]),
+     "experiments[0].rates_mbps[1]"),
+    ({"topology": {"kind": "fattree"}, "experiments": [{"type": "reachability"}]}, "name: required"),
+    ([1, 2], "spec: expected a mapping"),
+]
+
+
+@pytest.mark.parametrize("data,message", INVALID, ids=[m for _, m in INVALID])
+def test_invalid_specs_name_the_field(data, message):
+    with pytest.raises(SpecError) as err:
+        loads(data)
+    assert message in str(err.value)
+
+
+def test_specs_are_frozen():
+    spec, _ = loads(with_("experiments", [{"type": "permutation"}]))
+    assert isinstance(spec.experiments[0], Permutation)
+    with pytest.raises(Exception):
+        spec.links.buffer_pkts = 5  # type: ignore[misc]
+
+
+def test_shipped_experiments_validate():
+    from pathlib import Path
+    specs = sorted(Path(__file__).parents[2].joinpath("experiments").glob("*.yaml"))
+    assert len(specs) >= 6
+    for path in specs:
+        load(path)
+
+
+def test_load_reports_yaml_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load(bad)
+    with pytest.raises(SpecError, match="cannot read"):
+        load(tmp_path / "missing.yaml")
+
+
+def test_queue_calibration_defaults_match_issue():
+    q = QueueCalibration()
+    assert (q.rate_mbps, q.buffer_pkts) == (20.0, 100)

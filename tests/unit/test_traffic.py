@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from testbed.monitor import ConservationSnapshot, SwitchCounters, conservation_report
+from testbed.ovs import needed_buffer_bytes
+from testbed.traffic import assign_ports, parse_iperf3, random_bijection, stride
+
+HOSTS = [f"h{i}" for i in range(1, 17)]
+
+
+def test_stride_and_bijection():
+    pairs = stride(HOSTS, 8)
+    assert pairs[0] == ("h1", "h9") and pairs[8] == ("h9", "h1")
+    assert sorted(d for _, d in pairs) == sorted(HOSTS)
+    with pytest.raises(ValueError):
+        stride(HOSTS, 16)
+    rb = random_bijection(HOSTS, 3)
+    assert rb == random_bijection(HOSTS, 3)  # seeded
+    assert all(a != b for a, b in rb) and sorted(d for _, d in rb) == sorted(HOSTS)
+
+
+def test_ports_unique_per_receiver():
+    flows = assign_ports([("h1", "h3"), ("h2", "h3"), ("h4", "h5")], 10, 1)
+    assert [f.port for f in flows] == [5201, 5202, 5201]
+
+
+def test_parse_iperf3():
+    doc = {"end": {"sum_received": {"bits_per_second": 19.1e6},
+                   "sum_sent": {"bits_per_second": 19.5e6, "retransmits": 7},
+                   "streams": [{"sender": {"max_snd_cwnd": 150000}}],
+                   "sender_tcp_congestion": "cubic", "receiver_tcp_congestion": "cubic"}}
+    r = parse_iperf3("h1", "h2", json.dumps(doc))
+    assert (r.goodput_mbps, r.retransmits, r.sender_cc, r.error) == (19.1, 7, "cubic", "")
+    assert parse_iperf3("a", "b", json.dumps({"error": "unable to connect"})).error == "unable to connect"
+    assert "unparsable" in parse_iperf3("a", "b", "garbage").error
+
+
+def test_conservation_report():
+    before = ConservationSnapshot(t=0, switches={"s1": SwitchCounters(rx=10, enqueued=8, to_controller=2)},
+                                  packet_out={"s1": 1})
+    after = ConservationSnapshot(t=1, switches={"s1": SwitchCounters(rx=110, enqueued=100, to_controller=3,
+                                                                     table_drops=1, qdisc_drops=4)},
+                                 packet_out={"s1": 2})
+    rep = conservation_report(before, after)
+    # in = 100 rx + 1 packet-out; accounted = 92 enqueued + 1 to controller + 1 table drop
+    assert rep["per_switch"]["s1"] == {"in": 101, "accounted": 94, "lost": 7,
+                                       "qdisc_drops": 4, "socket_drops": 0}
+    assert rep["lost_in_switches"] == 7
+
+
+def test_ovs_buffer_sizing():
+    need = needed_buffer_bytes([100] * 80, [])
+    assert need >= 80 * 100 * 2304  # every queue full of full-size frames (truesize 2304)
+    assert needed_buffer_bytes([], []) == 8 * 1024 * 1024
