@@ -188,6 +188,9 @@ _FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
 def conservation_snapshot(fabric, ctrl_state: dict) -> ConservationSnapshot:
     from . import ovs
     topo = fabric.topo
+    # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
+    # kernel counters do not. Wait for a full round so both describe the same packets.
+    run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
     snap = ConservationSnapshot(t=time.time())
     socket_drops = ovs.port_socket_drops(set(fabric.switch_ifaces()))
     with IPRoute() as ipr:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test command of the README's quick start: installs what is missing, then runs the
+# unit tests and (as root, with OVS and Mininet) the integration tests.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+"$ROOT/scripts/bootstrap.sh"
+cd "$ROOT"
+targets=(tests/unit)
+if [ "$(id -u)" -eq 0 ]; then
+  targets+=(tests/integration)
+  .venv/bin/testbed clean >/dev/null  # leftovers of an interrupted earlier run, only those
+fi
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "${targets[@]}" "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "error: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$rc"

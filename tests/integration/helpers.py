@@ -1,0 +1,26 @@
+import csv
+import json
+from pathlib import Path
+
+from testbed.runner import run_spec
+from testbed.spec import loads
+
+
+def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
+    spec, topo = loads(data)
+    out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None)
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def rows(out: Path, name: str) -> list[dict]:
+    with (out / "metrics" / name).open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def leftovers(topo_switches: list[str]) -> list[str]:
+    from testbed import ovs
+    from testbed.resources import records
+    left = [b for b in ovs.bridges() if b in topo_switches]
+    left += [n for n in topo_switches if Path(f"/sys/class/net/{n}").exists()]
+    left += [r.run_id for r in records()]
+    return left
