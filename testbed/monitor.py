@@ -70,7 +70,11 @@ class CpuMonitor(threading.Thread):
         while not self._halt.wait(self.period_s):
             total1, idle1 = self._machine()
             t1 = time.time()
-            ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+            try:
+                ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+            except OSError:  # ovs-vswitchd was restarted (larger send buffer): follow it
+                self.thread_path = ovs_main_thread()
+                ovs0 = ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
                                           ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0)))
