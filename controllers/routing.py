@@ -136,11 +136,11 @@ def _switched_plan(topo: Topology, mode: str) -> Plan:
     groups: list[Group] = []
     rules: list[Rule] = []
     stage = hash_stages(topo)
+    hops = {(sw.name, host.name): tuple(next_hops(topo, sw.name, host.name))
+            for sw in topo.switches for host in topo.hosts}
     fanout: dict[int, int] = {}
-    for sw in topo.switches:
-        for host in topo.hosts:
-            n = len(next_hops(topo, sw.name, host.name))
-            fanout[stage[sw.name]] = max(fanout.get(stage[sw.name], 1), n)
+    for (sw_name, _), ports in hops.items():
+        fanout[stage[sw_name]] = max(fanout.get(stage[sw_name], 1), len(ports))
     for sw in topo.switches:
         multiplier = 1
         for earlier in range(stage[sw.name]):
@@ -148,7 +148,7 @@ def _switched_plan(topo: Topology, mode: str) -> Plan:
         rules.extend(_base_rules(sw.dpid))
         group_ids: dict[tuple[int, ...], int] = {}
         for host in topo.hosts:
-            ports = tuple(next_hops(topo, sw.name, host.name))
+            ports = hops[(sw.name, host.name)]
             if not ports:
                 continue
             match = (("eth_type", ETH_TYPE_IP), ("ipv4_dst", host.ip))

@@ -37,6 +37,11 @@ class PortQueue:
             raise ValueError(f"{self.ifname}: exactly one of buffer_pkts, buffer_bytes")
 
 
+def _limit_pkts(q: PortQueue) -> int:
+    """Packet limit for leaves that count packets only (netem, pfifo_head_drop)."""
+    return q.buffer_pkts or max(1, q.buffer_bytes // 1514)
+
+
 def htb_commands(q: PortQueue) -> list[list[str]]:
     """tc argv lists (without the leading 'tc') that shape `q.ifname`."""
     rate = f"{int(round(q.rate_mbps * 1_000_000))}bit"
@@ -46,14 +51,13 @@ def htb_commands(q: PortQueue) -> list[list[str]]:
          "htb", "rate", rate, "ceil", rate, "quantum", "1514"],
     ]
     if q.delay_us or q.loss_pct:
-        leaf = ["netem", "limit", str(q.buffer_pkts or max(1, q.buffer_bytes // 1514))]
+        leaf = ["netem", "limit", str(_limit_pkts(q))]
         if q.delay_us:
             leaf += ["delay", f"{q.delay_us}us"]
         if q.loss_pct:
             leaf += ["loss", f"{q.loss_pct}%"]
     elif q.drop == "head":
-        limit = q.buffer_pkts or max(1, q.buffer_bytes // 1514)
-        leaf = ["pfifo_head_drop", "limit", str(limit)]
+        leaf = ["pfifo_head_drop", "limit", str(_limit_pkts(q))]
     elif q.buffer_pkts is not None:
         leaf = ["pfifo", "limit", str(q.buffer_pkts)]
     else:

@@ -3,6 +3,7 @@ throughput. Each writes CSV files with units in their headers and returns headli
 and fidelity warnings; plots are drawn later from those files only."""
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import time
@@ -26,10 +27,17 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _check_traffic_phase(ctx, fab, before, outcome: Outcome, label: str, t_start: float) -> dict:
-    """Conservation and CPU after a traffic phase; adds warnings; returns both."""
+@contextlib.contextmanager
+def _traffic_phase(ctx, fab, outcome: Outcome, label: str):
+    """Wraps one traffic phase: counters before, the caller's traffic, then the packet
+    conservation and CPU checks (warnings go to `outcome`). The yielded dict holds
+    "conservation" and "cpu" once the block has ended."""
+    checks: dict = {}
+    t_start = time.time()
+    before = conservation_snapshot(fab)
+    yield checks
     time.sleep(0.8)  # let queues drain and the controller's counters be written
-    report = conservation_report(before, conservation_snapshot(fab, fab.controller.state()))
+    report = conservation_report(before, conservation_snapshot(fab))
     cpu = ctx.cpu.window(t_start - ctx.cpu.t0, time.time() - ctx.cpu.t0)
     if report["lost_in_switches"] != 0:
         outcome.warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
@@ -42,7 +50,7 @@ def _check_traffic_phase(ctx, fab, before, outcome: Outcome, label: str, t_start
             f"{label}: CPU-bound (OVS forwarding thread p90 {cpu['ovs_thread_p90']:.0%} of a core, "
             f"machine idle min {cpu['machine_idle_min']:.0%}); throughput is not faithful")
     ctx.events.append({"phase": label, "conservation": report, "cpu": cpu})
-    return {"conservation": report, "cpu": cpu}
+    checks.update(conservation=report, cpu=cpu)
 
 
 def _check_cc(results, expected: str, outcome: Outcome, label: str) -> list[str]:
@@ -110,11 +118,9 @@ def link_calibration(ctx, exp: LinkCalibration) -> Outcome:
         topo = nonblocking(hosts=2, rate_mbps=rate)
         label = f"link {rate:g} Mb/s"
         with ctx.fabric(topo, "single", label) as fab:
-            t0 = time.time()
-            before = conservation_snapshot(fab, fab.controller.state())
-            res = FlowRunner(fab, ctx.out_dir / "flows").run(
-                assign_ports([("h1", "h2")], exp.duration_s, exp.omit_s), f"link-{rate:g}")[0]
-            checks = _check_traffic_phase(ctx, fab, before, out, label, t0)
+            with _traffic_phase(ctx, fab, out, label) as checks:
+                res = FlowRunner(fab, ctx.out_dir / "flows").run(
+                    assign_ports([("h1", "h2")], exp.duration_s, exp.omit_s), f"link-{rate:g}")[0]
         ratio = res.goodput_mbps / rate
         rows.append([rate, round(res.goodput_mbps, 3), round(ratio, 4),
                      round(TCP_PAYLOAD_FRACTION, 4), res.retransmits, res.sender_cc,
@@ -139,13 +145,11 @@ def queue_calibration(ctx, exp: QueueCalibration) -> Outcome:
     with ctx.fabric(topo, "single", "queue calibration",
                     buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
         sampler = QueueSampler([bottleneck], rate_hz=exp.sample_hz)
-        t0 = time.time()
-        before = conservation_snapshot(fab, fab.controller.state())
-        sampler.start()
-        res = FlowRunner(fab, ctx.out_dir / "flows").run(
-            assign_ports([("h1", "h2")], exp.duration_s, 0.0), "queue")[0]
-        sampler.stop()
-        checks = _check_traffic_phase(ctx, fab, before, out, "queue calibration", t0)
+        with _traffic_phase(ctx, fab, out, "queue calibration") as checks:
+            sampler.start()
+            res = FlowRunner(fab, ctx.out_dir / "flows").run(
+                assign_ports([("h1", "h2")], exp.duration_s, 0.0), "queue")[0]
+            sampler.stop()
     samples = sampler.samples
     d0 = samples[0].drops if samples else 0
     ctx.write_csv("queue_depth.csv", ["t_s", "port", "qlen_pkts", "backlog_bytes", "drops_pkts"],
@@ -188,12 +192,10 @@ def permutation(ctx, exp: Permutation) -> Outcome:
                         random_bijection(hosts, arg + rep)
                     label = f"{routing} {pattern} #{rep}"
                     ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
-                    t0 = time.time()
-                    before = conservation_snapshot(fab, fab.controller.state())
-                    res = FlowRunner(fab, ctx.out_dir / "flows").run(
-                        assign_ports(pairs, exp.duration_s, exp.omit_s),
-                        f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
-                    checks = _check_traffic_phase(ctx, fab, before, out, label, t0)
+                    with _traffic_phase(ctx, fab, out, label) as checks:
+                        res = FlowRunner(fab, ctx.out_dir / "flows").run(
+                            assign_ports(pairs, exp.duration_s, exp.omit_s),
+                            f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
                     _check_cc(res, ctx.spec.hosts.congestion_control, out, label)
                     agg = sum(r.goodput_mbps for r in res)
                     rows.append([routing, pattern, rep, round(agg, 3), round(agg / ideal, 4),

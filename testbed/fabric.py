@@ -17,7 +17,8 @@ from topologies.model import Topology, ifname
 from . import dataplane, ovs
 from .controller import ControllerProcess, ControllerSpec, free_port
 from .resources import RunRecord
-from .system import TestbedError, in_netns, is_root, run, sysctl_get, sysctl_set
+from .system import (TestbedError, congestion_controls, in_netns, is_root, qdisc_supported, run,
+                     sysctl_get, sysctl_set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +105,6 @@ class Fabric:
         if taken:
             raise TestbedError(f"{taken[0]} already exists and was not created by this run; "
                                "run `testbed clean` or remove it")
-        from .system import congestion_controls
         if self.hosts.congestion_control not in congestion_controls():
             raise TestbedError(f"hosts.congestion_control: {self.hosts.congestion_control!r} "
                                f"is not available in this kernel ({' '.join(congestion_controls())})")
@@ -218,8 +218,10 @@ class Fabric:
         if wrong:
             raise TestbedError(f"hosts did not take congestion control "
                                f"{self.hosts.congestion_control}: {wrong}")
+        # IPv6 off on switch ports: the root namespace must not send ND/MLD out of them.
+        run(["sysctl", "-q", "-w", *(f"net.ipv6.conf.{name}.disable_ipv6=1"
+                                     for name in self.switch_ifaces())], check=False)
         for name in self.switch_ifaces():
-            run(["sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1"], check=False)
             run(dataplane.offload_command(name))
 
     def _relay_routes(self, host, pid: int, relay_plan) -> None:
@@ -280,5 +282,4 @@ class Fabric:
 
 
 def _netem_available() -> bool:
-    from .system import qdisc_supported
     return qdisc_supported("netem", ("delay", "1ms"))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from . import ovs
 from .system import run
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -63,18 +64,21 @@ class CpuMonitor(threading.Thread):
         vals = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]))
         return sum(vals), vals[3] + vals[4]
 
+    def _ovs_seconds(self) -> float:
+        return _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+
     def run(self) -> None:
         total0, idle0 = self._machine()
-        ovs0 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+        ovs0 = self._ovs_seconds()
         t0 = time.time()
         while not self._halt.wait(self.period_s):
             total1, idle1 = self._machine()
             t1 = time.time()
             try:
-                ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+                ovs1 = self._ovs_seconds()
             except OSError:  # ovs-vswitchd was restarted (larger send buffer): follow it
                 self.thread_path = ovs_main_thread()
-                ovs0 = ovs1 = _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+                ovs0 = ovs1 = self._ovs_seconds()
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
                                           ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0)))
@@ -189,9 +193,9 @@ class ConservationSnapshot:
 _FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
 
 
-def conservation_snapshot(fabric, ctrl_state: dict) -> ConservationSnapshot:
-    from . import ovs
+def conservation_snapshot(fabric) -> ConservationSnapshot:
     topo = fabric.topo
+    ctrl_state = fabric.controller.state()
     # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
     # kernel counters do not. Wait for a full round so both describe the same packets.
     run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)

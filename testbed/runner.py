@@ -6,6 +6,7 @@ import contextlib
 import csv
 import dataclasses
 import json
+import os
 import platform
 import signal
 import time
@@ -171,7 +172,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     manifest = {
         "spec_name": ctx.spec.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "elapsed_s": round(elapsed, 1), "versions": _versions(),
-        "machine": {"cpus": __import__("os").cpu_count(), "kernel": kernel_release()},
+        "machine": {"cpus": os.cpu_count(), "kernel": kernel_release()},
         "datapath": ctx.datapath or "not started",
         "mechanisms": {"shaping": "htb", "queue": f"{ctx.spec.links.drop}-drop fifo, "
                        f"{'bytes' if ctx.spec.links.buffer_bytes else 'packets'}",
