@@ -195,7 +195,7 @@ _FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
 
 def conservation_snapshot(fabric) -> ConservationSnapshot:
     topo = fabric.topo
-    ctrl_state = fabric.controller.state()
+    ctrl_state = _controller_state_since(fabric, time.time())
     # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
     # kernel counters do not. Wait for a full round so both describe the same packets.
     run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
@@ -221,6 +221,17 @@ def conservation_snapshot(fabric) -> ConservationSnapshot:
             counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
             snap.packet_out[sw.name] = int(counters.get("packet_out", 0))
     return snap
+
+
+def _controller_state_since(fabric, t: float, timeout: float = 2.0) -> dict:
+    """The controller's state as written at or after `t`, so that every packet-out it sent
+    before `t` is counted (it writes on each packet-out and every 0.5 s)."""
+    deadline = time.time() + timeout
+    state = fabric.controller.state()
+    while state.get("time", 0) < t and time.time() < deadline:
+        time.sleep(0.05)
+        state = fabric.controller.state()
+    return state
 
 
 def conservation_report(before: ConservationSnapshot, after: ConservationSnapshot) -> dict:

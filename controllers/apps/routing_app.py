@@ -81,6 +81,9 @@ class FabricRouting(RyuApp):
             return
         dp.send_msg(ofmsgs.packet_out(dp, in_port, ofmsgs.arp_reply_frame(req, mac)))
         self._count(dp.id, "packet_out")
+        # Written at once: the runner's packet accounting adds packet-outs to what the
+        # switch received, so the count must not lag the packets it describes.
+        self._write_state()
 
     # ---- state for the runner ---------------------------------------------------
     def _count(self, dpid: int, key: str) -> None:
