@@ -31,15 +31,33 @@ class PortQueue:
     delay_us: int = 0
     loss_pct: float = 0.0
     drop: str = "tail"  # tail | head
+    mtu_bytes: int = 1500
+    burst_us: int = 0  # 0: tc's default burst (about rate/HZ + one frame)
 
     def __post_init__(self) -> None:
         if (self.buffer_pkts is None) == (self.buffer_bytes is None):
             raise ValueError(f"{self.ifname}: exactly one of buffer_pkts, buffer_bytes")
 
 
+def frame_bytes(mtu_bytes: int) -> int:
+    """Largest Ethernet frame for an MTU (what HTB and byte limits count)."""
+    return mtu_bytes + 14
+
+
 def _limit_pkts(q: PortQueue) -> int:
     """Packet limit for leaves that count packets only (netem, pfifo_head_drop)."""
-    return q.buffer_pkts or max(1, q.buffer_bytes // 1514)
+    return q.buffer_pkts or max(1, q.buffer_bytes // frame_bytes(q.mtu_bytes))
+
+
+def _burst_args(q: PortQueue) -> list[str]:
+    """HTB may send `burst_us` worth of bytes at once after an idle gap. The emulated switch
+    forwards with jitter (OVS's thread stalls for a few ms); without this allowance a port
+    fed at exactly its own rate loses every stalled millisecond for good, its queue
+    random-walks to the limit and drops packets a real switch would not."""
+    if not q.burst_us:
+        return []
+    nbytes = max(2 * frame_bytes(q.mtu_bytes), int(q.rate_mbps * q.burst_us / 8))
+    return ["burst", str(nbytes), "cburst", str(nbytes)]
 
 
 def htb_commands(q: PortQueue) -> list[list[str]]:
@@ -48,7 +66,8 @@ def htb_commands(q: PortQueue) -> list[list[str]]:
     cmds = [
         ["qdisc", "replace", "dev", q.ifname, "root", "handle", ROOT_HANDLE, "htb", "default", "1"],
         ["class", "replace", "dev", q.ifname, "parent", ROOT_HANDLE, "classid", CLASS_ID,
-         "htb", "rate", rate, "ceil", rate, "quantum", "1514"],
+         "htb", "rate", rate, "ceil", rate, *_burst_args(q),
+         "quantum", str(frame_bytes(q.mtu_bytes))],
     ]
     if q.delay_us or q.loss_pct:
         leaf = ["netem", "limit", str(_limit_pkts(q))]
@@ -74,6 +93,11 @@ def offload_command(ifname: str) -> list[str]:
     for feature in OFFLOADS:
         cmd += [feature, "off"]
     return cmd
+
+
+def mtu_commands(ifnames: list[str], mtu_bytes: int) -> list[str]:
+    """`ip -batch` lines that set the MTU of interfaces (both ends of every link)."""
+    return [f"link set dev {name} mtu {mtu_bytes}" for name in ifnames]
 
 
 def apply_tc(commands: list[list[str]], netns_pid: int | None = None) -> None:

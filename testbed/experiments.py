@@ -17,8 +17,10 @@ from .spec import LinkCalibration, Permutation, QueueCalibration, Reachability, 
 from .system import in_netns
 from .traffic import FlowRunner, assign_ports, random_bijection, stride
 
-# iperf3 goodput counts TCP payload: 1448 of every 1514 bytes on the wire (timestamps on).
-TCP_PAYLOAD_FRACTION = 1448 / 1514
+def tcp_payload_fraction(mtu_bytes: int) -> float:
+    """iperf3 goodput counts TCP payload: MTU - 52 (IP, TCP with timestamps) of every
+    MTU + 14 bytes that HTB counts (1448 / 1514 = 95.6% at 1500)."""
+    return (mtu_bytes - 52) / (mtu_bytes + 14)
 
 
 @dataclass
@@ -123,7 +125,7 @@ def link_calibration(ctx, exp: LinkCalibration) -> Outcome:
                     assign_ports([("h1", "h2")], exp.duration_s, exp.omit_s), f"link-{rate:g}")[0]
         ratio = res.goodput_mbps / rate
         rows.append([rate, round(res.goodput_mbps, 3), round(ratio, 4),
-                     round(TCP_PAYLOAD_FRACTION, 4), res.retransmits, res.sender_cc,
+                     round(tcp_payload_fraction(ctx.spec.links.mtu_bytes), 4), res.retransmits, res.sender_cc,
                      checks["conservation"]["lost_in_switches"], checks["cpu"]["cpu_bound"]])
         _check_cc([res], ctx.spec.hosts.congestion_control, out, label)
         if res.error:

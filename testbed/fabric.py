@@ -17,8 +17,8 @@ from topologies.model import Topology, ifname
 from . import dataplane, ovs
 from .controller import ControllerProcess, ControllerSpec, free_port
 from .resources import RunRecord
-from .system import (TestbedError, congestion_controls, in_netns, is_root, qdisc_supported, run,
-                     sysctl_get, sysctl_set)
+from .system import (TestbedError, congestion_controls, in_netns, ip_batch, is_root,
+                     qdisc_supported, run, sysctl_get, sysctl_set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +31,8 @@ class LinkConfig:
     delay_us: int = 0
     loss_pct: float = 0.0
     drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
+    mtu_bytes: int = 1500  # every interface; jumbo frames cut the per-packet CPU cost
+    burst_us: int = 5000  # HTB catch-up allowance for the emulator's jitter (dataplane.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,12 +79,14 @@ class Fabric:
                 name = ifname(node, port)
                 if self.topo.is_host(node):
                     host_q.setdefault(node, []).append(dataplane.PortQueue(
-                        ifname=name, rate_mbps=rate, buffer_pkts=self.links.host_queue_pkts))
+                        ifname=name, rate_mbps=rate, buffer_pkts=self.links.host_queue_pkts,
+                        mtu_bytes=self.links.mtu_bytes))
                 else:
                     switch_q.append(dataplane.PortQueue(
                         ifname=name, rate_mbps=rate, buffer_pkts=self.links.buffer_pkts,
                         buffer_bytes=self.links.buffer_bytes, delay_us=self.links.delay_us,
-                        loss_pct=self.links.loss_pct, drop=self.links.drop))
+                        loss_pct=self.links.loss_pct, drop=self.links.drop,
+                        mtu_bytes=self.links.mtu_bytes, burst_us=self.links.burst_us))
         return switch_q, host_q
 
     def switch_ifaces(self) -> list[str]:
@@ -114,7 +118,7 @@ class Fabric:
         self.datapath = "kernel" if ovs.kernel_datapath_available() else "user"
         self.needed_buffer_bytes = ovs.needed_buffer_bytes(
             [q.buffer_pkts for q in switch_q if q.buffer_pkts],
-            [q.buffer_bytes for q in switch_q if q.buffer_bytes])
+            [q.buffer_bytes for q in switch_q if q.buffer_bytes], self.links.mtu_bytes)
         if self.datapath == "user":
             current = ovs.send_socket_buffer()
             if current is not None and current < self.needed_buffer_bytes:
@@ -236,12 +240,18 @@ class Fabric:
             if len(hops) == 1:
                 hops = [hops[0].replace("nexthop ", "")]
             lines.append(f"route replace {route.dst_ip}/32 " + " ".join(hops))
-        run(in_netns(pid, ["ip", "-batch", "-"]), input="\n".join(lines) + "\n")
+        ip_batch(lines, pid)
 
     def _configure_queues(self) -> None:
         switch_q, host_q = self.port_queues()
+        mtu = self.links.mtu_bytes
+        if mtu != 1500:
+            ip_batch(dataplane.mtu_commands([q.ifname for q in switch_q], mtu))
         dataplane.apply_tc([c for q in switch_q for c in dataplane.htb_commands(q)])
         for host, queues in host_q.items():
+            if mtu != 1500:
+                ip_batch(dataplane.mtu_commands([q.ifname for q in queues], mtu),
+                         self.host_pid(host))
             dataplane.apply_tc([c for q in queues for c in dataplane.htb_commands(q)],
                                netns_pid=self.host_pid(host))
 

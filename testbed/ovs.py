@@ -21,10 +21,17 @@ from pathlib import Path
 from .system import TestbedError, have, run, sysctl_get, sysctl_set
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
-# What a socket buffer is charged per queued full-size frame (skb truesize, measured
-# 2304 bytes for a 1514-byte frame; rounded up).
+# What a socket buffer is charged per queued full-size frame: skb truesize, measured 2304
+# bytes for a 1514-byte frame, rounded up; a jumbo frame's data alone takes a 16 KiB slab.
 TRUESIZE_PER_PKT = 4096
 MIN_PKT_BYTES = 64
+
+
+def truesize_per_pkt(mtu_bytes: int = 1500) -> int:
+    if mtu_bytes <= 1500:
+        return TRUESIZE_PER_PKT
+    slab = 1 << (mtu_bytes + 14 + 320 - 1).bit_length()  # data + headroom, power-of-two slab
+    return slab + 1024
 
 
 def running() -> bool:
@@ -84,10 +91,11 @@ def port_socket_drops(ifaces: set[str]) -> dict[str, int]:
     return {s["iface"]: s["drops"] for s in _vswitchd_packet_sockets() if s["iface"] in ifaces}
 
 
-def needed_buffer_bytes(buffers_pkts: list[int], buffers_bytes: list[int]) -> int:
+def needed_buffer_bytes(buffers_pkts: list[int], buffers_bytes: list[int],
+                        mtu_bytes: int = 1500) -> int:
     """Send buffer that holds every switch egress queue full at once: packet-limited
     queues of full-size frames, byte-limited queues of minimum-size frames (worst case)."""
-    need = sum(buffers_pkts) * TRUESIZE_PER_PKT
+    need = sum(buffers_pkts) * truesize_per_pkt(mtu_bytes)
     need += sum(b // MIN_PKT_BYTES + 1 for b in buffers_bytes) * 1024
     return max(need + 4 * 1024 * 1024, 8 * 1024 * 1024)
 

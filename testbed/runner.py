@@ -180,6 +180,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                        "delay_loss": "netem" if (ctx.spec.links.delay_us or ctx.spec.links.loss_pct)
                        else "none"},
         "ovs_send_buffer_bytes": ctx.send_buffer_bytes,
+        "mtu_bytes": ctx.spec.links.mtu_bytes,
         "congestion_control": {"configured": ctx.spec.hosts.congestion_control,
                                "per_host": ctx.host_cc},
         "ecn": ctx.spec.hosts.ecn,

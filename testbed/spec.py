@@ -194,10 +194,14 @@ def check(spec: Spec) -> Topology:
                         "(buffer_pkts: null to use buffer_bytes)")
     _positive(links.buffer_pkts, "links.buffer_pkts", allow_none=True)
     _positive(links.buffer_bytes, "links.buffer_bytes", allow_none=True)
-    if links.buffer_bytes is not None and links.buffer_bytes < 1514:
-        raise SpecError(f"links.buffer_bytes: must hold one full-size frame (>= 1514), "
-                        f"got {links.buffer_bytes}")
+    if links.buffer_bytes is not None and links.buffer_bytes < links.mtu_bytes + 14:
+        raise SpecError(f"links.buffer_bytes: must hold one full-size frame "
+                        f"(>= {links.mtu_bytes + 14}), got {links.buffer_bytes}")
     _positive(links.rate_mbps, "links.rate_mbps", allow_none=True)
+    if not 0 <= links.burst_us <= 1_000_000:
+        raise SpecError(f"links.burst_us: must be in 0..1000000 (got {links.burst_us})")
+    if not 576 <= links.mtu_bytes <= 9000:
+        raise SpecError(f"links.mtu_bytes: must be in 576..9000 (got {links.mtu_bytes})")
     if links.drop not in ("head", "tail"):
         raise SpecError(f"links.drop: must be head or tail (got {links.drop!r})")
     _positive(links.host_queue_pkts, "links.host_queue_pkts")

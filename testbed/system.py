@@ -28,6 +28,13 @@ def in_netns(pid: int, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv]
 
 
+def ip_batch(lines: list[str], netns_pid: int | None = None) -> None:
+    """Run `ip` commands (one per line, without the leading 'ip') in one process."""
+    if lines:
+        argv = ["ip", "-batch", "-"]
+        run(in_netns(netns_pid, argv) if netns_pid else argv, input="\n".join(lines) + "\n")
+
+
 def is_root() -> bool:
     return os.geteuid() == 0
 

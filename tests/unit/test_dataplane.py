@@ -42,3 +42,21 @@ def test_offloads_and_netns_argv():
                                           "tso", "off", "gso", "off", "gro", "off"]
     assert in_netns(42, ["tc", "-batch", "f"]) == ["nsenter", "--net=/proc/42/ns/net", "--",
                                                    "tc", "-batch", "f"]
+
+
+def test_jumbo_frames_quantum_limits_and_mtu_commands():
+    from testbed.dataplane import mtu_commands
+    q = PortQueue(ifname="x", rate_mbps=20, buffer_bytes=90140, drop="head", mtu_bytes=9000)
+    cmds = htb_commands(q)
+    assert cmds[1][-2:] == ["quantum", "9014"]
+    assert cmds[2][-3:] == ["pfifo_head_drop", "limit", "10"]  # 90140 B of 9014-B frames
+    assert mtu_commands(["a-eth1", "b-eth0"], 9000) == ["link set dev a-eth1 mtu 9000",
+                                                        "link set dev b-eth0 mtu 9000"]
+
+
+def test_burst_allowance_for_emulator_jitter():
+    q = PortQueue(ifname="x", rate_mbps=20, buffer_pkts=100, burst_us=5000)
+    assert htb_commands(q)[1][11:17] == ["ceil", "20000000bit", "burst", "12500", "cburst", "12500"]
+    small = PortQueue(ifname="x", rate_mbps=1, buffer_pkts=100, burst_us=5000)
+    assert "3028" in htb_commands(small)[1]  # never below two full frames
+    assert "burst" not in htb_commands(PortQueue(ifname="x", rate_mbps=1, buffer_pkts=1))[1]

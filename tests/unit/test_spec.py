@@ -32,6 +32,7 @@ def test_minimal_spec_and_defaults():
 VALID = [
     with_("links", {"buffer_pkts": None, "buffer_bytes": 150000}),
     with_("links", {"rate_mbps": 20, "drop": "tail", "host_queue_pkts": 50}),
+    with_("links", {"mtu_bytes": 9000}),
     with_("hosts", {"congestion_control": "reno", "ecn": True}),
     with_("controller", {"routing": "single", "plugins": ["mypkg.myapp"]}),
     with_("topology", {"kind": "bcube", "params": {"n": 2, "k": 2}}),
@@ -58,6 +59,10 @@ INVALID = [
     (with_("links.loss_pct", 150), "links.loss_pct"),
     (with_("links.delay_us", -1), "links.delay_us"),
     (with_("links.drop", "random"), "links.drop"),
+    (with_("links.mtu_bytes", 9600), "links.mtu_bytes: must be in 576..9000"),
+    (with_("links.burst_us", -1), "links.burst_us: must be in 0..1000000"),
+    (with_("links", {"mtu_bytes": 9000, "buffer_pkts": None, "buffer_bytes": 5000}),
+     "links.buffer_bytes: must hold one full-size frame (>= 9014)"),
     (with_("links.rate_mbps", -5), "links.rate_mbps: must be > 0"),
     (with_("hosts.ecn", "yes"), "hosts.ecn: expected true/false"),
     (with_("hosts.congestion_control", "cu bic"), "hosts.congestion_control"),

@@ -53,3 +53,16 @@ def test_ovs_buffer_sizing():
     need = needed_buffer_bytes([100] * 80, [])
     assert need >= 80 * 100 * 2304  # every queue full of full-size frames (truesize 2304)
     assert needed_buffer_bytes([], []) == 8 * 1024 * 1024
+
+
+def test_buffer_sizing_scales_with_jumbo_frames():
+    from testbed.ovs import truesize_per_pkt
+    assert truesize_per_pkt(1500) == 4096
+    assert truesize_per_pkt(9000) >= 16384 + 1024  # a 9014-byte frame takes a 16 KiB slab
+    assert needed_buffer_bytes([100] * 80, [], 9000) > needed_buffer_bytes([100] * 80, [])
+
+
+def test_tcp_payload_fraction():
+    from testbed.experiments import tcp_payload_fraction
+    assert round(tcp_payload_fraction(1500), 4) == round(1448 / 1514, 4)
+    assert round(tcp_payload_fraction(9000), 4) == round(8948 / 9014, 4)
