@@ -90,10 +90,10 @@ class CpuMonitor(threading.Thread):
 
     def window(self, start: float, end: float) -> dict:
         """Summary over samples taken between `start` and `end` (seconds since t0)."""
-        sel = [s for s in self.samples if start <= s.t <= end] or self.samples
-        if not sel:
+        sel = [s for s in self.samples if start <= s.t <= end + self.period_s]
+        if not sel:  # too short to have been sampled: say so rather than borrow other samples
             return {"machine_idle_min": None, "machine_idle_mean": None,
-                    "ovs_thread_max": None, "ovs_thread_mean": None, "cpu_bound": False}
+                    "ovs_thread_p90": None, "ovs_thread_mean": None, "cpu_bound": False}
         idle = [1 - s.machine_busy for s in sel]
         ovs_load = sorted(s.ovs_thread for s in sel)
         p90 = ovs_load[int(0.9 * (len(ovs_load) - 1))]

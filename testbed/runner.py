@@ -64,8 +64,11 @@ class RunContext:
                      plugins=tuple(self.spec.controller.plugins), log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
+        t_start = time.time() - self.cpu.t0
+        startup_cpu: dict | None = None
         try:
             fab.start()
+            startup_cpu = self.cpu.window(t_start, time.time() - self.cpu.t0)
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)
             self.send_buffer_bytes = fab.send_buffer_bytes
@@ -75,10 +78,12 @@ class RunContext:
         finally:
             fab.stop()
             t = fab.times
+            cpu = startup_cpu or self.cpu.window(t_start, time.time() - self.cpu.t0)
             self.startups.append([label, topo.kind, len(topo.hosts), len(topo.switches),
                                   round(t.net_up_s, 3), round(t.controller_connected_s, 3),
                                   round(t.paths_installed_s, 3), round(t.total_s, 3),
-                                  round(t.teardown_s, 3)])
+                                  round(t.teardown_s, 3), cpu["machine_idle_min"],
+                                  cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
 
 
@@ -99,10 +104,17 @@ def _versions() -> dict:
             "iperf3": iperf, "kernel": kernel_release()}
 
 
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP end a run like Ctrl-C does (teardown, then 'incomplete')."""
     def handler(signum, frame):
         raise Interrupted(signal.Signals(signum).name)
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old = {sig: signal.getsignal(sig) for sig in _HANDLED_SIGNALS}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+    return old
 
 
 def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
@@ -146,12 +158,18 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         (out_dir / "traceback.txt").write_text(traceback.format_exc())
     finally:
+        # Nothing may interrupt the release of what the run created: a second Ctrl-C or
+        # SIGTERM now would leave bridges and processes behind.
+        for sig in _HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         cpu.stop()
-        for sig, h in old_handlers.items():
-            signal.signal(sig, h)
-        release_record(record)  # anything a failed teardown left behind
+        release_record(record)  # whatever an interrupted teardown left behind
         lock.release()
-    _write_outputs(ctx, status, error, results, time.time() - t0)
+    try:
+        _write_outputs(ctx, status, error, results, time.time() - t0)
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
     if status != "ok":
         raise TestbedError(f"run {status}: {error} (results in {out_dir})")
     return out_dir
@@ -162,7 +180,9 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     out = ctx.out_dir
     ctx.write_csv("startup.csv", ["phase", "topology", "hosts", "switches", "net_up_s",
                                   "controller_connected_s", "paths_installed_s", "startup_total_s",
-                                  "teardown_s"], ctx.startups)
+                                  "teardown_s", "startup_machine_idle_min",
+                                  "startup_machine_idle_mean", "startup_ovs_thread_p90_core"],
+                  ctx.startups)
     ctx.write_csv("cpu.csv", ["t_s", "machine_busy_fraction", "ovs_thread_core_fraction"],
                   [[round(s.t, 3), round(s.machine_busy, 4), round(s.ovs_thread, 4)]
                    for s in ctx.cpu.samples])

@@ -10,6 +10,8 @@ from pathlib import Path
 class TestbedError(RuntimeError):
     """An error the user can fix; the message is one line naming the fix."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
 
 def run(argv: list[str], check: bool = True, timeout: float = 60,
         input: str | None = None) -> subprocess.CompletedProcess:
