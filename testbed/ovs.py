@@ -74,7 +74,8 @@ def _vswitchd_packet_sockets() -> list[dict]:
         unbound = local.startswith("[0]")
         socks.append({"iface": "*" if unbound else iface,
                       "rcvbuf": int(fields.get("rb", 0)), "sndbuf": int(fields.get("tb", 0)),
-                      "drops": int(fields.get("d", 0))})
+                      "drops": int(fields.get("d", 0)),
+                      "queued": int(fields.get("r", 0))})
     return socks
 
 
@@ -84,6 +85,12 @@ def send_socket_buffer() -> int | None:
         if sock["iface"] == "*":
             return sock["sndbuf"]
     return None
+
+
+def rx_backlog_bytes() -> int:
+    """Bytes (skb truesize) waiting in OVS's per-port receive sockets: packets the
+    forwarding thread has not picked up yet. Near zero while it keeps up."""
+    return sum(s["queued"] for s in _vswitchd_packet_sockets() if s["iface"] != "*")
 
 
 def port_socket_drops(ifaces: set[str]) -> dict[str, int]:

@@ -72,16 +72,18 @@ def permutation(rows: list[dict], plots: Path) -> Path:
 
 
 def cpu(rows: list[dict], plots: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     t = [float(r["t_s"]) for r in rows]
     ax.plot(t, [float(r["machine_busy_fraction"]) for r in rows], label="machine (all cores)")
     ax.plot(t, [float(r["ovs_thread_core_fraction"]) for r in rows],
             label="OVS forwarding thread (one core)")
-    ax.axhline(0.85, color="red", ls="--", lw=0.8, label="saturation threshold")
     ax.set_ylim(0, 1.05)
-    ax.set_xlabel("time (s)")
     ax.set_ylabel("CPU busy fraction")
     ax.legend(fontsize=8)
+    ax2.plot(t, [int(r["ovs_rx_backlog_bytes"]) / 1e3 for r in rows], color="tab:red")
+    ax2.set_ylabel("waiting in OVS (kB)")
+    ax2.set_xlabel("time (s)")
+    ax2.set_title("packets OVS has not forwarded yet (its receive sockets)", fontsize=9)
     return _save(fig, plots / "cpu.png")
 
 

@@ -183,9 +183,10 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                                   "teardown_s", "startup_machine_idle_min",
                                   "startup_machine_idle_mean", "startup_ovs_thread_p90_core"],
                   ctx.startups)
-    ctx.write_csv("cpu.csv", ["t_s", "machine_busy_fraction", "ovs_thread_core_fraction"],
-                  [[round(s.t, 3), round(s.machine_busy, 4), round(s.ovs_thread, 4)]
-                   for s in ctx.cpu.samples])
+    ctx.write_csv("cpu.csv", ["t_s", "machine_busy_fraction", "ovs_thread_core_fraction",
+                              "ovs_rx_backlog_bytes"],
+                  [[round(s.t, 3), round(s.machine_busy, 4), round(s.ovs_thread, 4),
+                    s.ovs_rx_backlog_bytes] for s in ctx.cpu.samples])
     with (out / "events.jsonl").open("w") as fh:
         for ev in ctx.events:
             fh.write(json.dumps(ev) + "\n")

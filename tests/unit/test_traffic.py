@@ -66,3 +66,18 @@ def test_tcp_payload_fraction():
     from testbed.experiments import tcp_payload_fraction
     assert round(tcp_payload_fraction(1500), 4) == round(1448 / 1514, 4)
     assert round(tcp_payload_fraction(9000), 4) == round(8948 / 9014, 4)
+
+
+def test_forwarding_verdict():
+    from testbed.monitor import forwarding_verdict
+    cpu = {"ovs_rx_backlog_p50_bytes": 2304 * 100, "ovs_rx_backlog_p90_bytes": 2304 * 300,
+           "machine_idle_mean": 0.4, "ovs_thread_p90": 1.0}
+    # 100 frames waiting while switches take in 50,000 packets/s: 2 ms added, CPU-bound
+    v = forwarding_verdict(cpu, packets_in=500_000, seconds=10, mtu_bytes=1500)
+    assert (v["ovs_added_delay_p50_ms"], v["ovs_added_delay_p90_ms"], v["cpu_bound"]) == (2.0, 6.0, True)
+    # a busy thread alone is no verdict: 10 frames waiting is 0.2 ms
+    keep_up = dict(cpu, ovs_rx_backlog_p50_bytes=2304 * 10)
+    assert forwarding_verdict(keep_up, 500_000, 10, 1500)["cpu_bound"] is False
+    assert forwarding_verdict(dict(keep_up, machine_idle_mean=0.05), 500_000, 10, 1500)["cpu_bound"]
+    empty = {"ovs_rx_backlog_p50_bytes": None, "ovs_rx_backlog_p90_bytes": None, "machine_idle_mean": None}
+    assert forwarding_verdict(empty, 0, 1, 1500)["cpu_bound"] is False
