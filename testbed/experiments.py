@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from topologies import dumbbell, nonblocking
 from topologies.graph import host_rate_sum
 
-from .monitor import QueueSampler, conservation_report, conservation_snapshot, forwarding_verdict
+from .monitor import (QueueSampler, conservation_report, conservation_snapshot,
+                      forwarding_verdict, percentile)
 from .spec import LinkCalibration, Permutation, QueueCalibration, Reachability, parse_pattern
 from .system import in_netns
 from .traffic import FlowRunner, assign_ports, random_bijection, stride
@@ -165,8 +166,8 @@ def queue_calibration(ctx, exp: QueueCalibration) -> Outcome:
     cc = _check_cc([res], ctx.spec.hosts.congestion_control, out, "queue calibration")
     out.headline = {
         "buffer_pkts": exp.buffer_pkts, "rate_mbps": exp.rate_mbps,
-        "queue_max_pkts": qlens[-1], "queue_p50_pkts": qlens[len(qlens) // 2],
-        "queue_p90_pkts": qlens[int(0.9 * (len(qlens) - 1))],
+        "queue_max_pkts": qlens[-1], "queue_p50_pkts": percentile(qlens, 50),
+        "queue_p90_pkts": percentile(qlens, 90),
         "drops_at_bottleneck_pkts": samples[-1].drops - d0 if samples else 0,
         "qdisc_drops_s1_pkts": port_drops,
         "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],

@@ -6,6 +6,7 @@ Queue depth is read over netlink (pyroute2), never by forking `tc`.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -29,6 +30,14 @@ MACHINE_IDLE_MEAN_MIN = 0.10
 # skb truesize of a received full-size 1514-byte frame (measured); waiting bytes in OVS's
 # receive sockets are counted in truesize.
 RX_TRUESIZE_1500 = 2304
+
+
+def percentile(values, q: float):
+    """Nearest-rank percentile (the smallest value with at least q% of values <= it)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 def _proc_cpu_seconds(path: str) -> float:
@@ -104,14 +113,13 @@ class CpuMonitor(threading.Thread):
                     "machine_idle_min": None, "machine_idle_mean": None,
                     "ovs_thread_p90": None, "ovs_thread_mean": None}
         idle = [1 - s.machine_busy for s in sel]
-        ovs_load = sorted(s.ovs_thread for s in sel)
-        p90 = ovs_load[int(0.9 * (len(ovs_load) - 1))]
-        backlog = sorted(s.ovs_rx_backlog_bytes for s in sel)
-        return {"ovs_rx_backlog_p50_bytes": backlog[len(backlog) // 2],
-                "ovs_rx_backlog_p90_bytes": backlog[int(0.9 * (len(backlog) - 1))],
+        ovs_load = [s.ovs_thread for s in sel]
+        backlog = [s.ovs_rx_backlog_bytes for s in sel]
+        return {"ovs_rx_backlog_p50_bytes": percentile(backlog, 50),
+                "ovs_rx_backlog_p90_bytes": percentile(backlog, 90),
                 "machine_idle_min": round(min(idle), 3),
                 "machine_idle_mean": round(sum(idle) / len(idle), 3),
-                "ovs_thread_p90": round(p90, 3),
+                "ovs_thread_p90": round(percentile(ovs_load, 90), 3),
                 "ovs_thread_mean": round(sum(ovs_load) / len(ovs_load), 3)}
 
 

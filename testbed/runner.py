@@ -65,10 +65,10 @@ class RunContext:
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
-        startup_cpu: dict | None = None
+        t_up: float | None = None
         try:
             fab.start()
-            startup_cpu = self.cpu.window(t_start, time.time() - self.cpu.t0)
+            t_up = time.time() - self.cpu.t0
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)
             self.send_buffer_bytes = fab.send_buffer_bytes
@@ -78,7 +78,8 @@ class RunContext:
         finally:
             fab.stop()
             t = fab.times
-            cpu = startup_cpu or self.cpu.window(t_start, time.time() - self.cpu.t0)
+            # evaluated now, when the samples covering the startup have been taken
+            cpu = self.cpu.window(t_start, t_up if t_up is not None else time.time() - self.cpu.t0)
             self.startups.append([label, topo.kind, len(topo.hosts), len(topo.switches),
                                   round(t.net_up_s, 3), round(t.controller_connected_s, 3),
                                   round(t.paths_installed_s, 3), round(t.total_s, 3),

@@ -81,3 +81,13 @@ def test_forwarding_verdict():
     assert forwarding_verdict(dict(keep_up, machine_idle_mean=0.05), 500_000, 10, 1500)["cpu_bound"]
     empty = {"ovs_rx_backlog_p50_bytes": None, "ovs_rx_backlog_p90_bytes": None, "machine_idle_mean": None}
     assert forwarding_verdict(empty, 0, 1, 1500)["cpu_bound"] is False
+
+
+def test_percentile_nearest_rank():
+    from testbed.monitor import percentile
+    assert percentile([0, 0, 0.4], 90) == 0.4  # not the median of three
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile(range(1, 101), 90) == 90
+    assert percentile([7], 99) == 7
+    with pytest.raises(ValueError):
+        percentile([], 50)
