@@ -167,8 +167,9 @@ class Fabric:
                       autoSetMacs=False, autoStaticArp=False, ipBase="10.0.0.0/8",
                       waitConnected=False)
         self.net = net
-        net.addController("c0", controller=RemoteController, ip="127.0.0.1",
-                          port=self.controller.spec.port)
+        c0 = net.addController("c0", controller=RemoteController, ip="127.0.0.1",
+                               port=self.controller.spec.port)
+        self.record.add_pid(c0.pid, "mininet controller node shell")
         for host in self.topo.hosts:
             net.addHost(host.name, ip=f"{host.ip}/{32 if host.relay else 8}", mac=host.macs[0])
         for sw in self.topo.switches:
@@ -284,7 +285,10 @@ class Fabric:
     def stop(self) -> None:
         t0 = time.time()
         if self.net is not None:
+            controllers = list(self.net.controllers)
             self.net.stop()
+            for node in controllers:  # RemoteController.stop() leaves its shell running
+                node.terminate()
             self.net = None
         if self.controller is not None:
             self.controller.stop()

@@ -20,11 +20,21 @@ STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 
 
 def _proc_start_time(pid: int) -> int | None:
+    """Start time of a live process, None if it is gone or only a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of a child of ours so that it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child (an earlier run's): init reaps it
 
 
 @dataclass
@@ -101,8 +111,10 @@ class RunLock:
 
 
 def stop_pid(pid: int, start: int | None, timeout: float = 3.0) -> bool:
-    """Stop one process we started, if it is still that process (same start time)."""
-    if start is not None and _proc_start_time(pid) != start:
+    """Stop one process we started, if it is still that process (same start time). A PID
+    recorded without a start time cannot be told from a reused one and is left alone."""
+    if start is None or _proc_start_time(pid) != start:
+        _reap(pid)
         return False
     try:
         os.kill(pid, signal.SIGTERM)
@@ -110,12 +122,14 @@ def stop_pid(pid: int, start: int | None, timeout: float = 3.0) -> bool:
         return False
     deadline = time.time() + timeout
     while time.time() < deadline and _proc_start_time(pid) == start:
+        _reap(pid)
         time.sleep(0.05)
     if _proc_start_time(pid) == start:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    _reap(pid)
     return True
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 from topologies.model import Topology
 
-from . import ovs, plots
+from . import ovs
 from .experiments import RUNNERS, Outcome
 from .fabric import Fabric
 from .monitor import CpuMonitor
@@ -210,6 +210,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     try:
+        from . import plots  # matplotlib is slow to import and only needed here
         made = plots.draw_all(out)
     except Exception as exc:  # plots never hide results
         made = []

@@ -98,34 +98,32 @@ class FlowRunner:
     def run(self, flows: list[Flow], tag: str) -> list[FlowResult]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         topo = self.fabric.topo
-        servers = []
-        for i, f in enumerate(flows):
-            servers.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
-                                       f"iperf3 server {f.dst}:{f.port}",
-                                       self.log_dir / f"{tag}-{i}-server.log"))
-        self._wait_listening(flows)
-        clients = []
-        for i, f in enumerate(flows):
-            argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
-                    "-t", f"{f.duration_s:g}", "-O", f"{f.omit_s:g}"]
-            clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
-                                       self.log_dir / f"{tag}-{i}-client.json"))
-        timeout = max(f.duration_s + f.omit_s for f in flows) + 30
-        results = []
-        for i, (f, proc) in enumerate(zip(flows, clients)):
-            try:
-                proc.wait(timeout=max(1.0, timeout))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            text = (self.log_dir / f"{tag}-{i}-client.json").read_text(errors="replace")
-            results.append(parse_iperf3(f.src, f.dst, text))
-        for proc in servers:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return results
+        procs: list[subprocess.Popen] = []
+        try:
+            for i, f in enumerate(flows):
+                procs.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
+                                         f"iperf3 server {f.dst}:{f.port}",
+                                         self.log_dir / f"{tag}-{i}-server.log"))
+            self._wait_listening(flows)
+            clients = []
+            for i, f in enumerate(flows):
+                argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
+                        "-t", f"{f.duration_s:g}", "-O", f"{f.omit_s:g}"]
+                clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
+                                           self.log_dir / f"{tag}-{i}-client.json"))
+                procs.append(clients[-1])
+            deadline = time.time() + max(f.duration_s + f.omit_s for f in flows) + 30
+            results = []
+            for i, (f, proc) in enumerate(zip(flows, clients)):
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    pass  # stopped below; its output says what it got
+                text = (self.log_dir / f"{tag}-{i}-client.json").read_text(errors="replace")
+                results.append(parse_iperf3(f.src, f.dst, text))
+            return results
+        finally:
+            _stop_and_reap(procs)
 
     def _wait_listening(self, flows: list[Flow], timeout: float = 10.0) -> None:
         pending = {(f.dst, f.port) for f in flows}
@@ -140,6 +138,21 @@ class FlowRunner:
                 time.sleep(0.05)
         if pending:
             raise TestbedError(f"iperf3 servers did not start: {sorted(pending)[:3]}")
+
+
+def _stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """Stop whatever is still running (servers after their test, everything when a run is
+    interrupted) and collect every exit status, so no process of ours lingers as a zombie."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.time() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float) -> list[Flow]:
