@@ -32,7 +32,7 @@ class LinkConfig:
     loss_pct: float = 0.0
     drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
     mtu_bytes: int = 1500  # every interface; jumbo frames cut the per-packet CPU cost
-    burst_us: int = 5000  # HTB catch-up allowance for the emulator's jitter (dataplane.py)
+    burst_us: int = 10000  # HTB catch-up allowance for the emulator's jitter (dataplane.py)
 
 
 @dataclass(frozen=True, kw_only=True)
