@@ -6,10 +6,13 @@ Names, ports, dpids, MACs and IPs are the same as in a testbed run. Plain Minine
 routing for looped fabrics: point it at a controller (`--controller remote`) or use
 `testbed run`.
 """
+import inspect
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# `mn --custom` runs this file with exec() and no __file__; the code object keeps its name.
+_HERE = os.path.abspath(inspect.currentframe().f_code.co_filename)
+sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 
 from mininet.topo import Topo  # noqa: E402
 
