@@ -59,6 +59,7 @@ class Fabric:
     out_dir: Path
     record: RunRecord
     plugins: tuple[str, ...] = ()
+    topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
     times: StartupTimes = field(default_factory=StartupTimes)
@@ -129,7 +130,8 @@ class Fabric:
     def start(self) -> None:
         self.preflight()
         t0 = time.time()
-        topo_json = self.out_dir / "topology.json"
+        topo_json = self.topology_json or self.out_dir / "topology.json"
+        topo_json.parent.mkdir(parents=True, exist_ok=True)
         topo_json.write_text(self.topo.to_json())
         self.record.bridges = [s.name for s in self.topo.switches]
         self.record.root_ifaces = self.switch_ifaces() + [s.name for s in self.topo.switches]

@@ -74,6 +74,11 @@ class CpuMonitor(threading.Thread):
         self._halt = threading.Event()
         self.thread_path = ovs_main_thread()
         self.t0 = time.time()
+        self.ifaces: set[str] = set()  # switch ports of the fabric that is up, if any
+
+    def watch(self, ifaces: set[str]) -> None:
+        """Follow the receive sockets of these switch ports (empty: no fabric is up)."""
+        self.ifaces = set(ifaces)
 
     @staticmethod
     def _machine() -> tuple[int, int]:
@@ -98,7 +103,7 @@ class CpuMonitor(threading.Thread):
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
                                           ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0),
-                                          ovs_rx_backlog_bytes=ovs.rx_backlog_bytes()))
+                                          ovs_rx_backlog_bytes=ovs.rx_backlog_bytes(self.ifaces)))
             total0, idle0, ovs0, t0 = total1, idle1, ovs1, t1
 
     def stop(self) -> None:

@@ -59,9 +59,11 @@ class RunContext:
     @contextlib.contextmanager
     def fabric(self, topo: Topology, routing: str, label: str, **link_overrides):
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
+        slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
         fab = Fabric(topo=topo, links=links, hosts=self.spec.hosts, routing=routing,
                      out_dir=self.out_dir, record=self.record,
-                     plugins=tuple(self.spec.controller.plugins), log=self.log)
+                     plugins=tuple(self.spec.controller.plugins),
+                     topology_json=self.out_dir / "topologies" / f"{slug}.json", log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
@@ -69,6 +71,7 @@ class RunContext:
         try:
             fab.start()
             t_up = time.time() - self.cpu.t0
+            self.cpu.watch(set(fab.switch_ifaces()))
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)
             self.send_buffer_bytes = fab.send_buffer_bytes
@@ -76,6 +79,7 @@ class RunContext:
                      f"{fab.times.paths_installed_s:.1f} s)")
             yield fab
         finally:
+            self.cpu.watch(set())
             fab.stop()
             t = fab.times
             # evaluated now, when the samples covering the startup have been taken
@@ -135,6 +139,8 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     (out_dir / "summary.json").write_text(json.dumps({"status": "incomplete",
                                                       "reason": "the run is in progress"}))
     (out_dir / "spec.yaml").write_text(spec_text)
+    (out_dir / "topology.json").write_text(topo.to_json())  # the spec's fabric; each phase's
+    # own (what its controller read) goes to topologies/<phase>.json
     record = RunRecord(run_id=f"{spec.name}-{stamp}", out_dir=str(out_dir))
     record.save()
     cpu = CpuMonitor()
