@@ -91,3 +91,11 @@ def test_percentile_nearest_rank():
     assert percentile([7], 99) == 7
     with pytest.raises(ValueError):
         percentile([], 50)
+
+
+def test_parse_ping_summary():
+    from testbed.experiments import _parse_ping
+    text = ("3 packets transmitted, 2 received, 33.3333% packet loss, time 402ms\n"
+            "rtt min/avg/max/mdev = 0.512/10.250/19.988/9.738 ms\n")
+    assert _parse_ping(text, 3) == [3, 2, 33.33, 10.25, 19.988, 0.512]
+    assert _parse_ping("", 3) == [3, 0, 100.0, None, None, None]
