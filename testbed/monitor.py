@@ -27,9 +27,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # keeping up or not; measurements in docs/FIDELITY.md.)
 OVS_DELAY_LIMIT_MS = 1.0
 MACHINE_IDLE_MEAN_MIN = 0.10
-# skb truesize of a received full-size 1514-byte frame (measured); waiting bytes in OVS's
-# receive sockets are counted in truesize.
-RX_TRUESIZE_1500 = 2304
 
 
 def percentile(values, q: float):
@@ -134,7 +131,7 @@ def forwarding_verdict(cpu: dict, packets_in: int, seconds: float, mtu_bytes: in
     during the phase, and the verdict `cpu_bound`."""
     out = dict(cpu)
     pps = packets_in / max(seconds, 1e-6)
-    truesize = RX_TRUESIZE_1500 if mtu_bytes <= 1500 else ovs.truesize_per_pkt(mtu_bytes)
+    truesize = ovs.frame_truesize(mtu_bytes)  # waiting bytes are counted in truesize
     for q in ("p50", "p90"):
         backlog = cpu.get(f"ovs_rx_backlog_{q}_bytes")
         out[f"ovs_added_delay_{q}_ms"] = (round(1000 * backlog / truesize / pps, 3)

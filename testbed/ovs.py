@@ -21,17 +21,22 @@ from pathlib import Path
 from .system import TestbedError, have, run, sysctl_get, sysctl_set
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
-# What a socket buffer is charged per queued full-size frame: skb truesize, measured 2304
-# bytes for a 1514-byte frame, rounded up; a jumbo frame's data alone takes a 16 KiB slab.
-TRUESIZE_PER_PKT = 4096
+# What a socket buffer is charged per full-size frame: skb truesize, measured 2304 bytes for a
+# 1514-byte frame; a jumbo frame's data alone takes a power-of-two slab (16 KiB for 9014).
+TRUESIZE_1514 = 2304
 MIN_PKT_BYTES = 64
 
 
-def truesize_per_pkt(mtu_bytes: int = 1500) -> int:
+def frame_truesize(mtu_bytes: int = 1500) -> int:
+    """Best estimate of a full-size frame's truesize (to convert queued bytes to frames)."""
     if mtu_bytes <= 1500:
-        return TRUESIZE_PER_PKT
-    slab = 1 << (mtu_bytes + 14 + 320 - 1).bit_length()  # data + headroom, power-of-two slab
-    return slab + 1024
+        return TRUESIZE_1514
+    return (1 << (mtu_bytes + 14 + 320 - 1).bit_length()) + 1024  # data + headroom slab
+
+
+def truesize_per_pkt(mtu_bytes: int = 1500) -> int:
+    """An upper bound of the same, for sizing buffers: rounded up to whole pages."""
+    return max(4096, frame_truesize(mtu_bytes))
 
 
 def running() -> bool:
