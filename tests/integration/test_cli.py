@@ -1,4 +1,5 @@
-"""The surface users touch: plugins named in a spec, and clear refusals."""
+"""The surface users touch: plugins named in a spec, and clear refusals (not-root refusals:
+tests/unit/test_cli.py)."""
 import json
 import os
 import subprocess
@@ -41,20 +42,6 @@ def test_plugin_file_is_loaded_beside_the_router(tmp_path):
     assert summary["experiments"]["0:reachability"]["headline"]["loss_pct"] == 0.0
     assert json.loads((out / "plugin_seen.json").read_text()) == [1, 2, 3, 4, 5, 6]  # every switch, seen by the plugin
     assert "CountSwitches" in (out / "controller.log").read_text()
-
-
-def test_not_root_is_one_clear_line_and_nothing_created(tmp_path):
-    from testbed import ovs
-    before = set(ovs.bridges())
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           sys.executable, "-m", "testbed.cli", "run", "experiments/reachability.yaml",
-                           "--out", str(tmp_path / "nope")],
-                          cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "HOME": str(tmp_path)})
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: `testbed run` needs root: run it with sudo"]
-    assert not (tmp_path / "nope").exists()
-    assert set(ovs.bridges()) == before
 
 
 def test_invalid_spec_is_refused_before_anything_starts(tmp_path):

@@ -1,0 +1,42 @@
+"""CLI refusals that need no fabric: one line, exit 2, nothing created."""
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from testbed import cli, resources, runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def not_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(runner, "is_root", lambda: False)
+    monkeypatch.setattr("testbed.system.is_root", lambda: False)
+    monkeypatch.setattr(resources, "STATE_DIR", tmp_path / "state")
+    return tmp_path
+
+
+def test_run_without_root_is_one_line_and_creates_nothing(not_root):
+    out = not_root / "results"
+    result = CliRunner().invoke(cli.main, ["run", str(REPO / "experiments/reachability.yaml"),
+                                           "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["error: `testbed run` needs root: run it with sudo"]
+    assert not out.exists() and not (not_root / "state").exists()
+
+
+def test_clean_without_root_is_one_line(not_root):
+    result = CliRunner().invoke(cli.main, ["clean"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: `testbed clean` needs root: run it with sudo"
+
+
+def test_topo_describe_and_validate_need_no_root():
+    ok = CliRunner().invoke(cli.main, ["topo", "describe", "bcube", "4", "1", "--json"])
+    assert ok.exit_code == 0 and '"equal_cost_paths"' in ok.stdout
+    bad = CliRunner().invoke(cli.main, ["topo", "describe", "fattree", "5"])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip() == "error: fattree: k must be an even integer >= 2 (got 5)"
+    valid = CliRunner().invoke(cli.main, ["validate", str(REPO / "experiments/quickstart.yaml")])
+    assert valid.exit_code == 0 and "ok (quickstart: fattree, 16 hosts" in valid.stdout
