@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs and starts Open vSwitch; safe to run again.
 #   apt:  openvswitch-switch mininet iperf3 ethtool iproute2 util-linux python3-venv
+#         clang-14 libbpf-dev bpftool (the BPF switch dataplane: classes, ECN, PFC)
 #   venv: .venv made from the system python3 with --system-site-packages (sees Debian's mininet)
 #   pip:  the pinned dependencies of setup.cfg (torch==2.13.0 among them) and the project itself
 # Open vSwitch is started with a socket send buffer large enough for the fabric's queues
@@ -8,7 +9,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV="$ROOT/.venv"
-APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip)
+APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 

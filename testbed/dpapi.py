@@ -1,0 +1,221 @@
+"""The dataplane API of a running fabric: what controller apps (built-in or a user's plugin)
+and the monitor call to set thresholds, pause and resume a class on a port, and read queue
+depth and counters.
+
+It is opened from `dataplane.json`, which the fabric writes once its queues and BPF programs
+are in place. Standard library only (bpf(2) through ctypes, netlink through a raw socket), so
+that it runs unchanged inside Ryu's eventlet loop.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import qos
+from .bpfsys import Map, RingBuffer
+
+CLONE_NEWNET = 0x40000000
+KICK_FRAME = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x00" + b"\x88\xb5" + bytes(46)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def netns_socket(netns_path: str | None, family: int, kind: int, proto: int) -> socket.socket:
+    """A socket created inside another network namespace (it stays bound to it)."""
+    if netns_path is None:
+        return socket.socket(family, kind, proto)
+    own = os.open("/proc/self/ns/net", os.O_RDONLY)
+    target = os.open(netns_path, os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {netns_path}")
+        try:
+            return socket.socket(family, kind, proto)
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the controller's namespace")
+    finally:
+        os.close(own)
+        os.close(target)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    bytes: int
+    pkts: int
+    enq_pkts: int
+    deq_pkts: int
+    drops: int
+    marks: int
+    not_ect_over_k: int
+    enq_bytes: int
+
+
+@dataclass(frozen=True)
+class IngressState:
+    bytes: int
+    paused: int
+    xoff_ns: int
+    pauses: int
+    bytes_after_xoff: int
+    last_arrival_ns: int
+    paused_ns: int
+    overflow_drops: int
+
+
+@dataclass(frozen=True)
+class PfcEvent:
+    ns: int
+    xoff_ns: int
+    last_arrival_ns: int
+    bytes_after_xoff: int
+    kind: int
+    rx_port: int
+    tx_port: int
+    cls: int
+    bytes: int
+
+    @property
+    def name(self) -> str:
+        return {qos.EV_XOFF: "pause", qos.EV_XON: "resume", qos.EV_OVERFLOW: "overflow"}[self.kind]
+
+
+class Dataplane:
+    def __init__(self, description: str | Path):
+        self.desc = json.loads(Path(description).read_text())
+        self.map_dir = self.desc["map_dir"]
+        self.ports: list[dict] = self.desc["ports"]
+        self.by_name = {p["ifname"]: p for p in self.ports}
+        self.classes: list[dict] = self.desc["qos"]["classes"]
+        self.frame = self.desc["mtu_bytes"] + 14
+        self._maps: dict[str, Map] = {}
+        self._qstate = self._map("tb_qstate").mmap_array()
+        self._inq = self._map("tb_inq").mmap_array()
+        self._nl: dict[str | None, socket.socket] = {}
+        self._gates: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self._kickers: dict[int, socket.socket] = {}
+        self.paused: set[tuple[int, int]] = set()
+        self._seq = 0
+
+    def _map(self, name: str) -> Map:
+        if name not in self._maps:
+            self._maps[name] = Map(f"{self.map_dir}/{name}")
+        return self._maps[name]
+
+    def close(self) -> None:
+        self._qstate.close()
+        self._inq.close()
+        for m in self._maps.values():
+            m.close()
+        for s in [*self._nl.values(), *self._kickers.values()]:
+            s.close()
+
+    # ---- configuration -----------------------------------------------------------
+    def class_index(self, name: str) -> int:
+        for i, c in enumerate(self.classes):
+            if c["name"] == name:
+                return i
+        raise KeyError(f"no traffic class {name!r}")
+
+    def set_dscp_map(self, table: list[int]) -> None:
+        """table[dscp] = class index, for all 64 code points."""
+        m = self._map("tb_dscp")
+        for dscp, cls in enumerate(table):
+            m.update(qos.U32.pack(dscp), qos.U32.pack(cls))
+
+    def set_ecn(self, port: int, cls: int, profile: qos.EcnProfile | None) -> None:
+        """Marking profile of one port and class (None: no marking); buffer limits kept."""
+        key = qos.U32.pack(qos.slot(port, cls))
+        m = self._map("tb_qcfg")
+        limit_bytes, limit_pkts = qos.QCFG.unpack(m.lookup(key))[:2]
+        rate = self.ports[port]["rate_mbps"]
+        m.update(key, qos.qcfg_record(limit_bytes, limit_pkts, profile, self.frame, rate))
+
+    def set_pfc(self, port: int, cls: int, cfg: qos.PfcConfig | None) -> None:
+        """PFC thresholds of a switch ingress port and class (None: PFC off there)."""
+        rec = (qos.PFC_CFG.pack(1, cfg.xoff_bytes, cfg.xon_bytes, cfg.headroom_bytes)
+               if cfg and cfg.enabled else qos.PFC_CFG.pack(0, 0, 0, 0))
+        self._map("tb_pfc_cfg").update(qos.U32.pack(qos.slot(port, cls)), rec)
+
+    # ---- reading -------------------------------------------------------------------
+    def queue(self, port: int, cls: int) -> QueueState:
+        return QueueState(*qos.QSTATE.unpack_from(self._qstate,
+                                                  qos.slot(port, cls) * qos.QSTATE.size))
+
+    def queue_bytes(self, port: int, cls: int) -> int:
+        return struct.unpack_from("q", self._qstate, qos.slot(port, cls) * qos.QSTATE.size)[0]
+
+    def ingress(self, port: int, cls: int) -> IngressState:
+        return IngressState(*qos.INGRESS.unpack_from(self._inq,
+                                                     qos.slot(port, cls) * qos.INGRESS.size))
+
+    def events(self) -> RingBuffer:
+        return RingBuffer(f"{self.map_dir}/tb_events")
+
+    @staticmethod
+    def decode(record: bytes) -> PfcEvent:
+        return PfcEvent(*qos.EVENT.unpack_from(record))
+
+    # ---- pause and resume ------------------------------------------------------------
+    def _socket(self, netns: str | None) -> socket.socket:
+        if netns not in self._nl:
+            s = netns_socket(netns, socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            s.bind((0, 0))
+            self._nl[netns] = s
+        return self._nl[netns]
+
+    def _gate_messages(self, port: int, cls: int) -> tuple[bytes, bytes]:
+        key = (port, cls)
+        if key not in self._gates:
+            p = self.ports[port]
+            minor = 0x10 + cls
+            limit = p["tbf_limits"][cls]
+            self._gates[key] = (
+                qos.tbf_change_message(p["ifindex"], minor, qos.PAUSED_RATE_BPS,
+                                       qos.gate_burst(self.frame, paused=True), limit),
+                qos.tbf_change_message(p["ifindex"], minor, qos.RUNNING_RATE_BPS,
+                                       qos.gate_burst(self.frame, paused=False), limit))
+        return self._gates[key]
+
+    def _send(self, port: int, message: bytes) -> int:
+        """Send one netlink request and wait for its ack; returns CLOCK_MONOTONIC ns."""
+        sock = self._socket(self.ports[port]["netns"])
+        self._seq += 1
+        message = message[:8] + struct.pack("I", self._seq) + message[12:]
+        sock.send(message)
+        while True:
+            reply = sock.recv(65536)
+            length, mtype, _, seq, _ = struct.unpack_from("IHHII", reply)
+            if mtype == 2 and seq == self._seq:  # NLMSG_ERROR carries the ack
+                err = struct.unpack_from("i", reply, 16)[0]
+                if err:
+                    raise OSError(-err, f"tbf change on {self.ports[port]['ifname']}: "
+                                        f"{os.strerror(-err)}")
+                return time.monotonic_ns()
+
+    def pause(self, port: int, cls: int) -> int:
+        """Stop transmitting class `cls` on `port` (a switch egress port or a host NIC).
+        Returns when the kernel has applied it (CLOCK_MONOTONIC ns, as BPF timestamps)."""
+        self.paused.add((port, cls))
+        return self._send(port, self._gate_messages(port, cls)[0])
+
+    def resume(self, port: int, cls: int) -> int:
+        self.paused.discard((port, cls))
+        done = self._send(port, self._gate_messages(port, cls)[1])
+        self._kick(port)
+        return done
+
+    def _kick(self, port: int) -> None:
+        """Run the interface's qdisc now: one frame the BPF programs know to discard
+        (tbqos.bpf.c, ETH_P_TB_KICK); otherwise held packets wait for the next arrival."""
+        if port not in self._kickers:
+            p = self.ports[port]
+            s = netns_socket(p["netns"], socket.AF_PACKET, socket.SOCK_RAW, 0)
+            s.bind((p["ifname"], 0))
+            self._kickers[port] = s
+        self._kickers[port].send(KICK_FRAME)
