@@ -20,8 +20,16 @@ from ryu.lib import hub  # noqa: E402
 from ryu.lib.packet import arp, ethernet, packet  # noqa: E402
 from ryu.ofproto import ofproto_v1_3  # noqa: E402
 
+from eventlet.hubs import trampoline  # noqa: E402
+
 RyuApp = app_manager.RyuApp
+
+
+def wait_readable(fd: int) -> None:
+    """Block this green thread (not the controller) until `fd` is readable."""
+    trampoline(fd, read=True)
+
 OFP_VERSION = ofproto_v1_3.OFP_VERSION
 
 __all__ = ["CONFIG_DISPATCHER", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
-           "hub", "manager", "ofp_event", "packet", "set_ev_cls"]
+           "hub", "manager", "ofp_event", "packet", "set_ev_cls", "wait_readable"]

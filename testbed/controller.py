@@ -30,11 +30,15 @@ class ControllerSpec:
     routing: str
     port: int
     plugins: tuple[str, ...] = ()
+    qos_apps: tuple[str, ...] = ()  # names of controllers/apps/<name>_app.py to load
+    dataplane_json: Path | None = None
+    status_dir: Path | None = None
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.port),
-                BUILTIN_APP, *self.plugins]
+                BUILTIN_APP, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
+                *self.plugins]
 
     def env(self) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -42,7 +46,9 @@ class ControllerSpec:
                 "PYTHONWARNINGS": "ignore::DeprecationWarning",
                 "TESTBED_TOPOLOGY": str(self.topology_json),
                 "TESTBED_STATE": str(self.state_json),
-                "TESTBED_ROUTING": self.routing}
+                "TESTBED_ROUTING": self.routing,
+                **({"TESTBED_DATAPLANE": str(self.dataplane_json),
+                    "TESTBED_APP_STATUS": str(self.status_dir)} if self.dataplane_json else {})}
 
 
 class ControllerProcess:
@@ -68,6 +74,9 @@ class ControllerProcess:
             time.sleep(0.1)
         raise TestbedError(f"the controller did not listen on 127.0.0.1:{self.spec.port} "
                            f"within {timeout:.0f} s; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def state(self) -> dict:
         try:

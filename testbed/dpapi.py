@@ -54,6 +54,7 @@ class QueueState:
     marks: int
     not_ect_over_k: int
     enq_bytes: int
+    kicks: int
 
 
 @dataclass(frozen=True)

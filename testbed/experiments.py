@@ -236,5 +236,8 @@ def permutation(ctx, exp: Permutation) -> Outcome:
     return out
 
 
+from . import qos_experiments  # noqa: E402 (uses the helpers above)
+
 RUNNERS = {"reachability": reachability, "link_calibration": link_calibration,
-           "queue_calibration": queue_calibration, "permutation": permutation}
+           "queue_calibration": queue_calibration, "permutation": permutation,
+           "ecn_queue": qos_experiments.ecn_queue, "priority": qos_experiments.priority}

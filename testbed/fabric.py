@@ -14,8 +14,10 @@ from typing import Callable
 from controllers.routing import plan as routing_plan
 from topologies.model import Topology, ifname
 
-from . import dataplane, ovs
+from . import dataplane, ovs, qos
+from .qosplane import QOS_APPS, QosPlane, build_object
 from .controller import ControllerProcess, ControllerSpec, free_port
+from .resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
 from .resources import RunRecord
 from .system import (TestbedError, congestion_controls, in_netns, ip_batch, is_root,
                      qdisc_supported, run, sysctl_get, sysctl_set)
@@ -66,8 +68,11 @@ class Fabric:
     net: object = None
     controller: ControllerProcess | None = None
     host_cc: dict[str, str] = field(default_factory=dict)
+    qos_status: dict = field(default_factory=dict)
     send_buffer_bytes: int | None = None
     needed_buffer_bytes: int = 0
+    qos: qos.QosConfig | None = None  # traffic classes, ECN and PFC (the BPF dataplane)
+    qos_plane: QosPlane | None = None
 
     # ---- queues ------------------------------------------------------------------
     def port_queues(self) -> tuple[list[dataplane.PortQueue], dict[str, list[dataplane.PortQueue]]]:
@@ -117,9 +122,15 @@ class Fabric:
         if any(q.delay_us or q.loss_pct for q in switch_q):
             dataplane.check_mechanisms(switch_q, netem_available=_netem_available())
         self.datapath = "kernel" if ovs.kernel_datapath_available() else "user"
-        self.needed_buffer_bytes = ovs.needed_buffer_bytes(
-            [q.buffer_pkts for q in switch_q if q.buffer_pkts],
-            [q.buffer_bytes for q in switch_q if q.buffer_bytes], self.links.mtu_bytes)
+        if self.qos is not None:
+            build_object()
+            self.qos_plane = self._make_qos_plane()
+            self.needed_buffer_bytes = ovs.needed_buffer_bytes(
+                [], [self.qos_plane.switch_buffer_bytes()], self.links.mtu_bytes)
+        else:
+            self.needed_buffer_bytes = ovs.needed_buffer_bytes(
+                [q.buffer_pkts for q in switch_q if q.buffer_pkts],
+                [q.buffer_bytes for q in switch_q if q.buffer_bytes], self.links.mtu_bytes)
         if self.datapath == "user":
             current = ovs.send_socket_buffer()
             if current is not None and current < self.needed_buffer_bytes:
@@ -137,9 +148,14 @@ class Fabric:
         self.record.root_ifaces = self.switch_ifaces() + [s.name for s in self.topo.switches]
         self.record.save()
 
+        qos_env = {}
+        if self.qos_plane is not None:
+            qos_env = {"dataplane_json": self.qos_plane.description,
+                       "status_dir": self.qos_status_dir}
         self.controller = ControllerProcess(
             ControllerSpec(topology_json=topo_json, state_json=self.out_dir / "controller_state.json",
-                           routing=self.routing, port=free_port(), plugins=self.plugins),
+                           routing=self.routing, port=free_port(), plugins=self.plugins,
+                           qos_apps=QOS_APPS if self.qos_plane else (), **qos_env),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
@@ -148,9 +164,13 @@ class Fabric:
             self._build_net()
             self.times.net_up_s = time.time() - t0
             self._configure_hosts()
+            t_queues = time.time()
             self._configure_queues()
             self._wait_connected(t0)
             self.controller.wait_ready(len(self.topo.switches))
+            if self.qos_plane is not None:
+                self.qos_status = self.qos_plane.wait_apps(
+                    self.qos_status_dir, since=t_queues, alive=self.controller.alive)
             self.times.paths_installed_s = time.time() - t0
             self._first_packet()
         self.times.total_s = time.time() - t0
@@ -245,16 +265,35 @@ class Fabric:
             lines.append(f"route replace {route.dst_ip}/32 " + " ".join(hops))
         ip_batch(lines, pid)
 
+    @property
+    def qos_status_dir(self) -> Path:
+        """Where the controller's QoS apps report (status, PFC event log) for this fabric."""
+        return self.out_dir / "qos_apps" / (self.topology_json.stem if self.topology_json
+                                            else "fabric")
+
+    def _make_qos_plane(self) -> QosPlane:
+        slug = self.topology_json.stem if self.topology_json else "fabric"
+        return QosPlane(
+            self.topo, self.qos, rate_of=lambda link: self.links.rate_mbps or link.rate_mbps,
+            host_pid=self.host_pid, mtu_bytes=self.links.mtu_bytes, burst_us=self.links.burst_us,
+            buffer_pkts=self.links.buffer_pkts, buffer_bytes=self.links.buffer_bytes,
+            host_queue_pkts=self.links.host_queue_pkts,
+            pin_dir=RESOURCES_BPF_ROOT / f"{self.record.run_id}-{slug}",
+            out_dir=self.qos_status_dir)
+
     def _configure_queues(self) -> None:
         switch_q, host_q = self.port_queues()
         mtu = self.links.mtu_bytes
         if mtu != 1500:
             ip_batch(dataplane.mtu_commands([q.ifname for q in switch_q], mtu))
-        dataplane.apply_tc([c for q in switch_q for c in dataplane.htb_commands(q)])
-        for host, queues in host_q.items():
-            if mtu != 1500:
+            for host, queues in host_q.items():
                 ip_batch(dataplane.mtu_commands([q.ifname for q in queues], mtu),
                          self.host_pid(host))
+        if self.qos_plane is not None:
+            self.qos_plane.install(self.record)
+            return
+        dataplane.apply_tc([c for q in switch_q for c in dataplane.htb_commands(q)])
+        for host, queues in host_q.items():
             dataplane.apply_tc([c for q in queues for c in dataplane.htb_commands(q)],
                                netns_pid=self.host_pid(host))
 
@@ -294,6 +333,8 @@ class Fabric:
             self.net = None
         if self.controller is not None:
             self.controller.stop()
+        if self.qos_plane is not None:
+            self.qos_plane.remove()
         self.times.teardown_s = time.time() - t0
 
 

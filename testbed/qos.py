@@ -92,6 +92,14 @@ class QosConfig:
         raise KeyError(name)
 
 
+def config_from_dict(d: dict) -> QosConfig:
+    """Inverse of dataclasses.asdict(QosConfig) (dataplane.json)."""
+    classes = [TrafficClass(**{**c, "ecn": EcnProfile(**c["ecn"]) if c.get("ecn") else None})
+               for c in d["classes"]]
+    pfc = PfcConfig(**d["pfc"]) if d.get("pfc") else None
+    return QosConfig(**{**d, "classes": classes, "pfc": pfc})
+
+
 class QosError(ValueError):
     """Thresholds that cannot work; the message names the field."""
 
@@ -230,10 +238,20 @@ def htb_class_commands(port: QosPort, q: QosConfig, mtu_bytes: int, burst_us: in
     return cmds
 
 
-def bpf_attach_commands(ifname: str, prog_dir: str) -> list[list[str]]:
+def bpf_attach_commands(ifname: str, prog_dir: str, host: bool) -> list[list[str]]:
+    """Host NICs get the program variants that know them by MAC (see if_key in tbqos.bpf.c)."""
+    suffix = "_host" if host else ""
     return [["filter", "replace", "dev", ifname, direction, "prio", "1", "handle", "1", "bpf",
-             "da", "object-pinned", f"{prog_dir}/tb_{direction}"]
+             "da", "object-pinned", f"{prog_dir}/tb_{direction}{suffix}"]
             for direction in ("egress", "ingress")]
+
+
+def if_key(ifindex: int, mac: str | None) -> bytes:
+    """Map key of an interface: MAC for host NICs, ifindex for switch ports."""
+    if mac is not None:
+        return IF_KEY.pack(int.from_bytes(bytes.fromhex(mac.replace(":", "")) + b"\0\0",
+                                          "little"), 0, 0)
+    return IF_KEY.pack(0, ifindex, 0)
 
 
 def gate_burst(frame: int, paused: bool) -> int:
@@ -243,13 +261,14 @@ def gate_burst(frame: int, paused: bool) -> int:
 # ---- BPF map records (layouts of tbqos.bpf.c) ----------------------------------------------
 
 QCFG = struct.Struct("8I")
-QSTATE = struct.Struct("qq6Q")
+QSTATE = struct.Struct("qq7Q")
 PFC_CFG = struct.Struct("4I")
 INGRESS = struct.Struct("q7Q")
 EVENT = struct.Struct("4Q4Iq")
 PORT_CFG = struct.Struct("3I")
 RX_CFG = struct.Struct("4I")
 U32 = struct.Struct("I")
+IF_KEY = struct.Struct("QII")  # mac (host NICs), ifindex (switch ports), pad
 EV_XOFF, EV_XON, EV_OVERFLOW = 1, 2, 3
 PORT_HOST = 1  # port_cfg flag: drops go back to the sending host's stack (TC_ACT_SHOT)
 

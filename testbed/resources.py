@@ -9,12 +9,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .system import TestbedError, run, sysctl_set
+
+BPF_PIN_ROOT = Path("/sys/fs/bpf/testbed")
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 
@@ -48,6 +51,7 @@ class RunRecord:
     root_ifaces: list[str] = field(default_factory=list)
     pids: list[dict] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)  # name -> value to restore
+    bpf_pins: list[str] = field(default_factory=list)  # directories under /sys/fs/bpf/testbed
 
     @property
     def path(self) -> Path:
@@ -151,6 +155,11 @@ def release_record(rec: RunRecord) -> list[str]:
         if Path(f"/sys/class/net/{name}").exists():
             run(["ip", "link", "del", name], check=False)
             removed.append(f"interface {name}")
+    for pin in rec.bpf_pins:
+        path = Path(pin)
+        if path.parent == BPF_PIN_ROOT and path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(f"BPF pins {pin}")
     for name, value in rec.sysctls.items():
         try:
             sysctl_set(name, value)

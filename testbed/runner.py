@@ -29,6 +29,15 @@ from .spec import Spec
 from .system import TestbedError, is_root, kernel_release, run
 
 
+QOS_MECHANISMS = {
+    "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/bpf/tbqos.bpf.c)",
+    "classes": "HTB classes per port (strict priority or weighted round robin), DSCP -> class",
+    "ecn_marking": "tc-BPF, per packet on the class's instantaneous queue (step K or RED-like)",
+    "pfc": "tc-BPF per-ingress XOFF/XON detection; controller pauses the upstream class "
+           "(tbf gate); emulated, no 802.1Qbb frames",
+}
+
+
 class Interrupted(Exception):
     pass
 
@@ -46,6 +55,7 @@ class RunContext:
     datapath: str = ""
     host_cc: dict[str, str] = field(default_factory=dict)
     send_buffer_bytes: int | None = None
+    mechanisms: dict = field(default_factory=dict)  # what the phases used, for the manifest
 
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
         path = self.out_dir / "metrics" / name
@@ -57,10 +67,16 @@ class RunContext:
         return path
 
     @contextlib.contextmanager
-    def fabric(self, topo: Topology, routing: str, label: str, **link_overrides):
+    def fabric(self, topo: Topology, routing: str, label: str, *, qos=None, hosts=None,
+               **link_overrides):
+        """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase."""
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
-        fab = Fabric(topo=topo, links=links, hosts=self.spec.hosts, routing=routing,
+        qos = qos if qos is not None else self.spec.qos
+        if qos is not None:
+            self.mechanisms.update(QOS_MECHANISMS)
+        fab = Fabric(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
+                     qos=qos,
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
                      topology_json=self.out_dir / "topologies" / f"{slug}.json", log=self.log)
@@ -206,7 +222,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                        f"{'bytes' if ctx.spec.links.buffer_bytes else 'packets'}",
                        "ecn_marking": "none", "pfc": "none",
                        "delay_loss": "netem" if (ctx.spec.links.delay_us or ctx.spec.links.loss_pct)
-                       else "none"},
+                       else "none", **ctx.mechanisms},
         "ovs_send_buffer_bytes": ctx.send_buffer_bytes,
         "mtu_bytes": ctx.spec.links.mtu_bytes,
         "congestion_control": {"configured": ctx.spec.hosts.congestion_control,

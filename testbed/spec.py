@@ -19,6 +19,8 @@ from topologies import TopologyError, build
 from topologies.model import Topology
 
 from .fabric import HostConfig, LinkConfig
+from .qos import EcnProfile, PfcConfig, QosConfig, QosError, TrafficClass
+from .qos import validate as validate_qos
 
 
 class SpecError(ValueError):
@@ -72,8 +74,38 @@ class Permutation:
     repeats: int = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class EcnQueue:
+    """DCTCP's queue-occupancy experiment (Alizadeh et al. 2010, as reproduced on
+    Mininet-HiFi): `senders` long flows into one receiver through a `rate_mbps` bottleneck
+    with `buffer_pkts`, once with drop-tail TCP and once with marking at `k_pkts`."""
+    type: Literal["ecn_queue"] = "ecn_queue"
+    senders: int = 2
+    rate_mbps: float = 100.0
+    access_rate_mbps: float = 1000.0
+    buffer_pkts: int = 425
+    k_pkts: float = 20.0
+    duration_s: float = 20.0
+    omit_s: float = 3.0
+    sample_hz: float = 1000.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriorityQueues:
+    """Two classes share one bottleneck port, saturated with UDP: strict priority (the high
+    class keeps its offered load) and weighted round robin (shares follow the weights)."""
+    type: Literal["priority"] = "priority"
+    rate_mbps: float = 20.0
+    high_load: float = 0.6  # offered load of the high class, fraction of the bottleneck
+    low_load: float = 1.0
+    weights: list[int] = field(default_factory=lambda: [3, 1])
+    duration_s: float = 10.0
+    omit_s: float = 2.0
+
+
 EXPERIMENTS = {cls.__dataclass_fields__["type"].default: cls
-               for cls in (Reachability, LinkCalibration, QueueCalibration, Permutation)}
+               for cls in (Reachability, LinkCalibration, QueueCalibration, Permutation,
+                           EcnQueue, PriorityQueues)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +116,7 @@ class Spec:
     links: LinkConfig = field(default_factory=LinkConfig)
     hosts: HostConfig = field(default_factory=HostConfig)
     controller: ControllerSpec = field(default_factory=ControllerSpec)
+    qos: QosConfig | None = None
     experiments: list[Any] = field(default_factory=list)
 
     def build_topology(self) -> Topology:
@@ -212,6 +245,11 @@ def check(spec: Spec) -> Topology:
     if not spec.hosts.congestion_control.isidentifier():
         raise SpecError(f"hosts.congestion_control: not an algorithm name "
                         f"({spec.hosts.congestion_control!r})")
+    if spec.qos is not None:
+        try:
+            validate_qos(spec.qos, "qos", links.mtu_bytes, links.buffer_pkts, links.buffer_bytes)
+        except QosError as exc:
+            raise SpecError(str(exc)) from None
     for i, plugin in enumerate(spec.controller.plugins):
         if plugin.endswith(".py") and not Path(plugin).exists():
             raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
@@ -240,6 +278,28 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
                             "queue builds at the switch, not in the sender")
         if exp.sample_hz > 2000:
             raise SpecError(f"{path}.sample_hz: at most 2000 (got {exp.sample_hz})")
+    if isinstance(exp, EcnQueue):
+        if not 1 <= exp.senders <= 64:
+            raise SpecError(f"{path}.senders: must be in 1..64 (got {exp.senders})")
+        _positive(exp.buffer_pkts, f"{path}.buffer_pkts")
+        _positive(exp.k_pkts, f"{path}.k_pkts")
+        if exp.k_pkts >= exp.buffer_pkts:
+            raise SpecError(f"{path}.k_pkts: must be below buffer_pkts ({exp.k_pkts:g} >= "
+                            f"{exp.buffer_pkts}); nothing would ever be marked")
+        if exp.access_rate_mbps <= exp.rate_mbps:
+            raise SpecError(f"{path}.access_rate_mbps: must exceed rate_mbps")
+        if exp.omit_s >= exp.duration_s:
+            raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
+        if exp.sample_hz > 5000:
+            raise SpecError(f"{path}.sample_hz: at most 5000 (got {exp.sample_hz})")
+    if isinstance(exp, PriorityQueues):
+        for name in ("high_load", "low_load"):
+            if not 0 < getattr(exp, name) <= 2:
+                raise SpecError(f"{path}.{name}: a fraction of the bottleneck in (0, 2]")
+        if len(exp.weights) != 2 or min(exp.weights) < 1:
+            raise SpecError(f"{path}.weights: two integers >= 1 (got {exp.weights})")
+        if exp.omit_s >= exp.duration_s:
+            raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
     if isinstance(exp, Permutation):
         if exp.omit_s >= exp.duration_s:
             raise SpecError(f"{path}.omit_s: must be shorter than duration_s")

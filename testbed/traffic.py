@@ -24,6 +24,16 @@ class Flow:
     duration_s: float
     omit_s: float = 1.0
     port: int = BASE_PORT
+    dscp: int = 0  # marked by the sender's socket (iperf3 --dscp); selects a traffic class
+    udp_mbps: float | None = None  # UDP at this rate instead of TCP
+
+    def client_args(self) -> list[str]:
+        args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
+        if self.dscp:
+            args += ["--dscp", str(self.dscp)]
+        if self.udp_mbps is not None:
+            args += ["-u", "-b", f"{int(self.udp_mbps * 1e6)}", "-l", "1400"]
+        return args
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +118,7 @@ class FlowRunner:
             clients = []
             for i, f in enumerate(flows):
                 argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
-                        "-t", f"{f.duration_s:g}", "-O", f"{f.omit_s:g}"]
+                        *f.client_args()]
                 clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
                                            self.log_dir / f"{tag}-{i}-client.json"))
                 procs.append(clients[-1])

@@ -37,7 +37,18 @@
 #define ECN_STEP 1
 #define ECN_RED 2
 
-struct port_cfg {          /* egress: key ifindex */
+/* An interface. Switch ports live in the initial namespace, where ifindex is unique. A host's
+ * NICs live in its own namespace, where ifindex repeats from host to host and
+ * bpf_get_netns_cookie() does not help (without a socket it reports the initial namespace), so
+ * they are known by their MAC address: the source of what they send, the destination of
+ * what they receive. */
+struct if_key {
+	__u64 mac;             /* host NIC: its MAC (6 bytes, little-endian in a u64); else 0 */
+	__u32 ifindex;         /* switch port: its ifindex; else 0 */
+	__u32 pad;
+};
+
+struct port_cfg {          /* egress: key if_key */
 	__u32 port;            /* port id: index into the per-port arrays */
 	__u32 htb_major;       /* HTB root handle major of this interface */
 	__u32 flags;           /* PORT_HOST: a host NIC, whose drops go back to its stack */
@@ -45,7 +56,7 @@ struct port_cfg {          /* egress: key ifindex */
 
 #define PORT_HOST 1
 
-struct rx_cfg {            /* ingress: key ifindex of the receiving end */
+struct rx_cfg {            /* ingress: key if_key of the receiving end */
 	__u32 tx_port;         /* port id of the transmitter at the other end */
 	__u32 rx_port;         /* port id of this end when it is a switch port, else NONE */
 	__u32 tx_switch;       /* switch index of the transmitter, NONE for a host */
@@ -71,6 +82,7 @@ struct qstate {            /* per port and class; read by telemetry through mmap
 	__u64 marks;
 	__u64 not_ect_over_k;  /* packets that would be marked but are not ECN-capable */
 	__u64 enq_bytes;
+	__u64 kicks;           /* resume kicks sent from this port (class 0 slot only) */
 };
 
 struct pfc_cfg {           /* per switch ingress port and class */
@@ -124,14 +136,14 @@ struct event {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_PORTS);
-	__type(key, __u32);
+	__type(key, struct if_key);
 	__type(value, struct port_cfg);
 } tb_port_cfg SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_PORTS);
-	__type(key, __u32);
+	__type(key, struct if_key);
 	__type(value, struct rx_cfg);
 } tb_rx_cfg SEC(".maps");
 
@@ -260,18 +272,35 @@ static __always_inline void release(struct parsed *p, __u32 sw, __u32 tx_port, _
 	}
 }
 
-SEC("tc")
-int tb_egress(struct __sk_buff *skb)
+static __always_inline void if_key_of(struct __sk_buff *skb, int host, int mac_offset,
+				      struct if_key *ik)
 {
-	__u32 ifindex = skb->ifindex;
-	struct port_cfg *pc = bpf_map_lookup_elem(&tb_port_cfg, &ifindex);
+	ik->mac = 0;
+	ik->ifindex = 0;
+	ik->pad = 0;
+	if (host)
+		bpf_skb_load_bytes(skb, mac_offset, &ik->mac, 6);
+	else
+		ik->ifindex = skb->ifindex;
+}
+
+static __always_inline int egress(struct __sk_buff *skb, int host)
+{
+	struct if_key ik;
+	if_key_of(skb, host, 6, &ik);
+	struct port_cfg *pc = bpf_map_lookup_elem(&tb_port_cfg, &ik);
 	if (!pc)
 		return TC_ACT_OK;
 	struct parsed p = {};
 	parse(skb, &p);
 	skb->priority = (pc->htb_major << 16) | (0x10 + p.cls);
-	if (p.kick)
+	if (p.kick) {
+		__u32 kslot = pc->port * NCLASS;
+		struct qstate *kq = bpf_map_lookup_elem(&tb_qstate, &kslot);
+		if (kq)
+			__sync_fetch_and_add(&kq->kicks, 1);
 		return TC_ACT_OK;
+	}
 
 	__u32 slot = pc->port * NCLASS + p.cls;
 	struct qcfg *qc = bpf_map_lookup_elem(&tb_qcfg, &slot);
@@ -316,11 +345,11 @@ int tb_egress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-SEC("tc")
-int tb_ingress(struct __sk_buff *skb)
+static __always_inline int ingress(struct __sk_buff *skb, int host)
 {
-	__u32 ifindex = skb->ifindex;
-	struct rx_cfg *rc = bpf_map_lookup_elem(&tb_rx_cfg, &ifindex);
+	struct if_key ik;
+	if_key_of(skb, host, 0, &ik);
+	struct rx_cfg *rc = bpf_map_lookup_elem(&tb_rx_cfg, &ik);
 	if (!rc)
 		return TC_ACT_OK;
 	struct parsed p = {};
@@ -373,6 +402,18 @@ int tb_ingress(struct __sk_buff *skb)
 	}
 	return TC_ACT_OK;
 }
+
+SEC("tc")
+int tb_egress(struct __sk_buff *skb) { return egress(skb, 0); }
+
+SEC("tc")
+int tb_ingress(struct __sk_buff *skb) { return ingress(skb, 0); }
+
+SEC("tc")
+int tb_egress_host(struct __sk_buff *skb) { return egress(skb, 1); }
+
+SEC("tc")
+int tb_ingress_host(struct __sk_buff *skb) { return ingress(skb, 1); }
 
 /* A packet dropped at a switch egress must give its ingress bytes back. The egress program
  * above cannot see the switch index cheaply, so drops of lossless classes are avoided by

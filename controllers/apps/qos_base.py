@@ -1,0 +1,59 @@
+"""Shared shell of the QoS apps: wait for the fabric's dataplane to exist, open the
+dataplane API on it, apply the app's policy once, report that in a status file the runner
+waits for. Subclasses implement `configure(dp, cfg)`; `serve(dp, cfg)` may run forever."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from controllers.compat import RyuApp, hub
+from testbed.dpapi import Dataplane
+from testbed.qos import QosConfig, config_from_dict
+
+
+class QosApp(RyuApp):
+    NAME = "qos"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.started = time.time()
+        self.description = Path(os.environ["TESTBED_DATAPLANE"])
+        self.status_dir = Path(os.environ["TESTBED_APP_STATUS"])
+        self.status_dir.mkdir(parents=True, exist_ok=True)
+        self.dp: Dataplane | None = None
+        self.cfg: QosConfig | None = None
+        hub.spawn(self._main)
+
+    def _main(self):
+        while True:
+            try:
+                desc = json.loads(self.description.read_text())
+                if desc.get("written", 0) >= self.started - 1:  # not a previous phase's
+                    break
+            except (OSError, ValueError):
+                pass
+            hub.sleep(0.05)
+        try:
+            self.dp = Dataplane(self.description)
+            self.cfg = config_from_dict(self.dp.desc["qos"])
+            summary = self.configure(self.dp, self.cfg) or {}
+        except Exception as exc:  # reported to the runner, which fails the start
+            self.logger.exception("%s: configuring the dataplane failed", self.NAME)
+            self.write_status({"error": repr(exc)})
+            return
+        self.write_status({"applied": time.time(), **summary})
+        self.serve(self.dp, self.cfg)
+
+    def configure(self, dp: Dataplane, cfg: QosConfig) -> dict | None:
+        raise NotImplementedError
+
+    def serve(self, dp: Dataplane, cfg: QosConfig) -> None:
+        """Runs after configure(); the default does nothing more."""
+
+    def write_status(self, status: dict) -> None:
+        path = self.status_dir / f"{self.NAME}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"app": self.NAME, "pid": os.getpid(), **status}))
+        os.replace(tmp, path)

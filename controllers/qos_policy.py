@@ -1,0 +1,61 @@
+"""QoS policy decisions (pure): which DSCP goes to which class, where and how ECN marks, where
+PFC thresholds apply, and what a PFC event asks the dataplane to do.
+
+The Ryu apps in controllers/apps (priority_app, ecn_app, pfc_app) are thin shells that apply
+these through the testbed's dataplane API; a user's plugin can call the same functions or
+replace them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.qos import EV_OVERFLOW, EV_XOFF, EV_XON, EcnProfile, PfcConfig, QosConfig
+
+
+def dscp_table(cfg: QosConfig) -> list[int]:
+    """table[dscp] = class index; code points no class names go to class 0."""
+    return cfg.class_of_dscp()
+
+
+def ecn_settings(cfg: QosConfig, ports: list[dict]) -> list[tuple[int, int, EcnProfile | None]]:
+    """(port id, class, profile) for every switch egress port and class. Host NICs never
+    mark: the queue that matters is the switch's. With `ecn_enabled` off every profile is
+    None (the lossy or PFC-only baselines)."""
+    out = []
+    for p in ports:
+        if p["is_host"]:
+            continue
+        for c, cls in enumerate(cfg.classes):
+            out.append((p["id"], c, cls.ecn if cfg.ecn_enabled else None))
+    return out
+
+
+def pfc_settings(cfg: QosConfig, ports: list[dict]) -> list[tuple[int, int, PfcConfig | None]]:
+    """(switch ingress port id, class, thresholds) for every lossless class."""
+    out = []
+    for p in ports:
+        if p["is_host"]:
+            continue
+        for c, cls in enumerate(cfg.classes):
+            out.append((p["id"], c, cfg.pfc if cls.lossless and cfg.pfc else None))
+    return out
+
+
+@dataclass(frozen=True)
+class PauseAction:
+    verb: str  # "pause" | "resume" | "none"
+    port: int  # the transmitter to act on: the far end of the ingress port that asked
+    cls: int
+
+
+def on_event(kind: int, rx_port: int, tx_port: int, cls: int) -> PauseAction:
+    """PFC as in 802.1Qbb: the congested ingress port's link partner stops (XOFF) or
+    restarts (XON) that priority. A headroom overflow is only logged: it means the pause
+    reacted too slowly for the configured headroom."""
+    if kind == EV_XOFF:
+        return PauseAction("pause", tx_port, cls)
+    if kind == EV_XON:
+        return PauseAction("resume", tx_port, cls)
+    if kind == EV_OVERFLOW:
+        return PauseAction("none", tx_port, cls)
+    raise ValueError(f"unknown PFC event kind {kind}")

@@ -1,0 +1,184 @@
+"""Experiments of the traffic-class dataplane: ECN queue occupancy (DCTCP), priority
+scheduling; each writes CSV files with units and returns headline metrics and warnings."""
+from __future__ import annotations
+
+import dataclasses
+
+from topologies import dumbbell
+
+from .dpapi import Dataplane
+from .experiments import Outcome, _check_cc, _traffic_phase
+from .monitor import ClassQueueSampler, QueueSampler
+from .qos import EcnProfile, QosConfig, TrafficClass
+from .spec import EcnQueue, PriorityQueues
+from .system import congestion_controls
+from .traffic import Flow, FlowRunner
+
+
+def _port_id(dp: Dataplane, ifname: str) -> int:
+    return dp.by_name[ifname]["id"]
+
+
+# ---- ECN queue occupancy --------------------------------------------------------------------
+
+def ecn_queue(ctx, exp: EcnQueue) -> Outcome:
+    """Drop-tail TCP vs ECN marking at K on one bottleneck (DCTCP paper, Fig. 1 / 13;
+    Mininet-HiFi's reproduction: TCP mean queue ~331-345 packets, DCTCP ~19-20 at K = 20)."""
+    out = Outcome()
+    topo = dumbbell(senders=exp.senders, receivers=1, access_rate_mbps=exp.access_rate_mbps,
+                    bottleneck_rate_mbps=exp.rate_mbps)
+    bottleneck = f"s1-eth{exp.senders + 1}"
+    receiver = f"h{exp.senders + 1}"
+    ecn_cc = "dctcp" if "dctcp" in congestion_controls() else "cubic"
+    frame = ctx.spec.links.mtu_bytes + 14
+    k_bytes = int(exp.k_pkts * frame)
+    phases = [
+        ("drop-tail", None, dataclasses.replace(ctx.spec.hosts, ecn=False)),
+        (f"ecn-{ecn_cc}", EcnProfile(k=exp.k_pkts, unit="pkts"),
+         dataclasses.replace(ctx.spec.hosts, ecn=True, congestion_control=ecn_cc)),
+    ]
+    rows, summary = [], []
+    for label, profile, hosts in phases:
+        cfg = QosConfig(classes=[TrafficClass(name="data", dscp=[0], buffer_pkts=exp.buffer_pkts,
+                                              ecn=profile)],
+                        ecn_enabled=profile is not None)
+        with ctx.fabric(topo, "single", f"ecn queue {label}", qos=cfg, hosts=hosts,
+                        buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
+            dp = Dataplane(fab.qos_plane.description)
+            port = _port_id(dp, bottleneck)
+            sampler = ClassQueueSampler(dp, [(port, 0)], rate_hz=exp.sample_hz)
+            real = QueueSampler([bottleneck], rate_hz=200.0,
+                                pair=lambda _: (dp.queue_bytes(port, 0), dp.queue(port, 0).marks))
+            before = dp.queue(port, 0)
+            flows = [Flow(src=f"h{i + 1}", dst=receiver, duration_s=exp.duration_s,
+                          omit_s=exp.omit_s, port=5201 + i) for i in range(exp.senders)]
+            with _traffic_phase(ctx, fab, out, f"ecn queue {label}") as checks:
+                sampler.start()
+                real.start()
+                res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"ecn-{label}")
+                sampler.stop()
+                real.stop()
+            after = dp.queue(port, 0)
+            dp.close()
+        cc = _check_cc(res, hosts.congestion_control, out, f"ecn queue {label}")
+        t0 = sampler.samples[0].t if sampler.samples else 0.0
+        # the steady state: after the omitted start, before the flows end
+        lo = t0 + exp.omit_s + 1.0
+        hi = t0 + exp.omit_s + exp.duration_s - 1.0
+        segs = sampler.time_weighted(port, 0, lo, hi)
+        total = sum(d for d, _, _ in segs) or 1.0
+        mean_pkts = sum(d * p for d, p, _ in segs) / total
+        weights = sorted((p, d) for d, p, _ in segs)
+        rows += [[label, round(s.t, 4), s.pkts, s.bytes, s.marks - before.marks,
+                  s.drops - before.drops] for s in sampler.samples]
+        below = _marks_below_k(real.samples, k_bytes, frame, lo, hi)
+        summary.append({
+            "phase": label, "sender_cc": cc, "ecn": hosts.ecn,
+            "queue_mean_pkts": round(mean_pkts, 1),
+            "queue_p50_pkts": _weighted_percentile(weights, 50),
+            "queue_p90_pkts": _weighted_percentile(weights, 90),
+            "queue_max_pkts": max((p for _, p, _ in segs), default=0),
+            "marks_pkts": after.marks - before.marks,
+            "drops_pkts": after.drops - before.drops,
+            "goodput_mbps": round(sum(r.goodput_mbps for r in res), 3),
+            "retransmits_pkts": sum(r.retransmits for r in res),
+            "marks_with_real_queue_below_k": below,
+            "sample_rate_hz": round(sampler.achieved_rate_hz(), 1),
+            "cpu_bound": checks["cpu"]["cpu_bound"],
+            "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
+        })
+    ctx.write_csv("ecn_queue_depth.csv", ["phase", "t_s", "qlen_pkts", "qlen_bytes",
+                                          "marks_cum_pkts", "drops_cum_pkts"], rows)
+    ctx.write_csv("ecn_queue_summary.csv", list(summary[0]), [list(s.values()) for s in summary])
+    tail, ecn = summary
+    out.headline = {"buffer_pkts": exp.buffer_pkts, "k_pkts": exp.k_pkts,
+                    "rate_mbps": exp.rate_mbps, "ecn_sender_cc": ecn_cc,
+                    "droptail": tail, "ecn": ecn,
+                    "droptail_mean_over_buffer": round(tail["queue_mean_pkts"] / exp.buffer_pkts, 3),
+                    "ecn_mean_over_k": round(ecn["queue_mean_pkts"] / exp.k_pkts, 3)}
+    if tail["queue_mean_pkts"] < 0.6 * exp.buffer_pkts:
+        out.warnings.append(f"ecn queue: drop-tail mean queue {tail['queue_mean_pkts']} is below "
+                            f"60% of the {exp.buffer_pkts}-packet buffer")
+    limit = 1.5 if ecn_cc == "dctcp" else 2.0
+    if ecn["queue_mean_pkts"] > limit * exp.k_pkts:
+        out.warnings.append(f"ecn queue: mean queue with marking {ecn['queue_mean_pkts']} is "
+                            f"above {limit:g} K")
+    return out
+
+
+def _weighted_percentile(pairs: list[tuple[int, float]], q: float) -> int:
+    """pairs of (value, weight) sorted by value."""
+    total = sum(w for _, w in pairs)
+    if not total:
+        return 0
+    acc = 0.0
+    for value, w in pairs:
+        acc += w
+        if acc >= q / 100 * total:
+            return value
+    return pairs[-1][0]
+
+
+def _marks_below_k(real, k_bytes: int, frame: int, lo: float, hi: float) -> dict:
+    """Marks are decided on the BPF's count of the class queue (bytes from enqueue until the
+    far end of the link receives them). Every netlink reading of the qdisc's backlog is
+    paired with the BPF count read right after it: their difference says how far the two
+    views of the queue agree, and marks taken between two readings that both found the
+    qdisc below K are counted as marks below K (a bound: the queue may have crossed K and
+    come back in between)."""
+    pairs = [s for s in real if lo <= s.t <= hi and s.paired]
+    if len(pairs) < 2:
+        return {"fraction": None, "marks": 0}
+    diffs = sorted(abs(s.paired[0] - s.backlog_bytes) / frame for s in pairs)
+    below = total = 0
+    for a, b in zip(pairs, pairs[1:]):
+        delta = b.paired[1] - a.paired[1]
+        total += delta
+        if a.backlog_bytes < k_bytes and b.backlog_bytes < k_bytes:
+            below += delta
+    return {"fraction": round(below / total, 4) if total else None, "marks": total,
+            "marks_below_k": below, "pairs": len(pairs),
+            "bpf_vs_qdisc_p50_pkts": round(diffs[len(diffs) // 2], 2),
+            "bpf_vs_qdisc_p99_pkts": round(diffs[int(len(diffs) * 0.99)], 2)}
+
+
+# ---- priority scheduling ------------------------------------------------------------------
+
+def priority(ctx, exp: PriorityQueues) -> Outcome:
+    """Two UDP classes over one bottleneck: strict priority, then weighted round robin."""
+    out = Outcome()
+    topo = dumbbell(senders=2, receivers=1, access_rate_mbps=max(100.0, 4 * exp.rate_mbps),
+                    bottleneck_rate_mbps=exp.rate_mbps)
+    classes = [TrafficClass(name="low", dscp=[0], priority=0, weight=exp.weights[1]),
+               TrafficClass(name="high", dscp=[46], priority=7, weight=exp.weights[0])]
+    rows = []
+    for sched in ("strict", "wrr"):
+        cfg = QosConfig(classes=classes, scheduler=sched, ecn_enabled=False)
+        with ctx.fabric(topo, "single", f"priority {sched}", qos=cfg) as fab:
+            flows = [Flow(src="h1", dst="h3", duration_s=exp.duration_s, omit_s=exp.omit_s,
+                          port=5201, dscp=46, udp_mbps=exp.high_load * exp.rate_mbps),
+                     Flow(src="h2", dst="h3", duration_s=exp.duration_s, omit_s=exp.omit_s,
+                          port=5202, dscp=0, udp_mbps=exp.low_load * exp.rate_mbps)]
+            with _traffic_phase(ctx, fab, out, f"priority {sched}") as checks:
+                res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"prio-{sched}")
+        high, low = res
+        rows.append([sched, round(high.sent_mbps, 3), round(high.goodput_mbps, 3),
+                     round(low.sent_mbps, 3), round(low.goodput_mbps, 3),
+                     checks["cpu"]["cpu_bound"]])
+    ctx.write_csv("priority.csv", ["scheduler", "high_offered_mbps", "high_received_mbps",
+                                   "low_offered_mbps", "low_received_mbps", "cpu_bound"], rows)
+    strict, wrr = rows
+    payload = (ctx.spec.links.mtu_bytes - 28) / (ctx.spec.links.mtu_bytes + 14)
+    w_hi, w_lo = exp.weights
+    wrr_share = wrr[2] / (wrr[2] + wrr[4]) if wrr[2] + wrr[4] else 0.0
+    out.headline = {
+        "strict_high_kept": round(strict[2] / strict[1], 4) if strict[1] else None,
+        "strict_low_received_mbps": strict[4],
+        "wrr_high_share": round(wrr_share, 4),
+        "wrr_expected_share": round(w_hi / (w_hi + w_lo), 4),
+        "wrr_share_error": round(abs(wrr_share - w_hi / (w_hi + w_lo)) / (w_hi / (w_hi + w_lo)), 4),
+        "bottleneck_payload_mbps": round(exp.rate_mbps * payload, 3),
+    }
+    if out.headline["strict_high_kept"] is not None and out.headline["strict_high_kept"] < 0.9:
+        out.warnings.append("priority: the strict-priority class kept less than 90% of its load")
+    return out
