@@ -151,7 +151,6 @@ class QueueSample:
     backlog_bytes: int
     drops: int
     sent_pkts: int
-    paired: tuple = ()  # what `pair()` returned right after this qdisc reading
 
 
 def _qdisc_stats(ipr: IPRoute, index: int) -> dict | None:
@@ -173,10 +172,9 @@ def _qdisc_stats(ipr: IPRoute, index: int) -> dict | None:
 class QueueSampler(threading.Thread):
     """Samples the egress queue of some interfaces at `rate_hz` over netlink."""
 
-    def __init__(self, ifnames: list[str], rate_hz: float = 200.0, pair=None):
+    def __init__(self, ifnames: list[str], rate_hz: float = 200.0):
         super().__init__(daemon=True)
         self.ifnames = ifnames
-        self.pair = pair  # name -> tuple, read right after each interface's qdisc
         self.period = 1.0 / rate_hz
         self.samples: list[QueueSample] = []
         self._halt = threading.Event()
@@ -195,9 +193,7 @@ class QueueSampler(threading.Thread):
                                                         qlen_pkts=st["qlen"],
                                                         backlog_bytes=st["backlog"],
                                                         drops=st["drops"],
-                                                        sent_pkts=st["packets"],
-                                                        paired=self.pair(name) if self.pair
-                                                        else ()))
+                                                        sent_pkts=st["packets"]))
                 next_t += self.period
                 delay = next_t - time.time()
                 if delay > 0:
@@ -343,10 +339,15 @@ class ClassQueueSampler(threading.Thread):
     fork per sample) at `rate_hz`; 1 kHz is cheap. Rows are kept only when something changed,
     so idle queues cost nothing."""
 
-    def __init__(self, dataplane, slots: list[tuple[int, int]], rate_hz: float = 1000.0):
+    def __init__(self, dataplane, slots: list[tuple[int, int]], rate_hz: float = 1000.0,
+                 paired: tuple[int, int] | None = None):
+        """`paired`: one (port, class) of a switch port whose qdisc backlog is also read at
+        every tick, between two readings of the BPF count (`pairs`)."""
         super().__init__(daemon=True)
         self.dp = dataplane
         self.slots = slots
+        self.paired = paired
+        self.pairs: list[tuple] = []  # (t, bpf_bytes_before, qdisc_bytes, bpf_bytes_after, marks_before, marks_after)
         self.period = 1.0 / rate_hz
         self.samples: list[ClassSample] = []
         self.ticks = 0
@@ -356,10 +357,21 @@ class ClassQueueSampler(threading.Thread):
 
     def run(self) -> None:
         last: dict[tuple[int, int], tuple] = {}
+        reader = handle = None
+        if self.paired is not None:
+            from .nlqdisc import QdiscReader
+            port, cls = self.paired
+            reader = QdiscReader(self.dp.ports[port]["ifindex"])
+            handle = (0x10 + cls) << 16
         next_t = time.time()
         while not self._halt.is_set():
             now = time.time()
             self.ticks += 1
+            if reader is not None:
+                a = self.dp.queue(*self.paired)
+                real = reader.backlogs().get(handle, (0, 0))[0]
+                b = self.dp.queue(*self.paired)
+                self.pairs.append((now - self.t0, a.bytes, real, b.bytes, a.marks, b.marks))
             for port, cls in self.slots:
                 q = self.dp.queue(port, cls)
                 key = (q.bytes, q.pkts, q.marks, q.drops)
@@ -374,6 +386,8 @@ class ClassQueueSampler(threading.Thread):
             else:
                 next_t = time.time()
         self.t_end = time.time()
+        if reader is not None:
+            reader.close()
 
     def stop(self) -> None:
         self._halt.set()

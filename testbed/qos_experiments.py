@@ -8,7 +8,7 @@ from topologies import dumbbell
 
 from .dpapi import Dataplane
 from .experiments import Outcome, _check_cc, _traffic_phase
-from .monitor import ClassQueueSampler, QueueSampler
+from .monitor import ClassQueueSampler
 from .qos import EcnProfile, QosConfig, TrafficClass
 from .spec import EcnQueue, PriorityQueues
 from .system import congestion_controls
@@ -46,18 +46,15 @@ def ecn_queue(ctx, exp: EcnQueue) -> Outcome:
                         buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
             dp = Dataplane(fab.qos_plane.description)
             port = _port_id(dp, bottleneck)
-            sampler = ClassQueueSampler(dp, [(port, 0)], rate_hz=exp.sample_hz)
-            real = QueueSampler([bottleneck], rate_hz=200.0,
-                                pair=lambda _: (dp.queue_bytes(port, 0), dp.queue(port, 0).marks))
+            sampler = ClassQueueSampler(dp, [(port, 0)], rate_hz=exp.sample_hz,
+                                        paired=(port, 0))
             before = dp.queue(port, 0)
             flows = [Flow(src=f"h{i + 1}", dst=receiver, duration_s=exp.duration_s,
                           omit_s=exp.omit_s, port=5201 + i) for i in range(exp.senders)]
             with _traffic_phase(ctx, fab, out, f"ecn queue {label}") as checks:
                 sampler.start()
-                real.start()
                 res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"ecn-{label}")
                 sampler.stop()
-                real.stop()
             after = dp.queue(port, 0)
             dp.close()
         cc = _check_cc(res, hosts.congestion_control, out, f"ecn queue {label}")
@@ -71,7 +68,7 @@ def ecn_queue(ctx, exp: EcnQueue) -> Outcome:
         weights = sorted((p, d) for d, p, _ in segs)
         rows += [[label, round(s.t, 4), s.pkts, s.bytes, s.marks - before.marks,
                   s.drops - before.drops] for s in sampler.samples]
-        below = _marks_below_k(real.samples, k_bytes, frame, lo, hi)
+        below = _marks_below_k(sampler.pairs, k_bytes, frame, lo, hi)
         summary.append({
             "phase": label, "sender_cc": cc, "ecn": hosts.ecn,
             "queue_mean_pkts": round(mean_pkts, 1),
@@ -119,27 +116,27 @@ def _weighted_percentile(pairs: list[tuple[int, float]], q: float) -> int:
     return pairs[-1][0]
 
 
-def _marks_below_k(real, k_bytes: int, frame: int, lo: float, hi: float) -> dict:
+def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: float) -> dict:
     """Marks are decided on the BPF's count of the class queue (bytes from enqueue until the
-    far end of the link receives them). Every netlink reading of the qdisc's backlog is
-    paired with the BPF count read right after it: their difference says how far the two
-    views of the queue agree, and marks taken between two readings that both found the
-    qdisc below K are counted as marks below K (a bound: the queue may have crossed K and
-    come back in between)."""
-    pairs = [s for s in real if lo <= s.t <= hi and s.paired]
+    far end of the link receives them). At every tick the sampler read the qdisc's own
+    backlog between two BPF readings: their difference says how far the two views of the
+    queue agree, and the marks taken between two ticks whose qdisc readings were both below
+    K are counted as marks below K (an upper bound: the queue may have crossed K and come
+    back within the millisecond)."""
+    pairs = [p for p in pairs if lo <= p[0] <= hi]
     if len(pairs) < 2:
         return {"fraction": None, "marks": 0}
-    diffs = sorted(abs(s.paired[0] - s.backlog_bytes) / frame for s in pairs)
+    diffs = sorted(abs((b0 + b1) / 2 - real) / frame for _, b0, real, b1, _, _ in pairs)
     below = total = 0
     for a, b in zip(pairs, pairs[1:]):
-        delta = b.paired[1] - a.paired[1]
+        delta = b[4] - a[5]
         total += delta
-        if a.backlog_bytes < k_bytes and b.backlog_bytes < k_bytes:
+        if a[2] < k_bytes and b[2] < k_bytes:
             below += delta
     return {"fraction": round(below / total, 4) if total else None, "marks": total,
-            "marks_below_k": below, "pairs": len(pairs),
-            "bpf_vs_qdisc_p50_pkts": round(diffs[len(diffs) // 2], 2),
-            "bpf_vs_qdisc_p99_pkts": round(diffs[int(len(diffs) * 0.99)], 2)}
+            "marks_below_k": below, "ticks": len(pairs),
+            "bpf_minus_qdisc_p50_pkts": round(diffs[len(diffs) // 2], 2),
+            "bpf_minus_qdisc_p99_pkts": round(diffs[int(len(diffs) * 0.99)], 2)}
 
 
 # ---- priority scheduling ------------------------------------------------------------------
