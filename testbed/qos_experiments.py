@@ -142,7 +142,8 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
 # ---- priority scheduling ------------------------------------------------------------------
 
 def priority(ctx, exp: PriorityQueues) -> Outcome:
-    """Two UDP classes over one bottleneck: strict priority, then weighted round robin."""
+    """Two UDP classes over one bottleneck: strict priority (the high class offers part of
+    the port, the low class saturates it), then weighted round robin (both saturate)."""
     out = Outcome()
     topo = dumbbell(senders=2, receivers=1, access_rate_mbps=max(100.0, 4 * exp.rate_mbps),
                     bottleneck_rate_mbps=exp.rate_mbps)
@@ -152,8 +153,11 @@ def priority(ctx, exp: PriorityQueues) -> Outcome:
     for sched in ("strict", "wrr"):
         cfg = QosConfig(classes=classes, scheduler=sched, ecn_enabled=False)
         with ctx.fabric(topo, "single", f"priority {sched}", qos=cfg) as fab:
+            # strict: the high class offers `high_load`; wrr: both classes saturate the port,
+            # so that the shares are the scheduler's, not the offered loads'
+            high_load = exp.high_load if sched == "strict" else exp.low_load
             flows = [Flow(src="h1", dst="h3", duration_s=exp.duration_s, omit_s=exp.omit_s,
-                          port=5201, dscp=46, udp_mbps=exp.high_load * exp.rate_mbps),
+                          port=5201, dscp=46, udp_mbps=high_load * exp.rate_mbps),
                      Flow(src="h2", dst="h3", duration_s=exp.duration_s, omit_s=exp.omit_s,
                           port=5202, dscp=0, udp_mbps=exp.low_load * exp.rate_mbps)]
             with _traffic_phase(ctx, fab, out, f"priority {sched}") as checks:
