@@ -48,14 +48,15 @@ class PauseAction:
     cls: int
 
 
-def on_event(kind: int, rx_port: int, tx_port: int, cls: int) -> PauseAction:
-    """PFC as in 802.1Qbb: the congested ingress port's link partner stops (XOFF) or
-    restarts (XON) that priority. A headroom overflow is only logged: it means the pause
-    reacted too slowly for the configured headroom."""
+def on_event(kind: int, rx_port: int, cls: int, ports: list[dict]) -> PauseAction:
+    """PFC as in 802.1Qbb: the link partner of the congested ingress port (`rx_port`) stops
+    (XOFF) or restarts (XON) that priority. A headroom overflow is only logged: it means the
+    pause reacted too slowly for the configured headroom."""
+    upstream = ports[rx_port]["peer"]
     if kind == EV_XOFF:
-        return PauseAction("pause", tx_port, cls)
+        return PauseAction("pause", upstream, cls)
     if kind == EV_XON:
-        return PauseAction("resume", tx_port, cls)
+        return PauseAction("resume", upstream, cls)
     if kind == EV_OVERFLOW:
-        return PauseAction("none", tx_port, cls)
+        return PauseAction("none", upstream, cls)
     raise ValueError(f"unknown PFC event kind {kind}")

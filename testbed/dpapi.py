@@ -155,6 +155,12 @@ class Dataplane:
         return IngressState(*qos.INGRESS.unpack_from(self._inq,
                                                      qos.slot(port, cls) * qos.INGRESS.size))
 
+    def clear_pause(self, port: int, cls: int) -> None:
+        """Mark a switch ingress port's class as no longer asking for a pause (the BPF
+        program's flag), when the executor ends a pause itself."""
+        off = qos.slot(port, cls) * qos.INGRESS.size + 8
+        struct.pack_into("Q", self._inq, off, 0)
+
     def events(self) -> RingBuffer:
         return RingBuffer(f"{self.map_dir}/tb_events")
 

@@ -240,4 +240,5 @@ from . import qos_experiments  # noqa: E402 (uses the helpers above)
 
 RUNNERS = {"reachability": reachability, "link_calibration": link_calibration,
            "queue_calibration": queue_calibration, "permutation": permutation,
-           "ecn_queue": qos_experiments.ecn_queue, "priority": qos_experiments.priority}
+           "ecn_queue": qos_experiments.ecn_queue, "priority": qos_experiments.priority,
+           "incast": qos_experiments.incast}

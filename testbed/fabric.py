@@ -41,6 +41,7 @@ class LinkConfig:
 class HostConfig:
     congestion_control: str = "cubic"
     ecn: bool = False
+    rto_min_us: int | None = None  # TCP's minimum retransmission timeout (kernel: 200000)
 
 
 @dataclass
@@ -230,6 +231,8 @@ class Fabric:
                         f"net.ipv4.tcp_ecn={1 if self.hosts.ecn else 0}",
                         "net.ipv6.conf.all.disable_ipv6=1",
                         "net.ipv6.conf.default.disable_ipv6=1"]
+            if self.hosts.rto_min_us is not None:
+                settings.append(f"net.ipv4.tcp_rto_min_us={self.hosts.rto_min_us}")
             if host.relay:
                 settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
                              "net.ipv4.conf.default.rp_filter=0",

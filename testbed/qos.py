@@ -255,7 +255,11 @@ def if_key(ifindex: int, mac: str | None) -> bytes:
 
 
 def gate_burst(frame: int, paused: bool) -> int:
-    return frame if paused else max(64 * 1024, 8 * frame)
+    """tbf drops any packet longer than its bucket (max_size), and the kernel derives
+    max_size from the bucket's duration, rounded down: a bucket of exactly one frame drops
+    full-size frames. A closed gate holds one frame and a little (so at most the frame "on the
+    wire" passes after a pause, as with real PFC); an open one is far larger than any burst."""
+    return frame + 64 if paused else max(64 * 1024, 8 * frame)
 
 
 # ---- BPF map records (layouts of tbqos.bpf.c) ----------------------------------------------
@@ -293,7 +297,7 @@ def qcfg_record(limit_bytes: int, limit_pkts: int, ecn: EcnProfile | None, frame
 
 RTM_NEWQDISC = 36
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
-TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS = 1, 2, 1
+TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS, TCA_TBF_BURST = 1, 2, 1, 6
 TC_LINKLAYER_ETHERNET = 1
 
 
@@ -313,6 +317,9 @@ def tbf_change_message(ifindex: int, minor: int, rate_bps: int, burst: int, limi
     qopt = ratespec + bytes(12) + struct.pack("III", limit, buffer_ticks, 0)
     tcm = struct.pack("BBHiIII", 0, 0, 0, ifindex, minor << 16,
                       (ROOT_MAJOR << 16) | minor, 0)
-    body = tcm + _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, _attr(TCA_TBF_PARMS, qopt))
+    # TCA_TBF_BURST: without it the kernel caps the bucket at 2^32 ns (4.3 s), which at a
+    # closed gate's rate is less than one frame, and tbf would drop every full-size frame.
+    options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("I", burst))
+    body = tcm + _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, options)
     return struct.pack("IHHII", 16 + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
                        seq, 0) + body

@@ -2,17 +2,24 @@
 scheduling; each writes CSV files with units and returns headline metrics and warnings."""
 from __future__ import annotations
 
+import csv
 import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
 
 from topologies import dumbbell
 
 from .dpapi import Dataplane
-from .experiments import Outcome, _check_cc, _traffic_phase
+from .experiments import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
 from .monitor import ClassQueueSampler
 from .qos import EcnProfile, QosConfig, TrafficClass
-from .spec import EcnQueue, PriorityQueues
-from .system import congestion_controls
-from .traffic import Flow, FlowRunner
+from .spec import EcnQueue, Incast, PriorityQueues, _incast_qos
+from .system import congestion_controls, in_netns, run
+from .traffic import (Flow, FlowRunner, run_in_host, start_in_host, stop_and_reap,
+                      wait_listening)
 
 
 def _port_id(dp: Dataplane, ifname: str) -> int:
@@ -182,4 +189,140 @@ def priority(ctx, exp: PriorityQueues) -> Outcome:
     }
     if out.headline["strict_high_kept"] is not None and out.headline["strict_high_kept"] < 0.9:
         out.warnings.append("priority: the strict-priority class kept less than 90% of its load")
+    return out
+
+
+# ---- TCP incast ---------------------------------------------------------------------------
+
+def _netstat(fab, host: str, key: str = "TCPTimeouts") -> int:
+    """A TcpExt counter of one host's namespace (/proc/net/netstat is per namespace)."""
+    text = run(in_netns(fab.host_pid(host), ["cat", "/proc/net/netstat"])).stdout.splitlines()
+    for names, values in zip(text[::2], text[1::2]):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split()[1:], values.split()[1:])).get(key, 0))
+    return 0
+
+
+def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None) -> dict:
+    """Pause counts per port and the pause mechanism's reaction time, from the PFC app's
+    event log (controllers/apps/pfc_app.py)."""
+    path = status_dir / "pfc_events.csv"
+    if not path.exists():
+        return {"pauses": 0}
+    with path.open() as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if int(r["time_ns"]) >= t_from_ns and (t_to_ns is None or int(r["time_ns"]) <= t_to_ns)]
+    pauses = [r for r in rows if r["event"] == "pause"]
+    resumes = [r for r in rows if r["event"] == "resume"]
+    applied = sorted(float(r["xoff_to_applied_us"]) for r in pauses if r["xoff_to_applied_us"])
+    stopped = sorted(float(r["xoff_to_last_arrival_us"]) for r in resumes
+                     if r["xoff_to_last_arrival_us"])
+    after = sorted(int(r["bytes_after_xoff"]) for r in resumes if r["bytes_after_xoff"])
+    per_port: dict[str, int] = {}
+    for r in pauses:
+        key = f"{r['upstream_port']}->{r['port']}"
+        per_port[key] = per_port.get(key, 0) + 1
+
+    def pct(values, q):
+        return round(values[min(len(values) - 1, int(q / 100 * len(values)))], 1) if values else None
+    return {"pauses": len(pauses), "resumes": len(resumes),
+            "overflows": sum(r["event"] == "overflow" for r in rows),
+            "paused_links": per_port,
+            "reaction_applied_us": {"p50": pct(applied, 50), "p90": pct(applied, 90),
+                                    "max": applied[-1] if applied else None},
+            "reaction_last_arrival_us": {"p50": pct(stopped, 50), "p90": pct(stopped, 90),
+                                         "max": stopped[-1] if stopped else None},
+            "bytes_after_xoff": {"p50": pct(after, 50), "max": after[-1] if after else None}}
+
+
+def _netstat_all(fab, hosts: list[str]) -> int:
+    return sum(_netstat(fab, h) for h in hosts)
+
+
+def _fabric_drops(dp: Dataplane) -> dict:
+    ncls = len(dp.classes)
+    switch = [p for p in dp.ports if not p["is_host"]]
+    return {"switch_drops": sum(dp.queue(p["id"], c).drops for p in switch for c in range(ncls)),
+            "lossless_overflow": sum(dp.ingress(p["id"], c).overflow_drops
+                                     for p in switch for c in range(ncls)),
+            "host_nic_drops": sum(dp.queue(p["id"], c).drops for p in dp.ports if p["is_host"]
+                                  for c in range(ncls))}
+
+
+def incast(ctx, exp: Incast) -> Outcome:
+    out = Outcome()
+    n_max = max(exp.senders)
+    topo = dumbbell(senders=n_max, receivers=1, access_rate_mbps=exp.rate_mbps,
+                    bottleneck_rate_mbps=exp.rate_mbps)
+    reader = f"h{n_max + 1}"
+    ecn_cc = "dctcp" if "dctcp" in congestion_controls() else "cubic"
+    rows, summary = [], {}
+    for variant in exp.variants:
+        cfg = _incast_qos(exp, variant)
+        hosts = dataclasses.replace(
+            ctx.spec.hosts, ecn=variant == "ecn",
+            congestion_control=ecn_cc if variant == "ecn" else ctx.spec.hosts.congestion_control,
+            rto_min_us=exp.rto_min_us if variant == "rto" else None)
+        label = f"incast {variant}"
+        with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, burst_us=exp.burst_us,
+                        buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
+            dp = Dataplane(fab.qos_plane.description)
+            servers = [start_in_host(fab, f"h{i + 1}", [sys.executable, "-m",
+                                     "testbed.workloads.incast", "serve", "--port", "7000",
+                                     "--dscp", str(exp.dscp)], f"incast server h{i + 1}",
+                                     ctx.out_dir / "flows" / f"incast-{variant}-server-h{i + 1}.log")
+                       for i in range(n_max)]
+            try:
+                wait_listening(fab, [(f"h{i + 1}", 7000) for i in range(n_max)])
+                for n in exp.senders:
+                    senders = [f"h{i + 1}" for i in range(n)]
+                    t_before = _netstat_all(fab, senders)
+                    drops_before = _fabric_drops(dp)
+                    t_ns = time.monotonic_ns()
+                    with _traffic_phase(ctx, fab, out, f"{label} N={n}") as checks:
+                        res = run_in_host(fab, reader, [
+                            sys.executable, "-m", "testbed.workloads.incast", "read",
+                            "--servers", ",".join(f"{topo.node(h).ip}:7000" for h in senders),
+                            "--block-bytes", str(exp.block_bytes), "--rounds", str(exp.rounds),
+                            "--dscp", str(exp.dscp)], timeout=exp.rounds * 30 + 30)
+                    t_end_ns = time.monotonic_ns()
+                    drops = {k: v - drops_before[k] for k, v in _fabric_drops(dp).items()}
+                    timeouts = _netstat_all(fab, senders) - t_before
+                    rounds = json.loads(res)["round_s"][1:]  # the first round opens cwnd
+                    goodput = [exp.block_bytes * 8 / t / 1e6 for t in rounds]
+                    pfc = pfc_summary(fab.qos_status_dir, t_ns, t_end_ns)
+                    row = {"variant": variant, "senders": n,
+                           "goodput_mbps": round(statistics.mean(goodput), 3),
+                           "goodput_min_mbps": round(min(goodput), 3),
+                           "round_p50_ms": round(statistics.median(rounds) * 1000, 2),
+                           "round_max_ms": round(max(rounds) * 1000, 2),
+                           "tcp_timeouts": timeouts, **drops,
+                           "pauses": pfc["pauses"],
+                           "pause_applied_p50_us": pfc.get("reaction_applied_us", {}).get("p50"),
+                           "cpu_bound": checks["cpu"]["cpu_bound"],
+                           "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"]}
+                    rows.append(row)
+                    ctx.log(f"  {label} N={n}: {row['goodput_mbps']} Mb/s, "
+                            f"{timeouts} timeouts, {drops['switch_drops']} drops, "
+                            f"{pfc['pauses']} pauses")
+                summary[variant] = pfc_summary(fab.qos_status_dir)
+            finally:
+                stop_and_reap(servers)
+                dp.close()
+    ctx.write_csv("incast.csv", list(rows[0]), [list(r.values()) for r in rows])
+    payload = exp.rate_mbps * tcp_payload_fraction(ctx.spec.links.mtu_bytes)
+    out.headline = {"link_payload_mbps": round(payload, 2), "burst_us": exp.burst_us,
+                    "buffer_pkts": exp.buffer_pkts, "block_bytes": exp.block_bytes,
+                    "pfc_reaction": summary.get("pfc")}
+    for variant in exp.variants:
+        vr = [r for r in rows if r["variant"] == variant]
+        best = max(r["goodput_mbps"] for r in vr)
+        at_max = [r for r in vr if r["senders"] == n_max][0]
+        out.headline[variant] = {
+            "goodput_at_max_n_mbps": at_max["goodput_mbps"],
+            "collapse_from_best": round(1 - at_max["goodput_mbps"] / best, 3) if best else None,
+            "drops_at_max_n": at_max["switch_drops"], "timeouts_at_max_n": at_max["tcp_timeouts"],
+            "lossless_overflow_at_max_n": at_max["lossless_overflow"]}
+    if "pfc" in exp.variants and out.headline["pfc"]["drops_at_max_n"]:
+        out.warnings.append("incast: the fabric dropped packets with PFC on the lossless class")
     return out

@@ -103,9 +103,33 @@ class PriorityQueues:
     omit_s: float = 2.0
 
 
+INCAST_VARIANTS = ("lossy", "ecn", "pfc", "rto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Incast:
+    """TCP incast (Phanishayee 2008, Vasudevan 2009): N synchronized senders return a fixed
+    block split N ways to one reader through a shallow buffer; goodput and TCP timeouts vs N,
+    for a lossy fabric, ECN marking, PFC on a lossless class, and a lower RTO minimum."""
+    type: Literal["incast"] = "incast"
+    senders: list[int] = field(default_factory=lambda: [1, 2, 4, 6, 8, 10, 12, 15])
+    variants: list[str] = field(default_factory=lambda: list(INCAST_VARIANTS))
+    rate_mbps: float = 100.0
+    buffer_pkts: int = 32
+    block_bytes: int = 1_000_000
+    rounds: int = 20
+    burst_us: int = 1000  # HTB catch-up allowance on switch ports, see docs/FIDELITY.md
+    k_pkts: float = 8.0
+    rto_min_us: int = 5000
+    xoff_bytes: int = 12000
+    xon_bytes: int = 6000
+    headroom_bytes: int = 24000
+    dscp: int = 26
+
+
 EXPERIMENTS = {cls.__dataclass_fields__["type"].default: cls
                for cls in (Reachability, LinkCalibration, QueueCalibration, Permutation,
-                           EcnQueue, PriorityQueues)}
+                           EcnQueue, PriorityQueues, Incast)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,6 +324,23 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.weights: two integers >= 1 (got {exp.weights})")
         if exp.omit_s >= exp.duration_s:
             raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
+    if isinstance(exp, Incast):
+        if not exp.senders or min(exp.senders) < 1 or max(exp.senders) > 63:
+            raise SpecError(f"{path}.senders: sender counts in 1..63 (got {exp.senders})")
+        for j, v in enumerate(exp.variants):
+            if v not in INCAST_VARIANTS:
+                raise SpecError(f"{path}.variants[{j}]: one of {', '.join(INCAST_VARIANTS)} "
+                                f"(got {v!r})")
+        for name in ("buffer_pkts", "block_bytes", "rounds", "k_pkts", "rto_min_us"):
+            _positive(getattr(exp, name), f"{path}.{name}")
+        if exp.k_pkts >= exp.buffer_pkts:
+            raise SpecError(f"{path}.k_pkts: must be below buffer_pkts")
+        if not 0 <= exp.dscp <= 63:
+            raise SpecError(f"{path}.dscp: DSCP must be in 0..63 (got {exp.dscp})")
+        try:
+            validate_qos(_incast_qos(exp, "pfc"), path, 1500, exp.buffer_pkts, None)
+        except QosError as exc:
+            raise SpecError(str(exc)) from None
     if isinstance(exp, Permutation):
         if exp.omit_s >= exp.duration_s:
             raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
@@ -309,6 +350,21 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.routings: at least one routing mode")
         for j, pattern in enumerate(exp.patterns):
             parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
+
+
+def _incast_qos(exp: "Incast", variant: str) -> QosConfig:
+    """The classes an incast variant runs with (also used by the experiment)."""
+    ecn = EcnProfile(k=exp.k_pkts) if variant == "ecn" else None
+    classes = [TrafficClass(name="data", dscp=[0], buffer_pkts=exp.buffer_pkts, ecn=ecn)]
+    pfc = None
+    if variant == "pfc":
+        classes.append(TrafficClass(name="lossless", dscp=[exp.dscp], priority=3,
+                                    lossless=True))
+        pfc = PfcConfig(xoff_bytes=exp.xoff_bytes, xon_bytes=exp.xon_bytes,
+                        headroom_bytes=exp.headroom_bytes)
+    else:
+        classes[0] = dataclasses.replace(classes[0], dscp=sorted({0, exp.dscp}))
+    return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 
 def parse_pattern(text: str, n_hosts: int, path: str = "pattern") -> tuple[str, int]:

@@ -6,6 +6,7 @@ recorded in the run record so that teardown and `testbed clean` stop exactly tho
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import time
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .system import TestbedError, in_netns, run
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 BASE_PORT = 5201
 
@@ -90,6 +93,55 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         receiver_cc=end.get("receiver_tcp_congestion", ""))
 
 
+def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> subprocess.Popen:
+    """Start a process in a host's namespace (PYTHONPATH set so that `python -m testbed...`
+    works there), its PID recorded in the run record."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "wb")
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+           "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=out,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    out.close()
+    fabric.record.add_pid(proc.pid, what)
+    return proc
+
+
+def run_in_host(fabric, host: str, argv: list[str], timeout: float) -> str:
+    """Run a process in a host's namespace to completion; returns its stdout."""
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+           "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+    fabric.record.add_pid(proc.pid, f"workload in {host}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_and_reap([proc])
+        raise TestbedError(f"{argv[2:4]} in {host} did not finish within {timeout:.0f} s")
+    finally:
+        stop_and_reap([proc])
+    if proc.returncode != 0:
+        raise TestbedError(f"{' '.join(argv[2:4])} in {host} failed: {err.strip()[-400:]}")
+    return out
+
+
+def wait_listening(fabric, endpoints: list[tuple[str, int]], timeout: float = 10.0) -> None:
+    """Until every (host, TCP port) has a listening socket."""
+    pending = set(endpoints)
+    deadline = time.time() + timeout
+    while pending and time.time() < deadline:
+        for host, port in list(pending):
+            out = run(in_netns(fabric.host_pid(host), ["ss", "-ltnH", f"sport = :{port}"]),
+                      check=False).stdout
+            if out.strip():
+                pending.discard((host, port))
+        if pending:
+            time.sleep(0.05)
+    if pending:
+        raise TestbedError(f"servers did not start listening: {sorted(pending)[:3]}")
+
+
 class FlowRunner:
     """Runs a set of iperf3 flows at the same time and returns their results."""
 
@@ -114,7 +166,7 @@ class FlowRunner:
                 procs.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
                                          f"iperf3 server {f.dst}:{f.port}",
                                          self.log_dir / f"{tag}-{i}-server.log"))
-            self._wait_listening(flows)
+            wait_listening(self.fabric, [(f.dst, f.port) for f in flows])
             clients = []
             for i, f in enumerate(flows):
                 argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
@@ -133,24 +185,10 @@ class FlowRunner:
                 results.append(parse_iperf3(f.src, f.dst, text))
             return results
         finally:
-            _stop_and_reap(procs)
-
-    def _wait_listening(self, flows: list[Flow], timeout: float = 10.0) -> None:
-        pending = {(f.dst, f.port) for f in flows}
-        deadline = time.time() + timeout
-        while pending and time.time() < deadline:
-            for dst, port in list(pending):
-                out = run(in_netns(self.fabric.host_pid(dst), ["ss", "-ltnH", f"sport = :{port}"]),
-                          check=False).stdout
-                if out.strip():
-                    pending.discard((dst, port))
-            if pending:
-                time.sleep(0.05)
-        if pending:
-            raise TestbedError(f"iperf3 servers did not start: {sorted(pending)[:3]}")
+            stop_and_reap(procs)
 
 
-def _stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+def stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
     """Stop whatever is still running (servers after their test, everything when a run is
     interrupted) and collect every exit status, so no process of ours lingers as a zombie."""
     for proc in procs:

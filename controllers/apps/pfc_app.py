@@ -14,7 +14,7 @@ import time
 
 from controllers import qos_policy
 from controllers.apps.qos_base import QosApp
-from controllers.compat import wait_readable
+from controllers.compat import hub, wait_readable
 
 
 class PfcApp(QosApp):
@@ -36,14 +36,38 @@ class PfcApp(QosApp):
         return {"lossless_ingress_queues": lossless,
                 "pfc": None if cfg.pfc is None else vars(cfg.pfc)}
 
+    WATCHDOG_S = 0.005
+
     def serve(self, dp, cfg):
+        self.watchdog_resumes = 0
+        hub.spawn(self._watchdog, dp, cfg)
         while True:
             wait_readable(self.events.fd)
             for record in self.events.drain():
                 self.handle(dp, dp.decode(record))
 
+    def _watchdog(self, dp, cfg):
+        """Like the pause timer of 802.1Qbb (a pause expires unless renewed): a transmitter
+        stays paused only while its partner's ingress still holds more than XON. This ends
+        pauses whose XON was lost to a race between the two CPUs' BPF programs."""
+        while True:
+            hub.sleep(self.WATCHDOG_S)
+            for port, cls in list(dp.paused):
+                rx = dp.ports[port]["peer"]
+                st = dp.ingress(rx, cls)
+                if st.paused and st.bytes > cfg.pfc.xon_bytes:
+                    continue
+                dp.clear_pause(rx, cls)
+                dp.resume(port, cls)
+                self.watchdog_resumes += 1
+                now = time.monotonic_ns()
+                node = dp.ports[rx]
+                self.log_txt.write(f"{now} {node['node']} {node['ifname']} {cls} resume\n")
+                self.log_csv.write(f"{now},{node['node']},{node['ifname']},{cls},"
+                                   f"resume-timeout,{dp.ports[port]['ifname']},{st.bytes},,,\n")
+
     def handle(self, dp, ev) -> None:
-        action = qos_policy.on_event(ev.kind, ev.rx_port, ev.tx_port, ev.cls)
+        action = qos_policy.on_event(ev.kind, ev.rx_port, ev.cls, dp.ports)
         applied_us = ""
         try:
             if action.verb == "pause":
@@ -54,7 +78,7 @@ class PfcApp(QosApp):
             self.logger.error("PFC %s of %s class %d failed: %s", action.verb,
                               dp.ports[action.port]["ifname"], action.cls, exc)
         rx = dp.ports[ev.rx_port]
-        up = dp.ports[ev.tx_port]["ifname"]
+        up = dp.ports[action.port]["ifname"]
         self.log_txt.write(f"{ev.ns} {rx['node']} {rx['ifname']} {ev.cls} {ev.name}\n")
         last = (round((ev.last_arrival_ns - ev.xoff_ns) / 1000, 1)
                 if ev.kind == 2 and ev.last_arrival_ns >= ev.xoff_ns else "")

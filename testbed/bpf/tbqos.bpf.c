@@ -128,7 +128,7 @@ struct event {
 	__u64 bytes_after_xoff;
 	__u32 kind;
 	__u32 rx_port;
-	__u32 tx_port;
+	__u32 tx_port;         /* the link the event was detected on (for XON: downstream) */
 	__u32 cls;
 	__s64 bytes;
 };
@@ -399,6 +399,13 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 		in->last_arrival_ns = now;
 		__sync_fetch_and_add(&in->pauses, 1);
 		emit(EV_XOFF, rc->rx_port, rc->tx_port, p.cls, in, now);
+		/* The other CPU may have released bytes below XON between our add and the flag:
+		 * it saw no pause to end, so end it here (the executor's watchdog is the backstop). */
+		if (in->bytes <= pc->xon_bytes &&
+		    __sync_val_compare_and_swap(&in->paused, 1, 0) == 1) {
+			in->paused_ns += now - in->xoff_ns;
+			emit(EV_XON, rc->rx_port, rc->tx_port, p.cls, in, now);
+		}
 	}
 	return TC_ACT_OK;
 }
