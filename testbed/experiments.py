@@ -241,4 +241,4 @@ from . import qos_experiments  # noqa: E402 (uses the helpers above)
 RUNNERS = {"reachability": reachability, "link_calibration": link_calibration,
            "queue_calibration": queue_calibration, "permutation": permutation,
            "ecn_queue": qos_experiments.ecn_queue, "priority": qos_experiments.priority,
-           "incast": qos_experiments.incast}
+           "incast": qos_experiments.incast, "pfc_victim": qos_experiments.pfc_victim}

@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from topologies import dumbbell
+from topologies import dumbbell, leafspine
 
 from .dpapi import Dataplane
 from .experiments import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
 from .monitor import ClassQueueSampler
 from .qos import EcnProfile, QosConfig, TrafficClass
-from .spec import EcnQueue, Incast, PriorityQueues, _incast_qos
+from .spec import EcnQueue, Incast, PfcVictim, PriorityQueues, _incast_qos, _victim_qos
 from .system import congestion_controls, in_netns, run
 from .traffic import (Flow, FlowRunner, run_in_host, start_in_host, stop_and_reap,
                       wait_listening)
@@ -304,6 +304,7 @@ def incast(ctx, exp: Incast) -> Outcome:
                     rows.append(row)
                     ctx.log(f"  {label} N={n}: {row['goodput_mbps']} Mb/s, "
                             f"{timeouts} timeouts, {drops['switch_drops']} drops, "
+                            f"{drops['lossless_overflow']} headroom overflows, "
                             f"{pfc['pauses']} pauses")
                 summary[variant] = pfc_summary(fab.qos_status_dir)
             finally:
@@ -323,6 +324,69 @@ def incast(ctx, exp: Incast) -> Outcome:
             "collapse_from_best": round(1 - at_max["goodput_mbps"] / best, 3) if best else None,
             "drops_at_max_n": at_max["switch_drops"], "timeouts_at_max_n": at_max["tcp_timeouts"],
             "lossless_overflow_at_max_n": at_max["lossless_overflow"]}
-    if "pfc" in exp.variants and out.headline["pfc"]["drops_at_max_n"]:
-        out.warnings.append("incast: the fabric dropped packets with PFC on the lossless class")
+    if "pfc" in exp.variants and (out.headline["pfc"]["drops_at_max_n"]
+                                  or out.headline["pfc"]["lossless_overflow_at_max_n"]):
+        out.warnings.append("incast: the fabric dropped packets with PFC on the lossless class "
+                            "(headroom too small for the measured pause reaction time?)")
+    return out
+
+
+# ---- PFC congestion spreading: the victim flow ----------------------------------------------
+
+def pfc_victim(ctx, exp: PfcVictim) -> Outcome:
+    out = Outcome()
+    hpl = exp.incast_senders + 1
+    topo = leafspine(spines=1, leaves=3, hosts_per_leaf=hpl, host_rate=exp.host_rate_mbps,
+                     uplink_rate=exp.uplink_rate_mbps)
+    leaf = {i: [f"h{i * hpl + j + 1}" for j in range(hpl)] for i in range(3)}
+    receiver = leaf[0][0]
+    senders = leaf[1][:exp.incast_senders]
+    victim_src, victim_dst = leaf[1][exp.incast_senders], leaf[2][0]
+    ecn_cc = "dctcp" if "dctcp" in congestion_controls() else "cubic"
+    rows = []
+    for phase in exp.phases:
+        cfg = _victim_qos(exp, phase)
+        hosts = dataclasses.replace(ctx.spec.hosts, ecn=phase == "pfc+ecn",
+                                    congestion_control=ecn_cc if phase == "pfc+ecn"
+                                    else ctx.spec.hosts.congestion_control)
+        label = f"pfc victim {phase}"
+        with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, mtu_bytes=exp.mtu_bytes,
+                        burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
+                        buffer_bytes=None) as fab:
+            flows = [Flow(src=victim_src, dst=victim_dst, duration_s=exp.duration_s,
+                          omit_s=exp.omit_s, port=5201, dscp=exp.dscp)]
+            if phase != "no-incast":
+                flows += [Flow(src=s, dst=receiver, duration_s=exp.duration_s,
+                               omit_s=exp.omit_s, port=5202 + i, dscp=exp.dscp)
+                          for i, s in enumerate(senders)]
+            dp = Dataplane(fab.qos_plane.description)
+            before = _fabric_drops(dp)
+            t_ns = time.monotonic_ns()
+            with _traffic_phase(ctx, fab, out, label) as checks:
+                res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"victim-{phase}")
+            drops = {k: v - before[k] for k, v in _fabric_drops(dp).items()}
+            dp.close()
+            pfc = pfc_summary(fab.qos_status_dir, t_ns)
+        victim, incast_flows = res[0], res[1:]
+        hops = sorted(pfc.get("paused_links", {}))
+        rows.append({"phase": phase, "victim_mbps": round(victim.goodput_mbps, 3),
+                     "incast_mbps": round(sum(r.goodput_mbps for r in incast_flows), 3),
+                     "victim_retransmits": victim.retransmits, **drops,
+                     "pauses": pfc["pauses"], "paused_links": " ".join(hops),
+                     "pause_applied_p50_us": pfc.get("reaction_applied_us", {}).get("p50"),
+                     "pause_applied_p90_us": pfc.get("reaction_applied_us", {}).get("p90"),
+                     "last_arrival_after_xoff_p90_us":
+                         pfc.get("reaction_last_arrival_us", {}).get("p90"),
+                     "cpu_bound": checks["cpu"]["cpu_bound"],
+                     "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"]})
+        ctx.log(f"  {label}: victim {rows[-1]['victim_mbps']} Mb/s, incast "
+                f"{rows[-1]['incast_mbps']} Mb/s, {pfc['pauses']} pauses on {len(hops)} links")
+    ctx.write_csv("pfc_victim.csv", list(rows[0]), [list(r.values()) for r in rows])
+    by = {r["phase"]: r for r in rows}
+    out.headline = {"victim": f"{victim_src}->{victim_dst}", "incast": f"{senders}->{receiver}",
+                    **{f"victim_mbps_{p}": r["victim_mbps"] for p, r in by.items()},
+                    **{f"paused_links_{p}": r["paused_links"] for p, r in by.items()
+                       if p.startswith("pfc")}}
+    if "pfc" in by and by["pfc"]["switch_drops"]:
+        out.warnings.append("pfc victim: the fabric dropped packets with PFC on")
     return out

@@ -123,13 +123,39 @@ class Incast:
     rto_min_us: int = 5000
     xoff_bytes: int = 12000
     xon_bytes: int = 6000
-    headroom_bytes: int = 24000
+    headroom_bytes: int = 64000  # in flight while the pause takes effect (ms here, FIDELITY.md)
+    dscp: int = 26
+
+
+VICTIM_PHASES = ("no-incast", "lossy", "pfc", "pfc+ecn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PfcVictim:
+    """PFC congestion spreading (Guo et al. 2016; DCQCN, Zhu et al. 2015) on a leaf-spine with
+    one spine: `incast_senders` on leaf 2 send to one receiver on leaf 1; a victim flow from
+    leaf 2 to an idle receiver on leaf 3 shares only leaf 2's uplink with them. Victim
+    goodput and pauses per link for each phase."""
+    type: Literal["pfc_victim"] = "pfc_victim"
+    phases: list[str] = field(default_factory=lambda: list(VICTIM_PHASES))
+    host_rate_mbps: float = 100.0
+    uplink_rate_mbps: float = 300.0
+    incast_senders: int = 3
+    duration_s: float = 15.0
+    omit_s: float = 3.0
+    mtu_bytes: int = 9000  # 4 switch hops at 200 Mb/s: jumbo frames keep OVS below CPU limit
+    buffer_pkts: int = 32  # the lossy phase's buffer per port
+    xoff_bytes: int = 36000
+    xon_bytes: int = 18000
+    headroom_bytes: int = 160000
+    k_bytes: int = 20000
+    burst_us: int = 1000
     dscp: int = 26
 
 
 EXPERIMENTS = {cls.__dataclass_fields__["type"].default: cls
                for cls in (Reachability, LinkCalibration, QueueCalibration, Permutation,
-                           EcnQueue, PriorityQueues, Incast)}
+                           EcnQueue, PriorityQueues, Incast, PfcVictim)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,6 +367,21 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             validate_qos(_incast_qos(exp, "pfc"), path, 1500, exp.buffer_pkts, None)
         except QosError as exc:
             raise SpecError(str(exc)) from None
+    if isinstance(exp, PfcVictim):
+        for j, ph in enumerate(exp.phases):
+            if ph not in VICTIM_PHASES:
+                raise SpecError(f"{path}.phases[{j}]: one of {', '.join(VICTIM_PHASES)} "
+                                f"(got {ph!r})")
+        if not 1 <= exp.incast_senders <= 16:
+            raise SpecError(f"{path}.incast_senders: must be in 1..16")
+        if exp.omit_s >= exp.duration_s:
+            raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
+        if not 576 <= exp.mtu_bytes <= 9000:
+            raise SpecError(f"{path}.mtu_bytes: must be in 576..9000")
+        try:
+            validate_qos(_victim_qos(exp, "pfc+ecn"), path, exp.mtu_bytes, exp.buffer_pkts, None)
+        except QosError as exc:
+            raise SpecError(str(exc)) from None
     if isinstance(exp, Permutation):
         if exp.omit_s >= exp.duration_s:
             raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
@@ -364,6 +405,21 @@ def _incast_qos(exp: "Incast", variant: str) -> QosConfig:
                         headroom_bytes=exp.headroom_bytes)
     else:
         classes[0] = dataclasses.replace(classes[0], dscp=sorted({0, exp.dscp}))
+    return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
+
+
+def _victim_qos(exp: "PfcVictim", phase: str) -> QosConfig:
+    lossless = phase.startswith("pfc")
+    ecn = EcnProfile(k=exp.k_bytes, unit="bytes") if phase == "pfc+ecn" else None
+    data = TrafficClass(name="data", dscp=[0] if lossless else sorted({0, exp.dscp}),
+                        buffer_pkts=exp.buffer_pkts)
+    classes = [data]
+    pfc = None
+    if lossless:
+        classes.append(TrafficClass(name="lossless", dscp=[exp.dscp], priority=3,
+                                    lossless=True, ecn=ecn))
+        pfc = PfcConfig(xoff_bytes=exp.xoff_bytes, xon_bytes=exp.xon_bytes,
+                        headroom_bytes=exp.headroom_bytes)
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 

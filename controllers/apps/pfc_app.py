@@ -10,6 +10,7 @@ event with its reaction time:
 """
 from __future__ import annotations
 
+import os
 import time
 
 from controllers import qos_policy
@@ -33,10 +34,23 @@ class PfcApp(QosApp):
             self.log_csv.write("time_ns,node,port,class,event,upstream_port,bytes_held,"
                                "xoff_to_applied_us,xoff_to_last_arrival_us,"
                                "bytes_after_xoff\n")
-        return {"lossless_ingress_queues": lossless,
+        realtime = self._realtime()
+        return {"lossless_ingress_queues": lossless, "realtime_priority": realtime,
                 "pfc": None if cfg.pfc is None else vars(cfg.pfc)}
 
     WATCHDOG_S = 0.005
+    RT_PRIORITY = 10
+
+    def _realtime(self) -> bool:
+        """The pause executor must not wait behind OVS and the hosts for a core: the time
+        from XOFF to the pause taking effect decides how much headroom a lossless class
+        needs. With SCHED_FIFO the controller process (idle but for events) runs first."""
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.RT_PRIORITY))
+            return True
+        except (OSError, AttributeError) as exc:
+            self.logger.warning("PFC executor without real-time priority: %s", exc)
+            return False
 
     def serve(self, dp, cfg):
         self.watchdog_resumes = 0
