@@ -25,9 +25,14 @@ from eventlet.hubs import trampoline  # noqa: E402
 RyuApp = app_manager.RyuApp
 
 
-def wait_readable(fd: int) -> None:
-    """Block this green thread (not the controller) until `fd` is readable."""
-    trampoline(fd, read=True)
+def wait_readable(fd: int, timeout: float | None = None) -> bool:
+    """Block this green thread (not the controller) until `fd` is readable or `timeout`
+    seconds have passed; True if readable."""
+    try:
+        trampoline(fd, read=True, timeout=timeout, timeout_exc=TimeoutError)
+        return True
+    except TimeoutError:
+        return False
 
 OFP_VERSION = ofproto_v1_3.OFP_VERSION
 

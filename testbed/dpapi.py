@@ -67,6 +67,7 @@ class IngressState:
     last_arrival_ns: int
     paused_ns: int
     overflow_drops: int
+    untracked: int
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,12 @@ class Dataplane:
         rate = self.ports[port]["rate_mbps"]
         m.update(key, qos.qcfg_record(limit_bytes, limit_pkts, profile, self.frame, rate))
 
+    def set_lossless(self, classes: list[bool]) -> None:
+        """Which classes PFC makes lossless (the dataplane tracks their packets per switch)."""
+        m = self._map("tb_lossless")
+        for cls in range(qos.NCLASS):
+            m.update(qos.U32.pack(cls), qos.U32.pack(int(cls < len(classes) and classes[cls])))
+
     def set_pfc(self, port: int, cls: int, cfg: qos.PfcConfig | None) -> None:
         """PFC thresholds of a switch ingress port and class (None: PFC off there)."""
         rec = (qos.PFC_CFG.pack(1, cfg.xoff_bytes, cfg.xon_bytes, cfg.headroom_bytes)
@@ -190,7 +197,8 @@ class Dataplane:
         return self._gates[key]
 
     def _send(self, port: int, message: bytes) -> int:
-        """Send one netlink request and wait for its ack; returns CLOCK_MONOTONIC ns."""
+        """Send one netlink request and wait for its ack; returns CLOCK_MONOTONIC ns.
+        Not reentrant: call it from one (green) thread."""
         sock = self._socket(self.ports[port]["netns"])
         self._seq += 1
         message = message[:8] + struct.pack("I", self._seq) + message[12:]

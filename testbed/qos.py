@@ -267,9 +267,9 @@ def gate_burst(frame: int, paused: bool) -> int:
 QCFG = struct.Struct("8I")
 QSTATE = struct.Struct("qq7Q")
 PFC_CFG = struct.Struct("4I")
-INGRESS = struct.Struct("q7Q")
+INGRESS = struct.Struct("q8Q")
 EVENT = struct.Struct("4Q4Iq")
-PORT_CFG = struct.Struct("3I")
+PORT_CFG = struct.Struct("4I")
 RX_CFG = struct.Struct("4I")
 U32 = struct.Struct("I")
 IF_KEY = struct.Struct("QII")  # mac (host NICs), ifindex (switch ports), pad

@@ -239,6 +239,19 @@ def _netstat_all(fab, hosts: list[str]) -> int:
     return sum(_netstat(fab, h) for h in hosts)
 
 
+def ingress_residual(dp: Dataplane) -> dict:
+    """Bytes that switch ingress ports still count as held once the fabric is idle (should
+    be 0: anything left is a packet whose departure was never seen), and arrivals that
+    could not be tracked."""
+    ncls = len(dp.classes)
+    states = {(p["ifname"], c): dp.ingress(p["id"], c)
+              for p in dp.ports if not p["is_host"] for c in range(ncls)}
+    return {"ingress_residual_bytes": sum(st.bytes for st in states.values()),
+            "ingress_residual_at": " ".join(f"{name}/{c}:{st.bytes}" for (name, c), st
+                                            in states.items() if st.bytes),
+            "ingress_untracked_pkts": sum(st.untracked for st in states.values())}
+
+
 def _fabric_drops(dp: Dataplane) -> dict:
     ncls = len(dp.classes)
     switch = [p for p in dp.ports if not p["is_host"]]
@@ -365,13 +378,14 @@ def pfc_victim(ctx, exp: PfcVictim) -> Outcome:
             with _traffic_phase(ctx, fab, out, label) as checks:
                 res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"victim-{phase}")
             drops = {k: v - before[k] for k, v in _fabric_drops(dp).items()}
+            residual = ingress_residual(dp)
             dp.close()
             pfc = pfc_summary(fab.qos_status_dir, t_ns)
         victim, incast_flows = res[0], res[1:]
         hops = sorted(pfc.get("paused_links", {}))
         rows.append({"phase": phase, "victim_mbps": round(victim.goodput_mbps, 3),
                      "incast_mbps": round(sum(r.goodput_mbps for r in incast_flows), 3),
-                     "victim_retransmits": victim.retransmits, **drops,
+                     "victim_retransmits": victim.retransmits, **drops, **residual,
                      "pauses": pfc["pauses"], "paused_links": " ".join(hops),
                      "pause_applied_p50_us": pfc.get("reaction_applied_us", {}).get("p50"),
                      "pause_applied_p90_us": pfc.get("reaction_applied_us", {}).get("p90"),

@@ -168,7 +168,7 @@ class QosPlane:
             for p in self.ports:
                 peer = self.ports[p.peer]
                 maps["tb_port_cfg"].update(self.keys[p.id], qos.PORT_CFG.pack(
-                    p.id, qos.ROOT_MAJOR, qos.PORT_HOST if p.is_host else 0))
+                    p.id, qos.ROOT_MAJOR, qos.PORT_HOST if p.is_host else 0, p.switch_index))
                 maps["tb_rx_cfg"].update(self.keys[p.id], qos.RX_CFG.pack(
                     peer.id, qos.NONE if p.is_host else p.id, peer.switch_index,
                     p.switch_index))

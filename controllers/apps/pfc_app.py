@@ -15,7 +15,7 @@ import time
 
 from controllers import qos_policy
 from controllers.apps.qos_base import QosApp
-from controllers.compat import hub, wait_readable
+from controllers.compat import wait_readable
 
 
 class PfcApp(QosApp):
@@ -23,6 +23,7 @@ class PfcApp(QosApp):
 
     def configure(self, dp, cfg):
         lossless = 0
+        dp.set_lossless([c.lossless and cfg.pfc is not None for c in cfg.classes])
         for port, cls, thresholds in qos_policy.pfc_settings(cfg, dp.ports):
             dp.set_pfc(port, cls, thresholds)
             lossless += thresholds is not None
@@ -53,32 +54,35 @@ class PfcApp(QosApp):
             return False
 
     def serve(self, dp, cfg):
+        """One green thread does everything that touches the dataplane (events and the
+        watchdog), so that netlink requests and their acks never interleave."""
         self.watchdog_resumes = 0
-        hub.spawn(self._watchdog, dp, cfg)
+        next_check = time.monotonic() + self.WATCHDOG_S
         while True:
-            wait_readable(self.events.fd)
+            wait_readable(self.events.fd, max(0.0, next_check - time.monotonic()))
             for record in self.events.drain():
                 self.handle(dp, dp.decode(record))
+            if time.monotonic() >= next_check:
+                self._watchdog(dp, cfg)
+                next_check = time.monotonic() + self.WATCHDOG_S
 
     def _watchdog(self, dp, cfg):
         """Like the pause timer of 802.1Qbb (a pause expires unless renewed): a transmitter
         stays paused only while its partner's ingress still holds more than XON. This ends
         pauses whose XON was lost to a race between the two CPUs' BPF programs."""
-        while True:
-            hub.sleep(self.WATCHDOG_S)
-            for port, cls in list(dp.paused):
-                rx = dp.ports[port]["peer"]
-                st = dp.ingress(rx, cls)
-                if st.paused and st.bytes > cfg.pfc.xon_bytes:
-                    continue
-                dp.clear_pause(rx, cls)
-                dp.resume(port, cls)
-                self.watchdog_resumes += 1
-                now = time.monotonic_ns()
-                node = dp.ports[rx]
-                self.log_txt.write(f"{now} {node['node']} {node['ifname']} {cls} resume\n")
-                self.log_csv.write(f"{now},{node['node']},{node['ifname']},{cls},"
-                                   f"resume-timeout,{dp.ports[port]['ifname']},{st.bytes},,,\n")
+        for port, cls in list(dp.paused):
+            rx = dp.ports[port]["peer"]
+            st = dp.ingress(rx, cls)
+            if st.paused and st.bytes > cfg.pfc.xon_bytes:
+                continue
+            dp.clear_pause(rx, cls)
+            dp.resume(port, cls)
+            self.watchdog_resumes += 1
+            now = time.monotonic_ns()
+            node = dp.ports[rx]
+            self.log_txt.write(f"{now} {node['node']} {node['ifname']} {cls} resume\n")
+            self.log_csv.write(f"{now},{node['node']},{node['ifname']},{cls},"
+                               f"resume-timeout,{dp.ports[port]['ifname']},{st.bytes},,,\n")
 
     def handle(self, dp, ev) -> None:
         action = qos_policy.on_event(ev.kind, ev.rx_port, ev.cls, dp.ports)

@@ -52,6 +52,7 @@ struct port_cfg {          /* egress: key if_key */
 	__u32 port;            /* port id: index into the per-port arrays */
 	__u32 htb_major;       /* HTB root handle major of this interface */
 	__u32 flags;           /* PORT_HOST: a host NIC, whose drops go back to its stack */
+	__u32 sw;              /* switch index of a switch port, NONE for a host NIC */
 };
 
 #define PORT_HOST 1
@@ -101,6 +102,7 @@ struct ingress {           /* per switch ingress port and class; read through mm
 	__u64 last_arrival_ns;     /* of the current/last pause: last arrival after XOFF */
 	__u64 paused_ns;           /* total time between XOFF and XON */
 	__u64 overflow_drops;      /* headroom exceeded: a lossless class lost a packet */
+	__u64 untracked;           /* arrivals not accounted (see tb_pkts) */
 };
 
 struct pkt_key {           /* identifies a packet inside one switch */
@@ -114,9 +116,14 @@ struct pkt_key {           /* identifies a packet inside one switch */
 	__u32 sw;
 };
 
+#define PKT_TOMBSTONE 0xffffffffu  /* slot of a packet seen leaving before it was seen arriving */
+#define PKT_DROP 1                 /* flags: headroom overflowed; drop it at the egress */
+
 struct pkt_val {
-	__u32 slot;            /* ingress port * NCLASS + class */
+	__u32 slot;            /* ingress port * NCLASS + class, or PKT_TOMBSTONE */
 	__u32 len;
+	__u32 flags;
+	__u32 pad;
 };
 
 enum { EV_XOFF = 1, EV_XON = 2, EV_OVERFLOW = 3 };
@@ -154,6 +161,13 @@ struct {
 	__type(value, __u32);
 } tb_dscp SEC(".maps");
 
+struct {                   /* 1 for the classes that PFC makes lossless (set by the PFC app) */
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NCLASS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tb_lossless SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_PORTS * NCLASS);
@@ -184,8 +198,10 @@ struct {
 	__type(value, struct ingress);
 } tb_inq SEC(".maps");
 
+/* A plain hash, not an LRU one: an LRU map may evict entries long before it is full, and an
+ * evicted entry is a packet whose ingress bytes are never given back. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct pkt_key);
 	__type(value, struct pkt_val);
@@ -249,15 +265,34 @@ static __always_inline void emit(__u32 kind, __u32 rx_port, __u32 tx_port, __u32
 	bpf_ringbuf_output(&tb_events, &ev, sizeof(ev), 0);
 }
 
-/* The packet left switch `sw` (or was dropped there): release its ingress accounting. */
+static __always_inline int is_lossless(__u32 cls)
+{
+	__u32 *l = bpf_map_lookup_elem(&tb_lossless, &cls);
+	return l && *l;
+}
+
+/* The packet left switch `sw` (or was dropped there): release its ingress accounting.
+ * OVS reads a switch port through a packet tap, which the kernel serves before the tc
+ * ingress hook: on the other core a packet can be forwarded and reach the next hop before
+ * its arrival was accounted here. Its departure then leaves a tombstone, and the late
+ * arrival finds it and accounts nothing. */
 static __always_inline void release(struct parsed *p, __u32 sw, __u32 tx_port, __u64 now)
 {
 	struct pkt_key key = p->key;
 	key.sw = sw;
 	struct pkt_val *v = bpf_map_lookup_elem(&tb_pkts, &key);
-	if (!v)
-		return;
+	if (!v) {
+		struct pkt_val tomb = { .slot = PKT_TOMBSTONE };
+		if (bpf_map_update_elem(&tb_pkts, &key, &tomb, BPF_NOEXIST) == 0)
+			return;
+		/* the arrival was accounted between our lookup and the tombstone: release it */
+		v = bpf_map_lookup_elem(&tb_pkts, &key);
+		if (!v)
+			return;
+	}
 	__u32 slot = v->slot;
+	if (slot == PKT_TOMBSTONE)
+		return;
 	__s64 len = v->len;
 	bpf_map_delete_elem(&tb_pkts, &key);
 	struct ingress *in = bpf_map_lookup_elem(&tb_inq, &slot);
@@ -307,6 +342,18 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 	struct qstate *q = bpf_map_lookup_elem(&tb_qstate, &slot);
 	if (!qc || !q)
 		return TC_ACT_OK;
+	if (p.is_ip && pc->sw != NONE && is_lossless(p.cls)) {
+		/* a packet whose ingress overflowed its headroom: the tc ingress hook cannot
+		 * stop OVS from reading it, so it is dropped here, on its way out */
+		struct pkt_key key = p.key;
+		key.sw = pc->sw;
+		struct pkt_val *v = bpf_map_lookup_elem(&tb_pkts, &key);
+		if (v && (v->flags & PKT_DROP)) {
+			release(&p, pc->sw, pc->port, bpf_ktime_get_ns());
+			__sync_fetch_and_add(&q->drops, 1);
+			return TC_ACT_STOLEN;
+		}
+	}
 	/* wire_len: the bytes on the wire once a GSO packet of the host stack is segmented
 	 * (headers counted per segment), which is what the far end will see. */
 	__s64 len = skb->wire_len ? skb->wire_len : skb->len;
@@ -368,7 +415,7 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 	}
 	if (!p.is_ip)
 		return TC_ACT_OK;
-	if (rc->tx_switch != NONE)
+	if (rc->tx_switch != NONE && is_lossless(p.cls))
 		release(&p, rc->tx_switch, rc->tx_port, now);
 	if (rc->rx_switch == NONE)
 		return TC_ACT_OK;
@@ -378,19 +425,29 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 	struct ingress *in = bpf_map_lookup_elem(&tb_inq, &islot);
 	if (!pc || !in || !pc->enabled)
 		return TC_ACT_OK;
+	struct pkt_key key = p.key;
+	key.sw = rc->rx_switch;
+	struct pkt_val v = { .slot = islot, .len = len };
 	if (in->paused) {
 		__sync_fetch_and_add(&in->bytes_after_xoff, len);
 		in->last_arrival_ns = now;
 		if (in->bytes + len > (__s64)pc->xoff_bytes + pc->headroom_bytes) {
 			__sync_fetch_and_add(&in->overflow_drops, 1);
 			emit(EV_OVERFLOW, rc->rx_port, rc->tx_port, p.cls, in, now);
-			return TC_ACT_SHOT;
+			v.flags = PKT_DROP;
 		}
 	}
-	struct pkt_key key = p.key;
-	key.sw = rc->rx_switch;
-	struct pkt_val v = { .slot = islot, .len = len };
-	bpf_map_update_elem(&tb_pkts, &key, &v, BPF_ANY);
+	if (bpf_map_update_elem(&tb_pkts, &key, &v, BPF_NOEXIST) != 0) {
+		struct pkt_val *old = bpf_map_lookup_elem(&tb_pkts, &key);
+		if (old && old->slot == PKT_TOMBSTONE) {
+			bpf_map_delete_elem(&tb_pkts, &key);  /* it has left already */
+			return TC_ACT_OK;
+		}
+		/* the same packet twice in this switch, or the table full: not accounted, so
+		 * that nothing is released twice (counted, and reported by the monitor) */
+		__sync_fetch_and_add(&in->untracked, 1);
+		return TC_ACT_OK;
+	}
 	__sync_fetch_and_add(&in->bytes, len);
 	if (!in->paused && in->bytes > pc->xoff_bytes &&
 	    __sync_val_compare_and_swap(&in->paused, 0, 1) == 0) {
@@ -422,8 +479,5 @@ int tb_egress_host(struct __sk_buff *skb) { return egress(skb, 1); }
 SEC("tc")
 int tb_ingress_host(struct __sk_buff *skb) { return ingress(skb, 1); }
 
-/* A packet dropped at a switch egress must give its ingress bytes back. The egress program
- * above cannot see the switch index cheaply, so drops of lossless classes are avoided by
- * configuration (lossless egress buffers are larger than Xoff + headroom of every ingress). */
 
 char LICENSE[] SEC("license") = "GPL";
