@@ -20,10 +20,13 @@ def draw_all(out_dir: Path) -> list[Path]:
     plots = out_dir / "plots"
     plots.mkdir(exist_ok=True)
     made = []
+    from . import qos_plots
     for name, fn in (("queue_depth.csv", queue_depth), ("link_calibration.csv", link_calibration),
-                     ("permutation.csv", permutation), ("cpu.csv", cpu)):
+                     ("permutation.csv", permutation), ("cpu.csv", cpu),
+                     *qos_plots.CSV_PLOTS.items()):
         if (metrics / name).exists() and _rows(metrics / name):
             made.append(fn(_rows(metrics / name), plots))
+    made += qos_plots.pfc_timelines(out_dir, plots)
     return made
 
 

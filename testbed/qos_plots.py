@@ -1,0 +1,125 @@
+"""Plots of the traffic-class experiments, drawn only from the results' CSV files."""
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from .plots import _rows, _save
+
+
+def ecn_queue(rows: list[dict], plots: Path) -> Path:
+    """Queue depth over a 2 s window of each phase, and its histogram (time-weighted)."""
+    by = defaultdict(list)
+    for r in rows:
+        by[r["phase"]].append((float(r["t_s"]), int(r["qlen_pkts"])))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for phase, pts in by.items():
+        t0 = pts[0][0] + 5.0
+        window = [(t - t0, q) for t, q in pts if t0 <= t <= t0 + 2.0]
+        ax.step([t for t, _ in window], [q for _, q in window], where="post", lw=0.8,
+                label=phase)
+        weights = defaultdict(float)
+        for (t, q), (t2, _) in zip(pts, pts[1:]):
+            weights[q] += t2 - t
+        total = sum(weights.values()) or 1.0
+        qs = sorted(weights)
+        acc, cdf = 0.0, []
+        for q in qs:
+            acc += weights[q] / total
+            cdf.append(acc)
+        ax2.plot(qs, cdf, label=phase)
+    ax.set_xlabel("time (s, 2 s of the steady state)")
+    ax.set_ylabel("bottleneck queue (packets)")
+    ax.set_title("ECN queue occupancy")
+    ax.legend()
+    ax2.set_xscale("symlog", linthresh=10)
+    ax2.set_xlabel("queue (packets)")
+    ax2.set_ylabel("fraction of time")
+    ax2.set_title("queue depth CDF (1 kHz, time-weighted)")
+    ax2.legend()
+    return _save(fig, plots / "ecn_queue.png")
+
+
+def incast(rows: list[dict], plots: Path) -> Path:
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    by = defaultdict(list)
+    for r in rows:
+        by[r["variant"]].append(r)
+    for variant, rs in by.items():
+        n = [int(r["senders"]) for r in rs]
+        ax.plot(n, [float(r["goodput_mbps"]) for r in rs], "o-", label=variant)
+        ax2.plot(n, [int(r["tcp_timeouts"]) for r in rs], "o-", label=variant)
+    ax.set_xlabel("synchronized senders N")
+    ax.set_ylabel("goodput (Mb/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("TCP incast: fixed block split N ways")
+    ax.legend()
+    ax2.set_xlabel("synchronized senders N")
+    ax2.set_ylabel("TCP timeouts (all senders)")
+    ax2.legend()
+    return _save(fig, plots / "incast.png")
+
+
+def pfc_victim(rows: list[dict], plots: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    phases = [r["phase"] for r in rows]
+    ax.bar(phases, [float(r["victim_mbps"]) for r in rows], color="tab:blue", label="victim")
+    ax.plot(phases, [float(r["incast_mbps"]) for r in rows], "ks", label="incast (aggregate)")
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['pauses']} pauses", (i, float(r["victim_mbps"])), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_ylabel("goodput (Mb/s)")
+    ax.set_title("PFC congestion spreading: the victim flow")
+    ax.legend()
+    return _save(fig, plots / "pfc_victim.png")
+
+
+def priority(rows: list[dict], plots: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [float(r["high_received_mbps"]) for r in rows], 0.4,
+           label="high class")
+    ax.bar([i + 0.2 for i in x], [float(r["low_received_mbps"]) for r in rows], 0.4,
+           label="low class")
+    ax.set_xticks(list(x), [r["scheduler"] for r in rows])
+    ax.set_ylabel("received (Mb/s)")
+    ax.set_title("Two classes on one saturated port")
+    ax.legend()
+    return _save(fig, plots / "priority.png")
+
+
+def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
+    """Paused intervals per link over time, one plot per fabric that logged PFC events."""
+    made = []
+    for log in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv")):
+        with log.open() as fh:
+            rows = list(csv.DictReader(fh))
+        if not any(r["event"] == "pause" for r in rows):
+            continue
+        rows.sort(key=lambda r: int(r["time_ns"]))
+        t0 = int(rows[0]["time_ns"])
+        open_at: dict[str, float] = {}
+        spans = defaultdict(list)
+        for r in rows:
+            link = f"{r['upstream_port']}→{r['port']}/c{r['class']}"
+            t = (int(r["time_ns"]) - t0) / 1e9
+            if r["event"] == "pause":
+                open_at.setdefault(link, t)
+            elif r["event"].startswith("resume") and link in open_at:
+                start = open_at.pop(link)
+                spans[link].append((start, max(t - start, 1e-4)))
+        fig, ax = plt.subplots(figsize=(9, 0.5 + 0.4 * len(spans)))
+        for i, (link, sp) in enumerate(sorted(spans.items())):
+            ax.broken_barh(sp, (i - 0.4, 0.8), color="tab:red")
+        ax.set_yticks(range(len(spans)), sorted(spans))
+        ax.set_xlabel("time (s)")
+        ax.set_title(f"PFC pauses ({log.parent.name})")
+        made.append(_save(fig, plots / f"pfc_{log.parent.name}.png"))
+    return made
+
+
+CSV_PLOTS = {"ecn_queue_depth.csv": ecn_queue, "incast.csv": incast,
+             "pfc_victim.csv": pfc_victim, "priority.csv": priority}
