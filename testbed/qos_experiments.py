@@ -13,7 +13,7 @@ from pathlib import Path
 from topologies import dumbbell, leafspine
 
 from .dpapi import Dataplane
-from .experiments import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
+from .phases import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
 from .monitor import ClassQueueSampler
 from .qos import EcnProfile, QosConfig, TrafficClass
 from .spec import EcnQueue, Incast, PfcVictim, PriorityQueues, _incast_qos, _victim_qos
@@ -136,7 +136,7 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
     diffs = sorted(abs((b0 + b1) / 2 - real) / frame for _, b0, real, b1, _, _ in pairs)
     below = total = 0
     for a, b in zip(pairs, pairs[1:]):
-        delta = b[4] - a[5]
+        delta = b[5] - a[5]
         total += delta
         if a[2] < k_bytes and b[2] < k_bytes:
             below += delta

@@ -363,6 +363,7 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.k_pkts: must be below buffer_pkts")
         if not 0 <= exp.dscp <= 63:
             raise SpecError(f"{path}.dscp: DSCP must be in 0..63 (got {exp.dscp})")
+        _check_pfc_fields(exp, path, 1500)
         try:
             validate_qos(_incast_qos(exp, "pfc"), path, 1500, exp.buffer_pkts, None)
         except QosError as exc:
@@ -378,6 +379,7 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
         if not 576 <= exp.mtu_bytes <= 9000:
             raise SpecError(f"{path}.mtu_bytes: must be in 576..9000")
+        _check_pfc_fields(exp, path, exp.mtu_bytes)
         try:
             validate_qos(_victim_qos(exp, "pfc+ecn"), path, exp.mtu_bytes, exp.buffer_pkts, None)
         except QosError as exc:
@@ -391,6 +393,20 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.routings: at least one routing mode")
         for j, pattern in enumerate(exp.patterns):
             parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
+
+
+def _check_pfc_fields(exp: Any, path: str, mtu_bytes: int) -> None:
+    """PFC thresholds given as experiment fields, checked under their own names."""
+    frame = mtu_bytes + 14
+    for name in ("xoff_bytes", "xon_bytes", "headroom_bytes"):
+        _positive(getattr(exp, name), f"{path}.{name}")
+    if exp.xon_bytes >= exp.xoff_bytes:
+        raise SpecError(f"{path}.xon_bytes: must be below xoff_bytes "
+                        f"({exp.xon_bytes} >= {exp.xoff_bytes})")
+    if exp.xoff_bytes < frame:
+        raise SpecError(f"{path}.xoff_bytes: must hold one full-size frame (>= {frame})")
+    if exp.headroom_bytes < 2 * frame:
+        raise SpecError(f"{path}.headroom_bytes: at least two full-size frames ({2 * frame})")
 
 
 def _incast_qos(exp: "Incast", variant: str) -> QosConfig:

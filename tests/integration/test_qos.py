@@ -1,0 +1,102 @@
+"""The traffic-class dataplane on small fabrics: ECN marking, priority scheduling, PFC on
+incast and PFC congestion spreading. Assertions on counters and queue traces in the result
+files, with the tolerances of the issue (shorter runs than the benchmarks)."""
+import json
+from pathlib import Path
+
+from testbed.dpapi import Dataplane
+from testbed.qos import EcnProfile, slot, QCFG, U32
+
+from .helpers import rows, run
+
+
+def test_ecn_marks_keep_the_queue_near_k(tmp_path):
+    out, summary = run(tmp_path, {"name": "it-ecn", "experiments": [{
+        "type": "ecn_queue", "duration_s": 10, "omit_s": 2, "buffer_pkts": 425, "k_pkts": 20}]})
+    assert summary["status"] == "ok", summary["error"]
+    head = summary["experiments"]["0:ecn_queue"]["headline"]
+    tail, ecn = head["droptail"], head["ecn"]
+    assert tail["queue_mean_pkts"] >= 0.6 * 425          # drop-tail fills the buffer
+    assert tail["drops_pkts"] > 0 and tail["marks_pkts"] == 0
+    assert ecn["queue_mean_pkts"] <= 2 * 20              # ECN cubic: <= 2 K
+    assert ecn["marks_pkts"] > 100 and ecn["drops_pkts"] == 0
+    assert ecn["marks_with_real_queue_below_k"]["fraction"] <= 0.10
+    assert ecn["sample_rate_hz"] >= 100
+    assert tail["lost_in_switches_pkts"] == 0 and ecn["lost_in_switches_pkts"] == 0
+    trace = rows(out, "ecn_queue_depth.csv")
+    assert max(int(r["qlen_pkts"]) for r in trace if r["phase"] == "drop-tail") <= 425
+
+
+def test_strict_priority_and_weighted_round_robin(tmp_path):
+    out, summary = run(tmp_path, {"name": "it-prio", "experiments": [{
+        "type": "priority", "rate_mbps": 20, "duration_s": 6, "omit_s": 1}]})
+    assert summary["status"] == "ok", summary["error"]
+    head = summary["experiments"]["0:priority"]["headline"]
+    assert head["strict_high_kept"] >= 0.90
+    assert head["wrr_share_error"] <= 0.10
+    strict = [r for r in rows(out, "priority.csv") if r["scheduler"] == "strict"][0]
+    # the low class gets what is left of the port, not its offered load
+    assert float(strict["low_received_mbps"]) < 0.5 * float(strict["low_offered_mbps"])
+
+
+def test_pfc_makes_incast_lossless(tmp_path):
+    out, summary = run(tmp_path, {"name": "it-incast", "experiments": [{
+        "type": "incast", "senders": [1, 8], "variants": ["lossy", "pfc"], "rounds": 8}]})
+    assert summary["status"] == "ok", summary["error"]
+    table = {(r["variant"], int(r["senders"])): r for r in rows(out, "incast.csv")}
+    lossy, pfc = table[("lossy", 8)], table[("pfc", 8)]
+    assert int(lossy["switch_drops"]) > 0
+    assert int(pfc["switch_drops"]) == 0 and int(pfc["lossless_overflow"]) == 0
+    assert int(pfc["pauses"]) > 0 and int(pfc["tcp_timeouts"]) == 0
+    assert int(pfc["lost_in_switches_pkts"]) == 0
+    # every pause is logged with its reaction time
+    events = (out / "qos_apps" / "incast-pfc" / "pfc_events.csv").read_text().splitlines()
+    pauses = [e for e in events if ",pause," in e]
+    assert pauses and all(e.split(",")[7] for e in pauses)
+
+
+def test_pfc_pauses_spread_upstream_and_hurt_the_victim(tmp_path):
+    out, summary = run(tmp_path, {"name": "it-victim", "experiments": [{
+        "type": "pfc_victim", "phases": ["no-incast", "pfc", "pfc+ecn"],
+        "duration_s": 8, "omit_s": 2}]})
+    assert summary["status"] == "ok", summary["error"]
+    table = {r["phase"]: r for r in rows(out, "pfc_victim.csv")}
+    paused = table["pfc"]["paused_links"].split()
+    assert "sp1-eth1->l1-eth5" in paused      # one hop upstream of the congested port
+    assert "l2-eth5->sp1-eth2" in paused      # two hops: the link the victim shares
+    alone, pfc, both = (float(table[p]["victim_mbps"]) for p in ("no-incast", "pfc", "pfc+ecn"))
+    assert pfc < 0.8 * alone
+    assert pfc < both
+    assert int(table["pfc"]["switch_drops"]) == 0
+    assert int(table["pfc"]["ingress_residual_bytes"]) == 0
+
+
+def test_dataplane_api_changes_marking_at_run_time(tmp_path):
+    """The ECN app's profile is in the dataplane's map; a plugin can change it live."""
+    from testbed.fabric import Fabric, HostConfig, LinkConfig
+    from testbed.qos import QosConfig, TrafficClass
+    from testbed.resources import RunRecord, release_record
+    from topologies import dumbbell
+
+    topo = dumbbell()
+    record = RunRecord(run_id="it-dpapi", out_dir=str(tmp_path))
+    cfg = QosConfig(classes=[TrafficClass(name="data", ecn=EcnProfile(k=20))])
+    fab = Fabric(topo=topo, links=LinkConfig(), hosts=HostConfig(), routing="single",
+                 out_dir=tmp_path, record=record, qos=cfg, log=lambda m: None)
+    try:
+        fab.start()
+        dp = Dataplane(fab.qos_plane.description)
+        port = dp.by_name["s1-eth2"]["id"]
+        key = U32.pack(slot(port, 0))
+        limit_bytes, limit_pkts, mode, kmin = QCFG.unpack(dp._map("tb_qcfg").lookup(key))[:4]
+        assert (limit_pkts, mode, kmin) == (100, 1, 20 * 1514)  # set by the ECN app
+        dp.set_ecn(port, 0, EcnProfile(k=5))
+        limit_pkts2, mode2, kmin2 = QCFG.unpack(dp._map("tb_qcfg").lookup(key))[1:4]
+        assert (limit_pkts2, mode2, kmin2) == (100, 1, 5 * 1514)
+        status = json.loads((fab.qos_status_dir / "ecn.json").read_text())
+        assert status["marking_queues"] == len([p for p in dp.ports if not p["is_host"]])
+        dp.close()
+    finally:
+        fab.stop()
+        release_record(record)
+    assert not Path(fab.qos_plane.pin_dir).exists()

@@ -1,0 +1,213 @@
+"""The traffic-class dataplane's pure parts: spec validation, tc and netlink rendering, map
+records, policies, the incast workload on loopback."""
+import csv
+import struct
+import threading
+from dataclasses import asdict
+
+import pytest
+
+from controllers import qos_policy
+from testbed import qos
+from testbed.nlqdisc import _stats_queue
+from testbed.qos_experiments import _marks_below_k, _weighted_percentile, pfc_summary
+from testbed.spec import SpecError, loads
+from testbed.workloads import incast as incast_wl
+
+BASE = {"name": "t", "topology": {"kind": "dumbbell"},
+        "experiments": [{"type": "reachability"}]}
+
+
+def spec_with(qos_section):
+    return loads({**BASE, "qos": qos_section})
+
+
+def test_a_valid_qos_section_loads():
+    spec, _ = spec_with({"scheduler": "wrr", "classes": [
+        {"name": "bulk", "dscp": [0], "weight": 1, "ecn": {"k": 20}},
+        {"name": "rdma", "dscp": [26], "weight": 3, "lossless": True}],
+        "pfc": {"xoff_bytes": 12000, "xon_bytes": 6000, "headroom_bytes": 30000}})
+    assert spec.qos.classes[1].lossless and spec.qos.pfc.xon_bytes == 6000
+    assert spec.qos.class_of_dscp()[26] == 1 and spec.qos.class_of_dscp()[5] == 0
+
+
+@pytest.mark.parametrize("section,field", [
+    ({"classes": [{"name": "a", "lossless": True}],
+      "pfc": {"xoff_bytes": 6000, "xon_bytes": 6000, "headroom_bytes": 30000}},
+     "qos.pfc.xon_bytes"),
+    ({"classes": [{"name": "a", "buffer_pkts": 20, "ecn": {"k": 20}}]}, "qos.classes[0].ecn.k"),
+    ({"classes": [{"name": "a", "buffer_pkts": 0}]}, "qos.classes[0].buffer_pkts"),
+    ({"classes": [{"name": "a", "dscp": [64]}]}, "qos.classes[0].dscp[0]"),
+    ({"classes": [{"name": "a", "dscp": [-1]}]}, "qos.classes[0].dscp[0]"),
+    ({"classes": [{"name": "a", "dscp": [1]}, {"name": "b", "dscp": [1]}]}, "qos.classes[1].dscp[0]"),
+    ({"classes": [{"name": "a", "lossless": True}]}, "qos.classes[0].lossless"),
+    ({"classes": [{"name": "a", "ecn": {"k": 20, "kmax": 10}}]}, "qos.classes[0].ecn.kmax"),
+    ({"classes": [{"name": "a", "ecn": {"k": 20, "kmax": 40, "pmax": 1.5}}]}, "qos.classes[0].ecn.pmax"),
+    ({"classes": [{"name": "a", "priority": 9}]}, "qos.classes[0].priority"),
+    ({"classes": [{"name": "a", "weight": 0}]}, "qos.classes[0].weight"),
+    ({"classes": []}, "qos.classes"),
+    ({"classes": [{"name": "a"}], "port_schedulers": {"s1-eth1": "fifo"}},
+     "qos.port_schedulers.s1-eth1"),
+    ({"classes": [{"name": "a", "lossless": True}],
+      "pfc": {"xoff_bytes": 12000, "xon_bytes": 6000, "headroom_bytes": 100}},
+     "qos.pfc.headroom_bytes"),
+    ({"classes": [{"name": "a", "ecn": {"k": 20, "unit": "frames"}}]}, "qos.classes.ecn.unit"),
+])
+def test_thresholds_that_cannot_work_name_their_field(section, field):
+    with pytest.raises(SpecError) as err:
+        spec_with(section)
+    assert str(err.value).startswith(field.replace("qos.classes.ecn.unit", "qos.classes[0].ecn.unit"))
+
+
+def test_incast_and_victim_parameters_are_checked():
+    with pytest.raises(SpecError, match=r"experiments\[0\].variants\[0\]"):
+        loads({**BASE, "experiments": [{"type": "incast", "variants": ["magic"]}]})
+    with pytest.raises(SpecError, match=r"experiments\[0\].xon_bytes"):
+        loads({**BASE, "experiments": [{"type": "incast", "xon_bytes": 20000}]})
+    with pytest.raises(SpecError, match=r"experiments\[0\].k_pkts"):
+        loads({**BASE, "experiments": [{"type": "ecn_queue", "k_pkts": 500}]})
+    with pytest.raises(SpecError, match=r"experiments\[0\].phases\[0\]"):
+        loads({**BASE, "experiments": [{"type": "pfc_victim", "phases": ["calm"]}]})
+
+
+PORT = qos.QosPort(id=3, ifname="s1-eth2", node="s1", is_host=False, rate_mbps=100, peer=4,
+                   switch_index=0)
+TWO = qos.QosConfig(classes=[qos.TrafficClass(name="low", dscp=[0], weight=1),
+                             qos.TrafficClass(name="high", dscp=[46], priority=7, weight=3)])
+
+
+def test_strict_priority_classes_render_htb_prio_and_tbf_gates():
+    cmds = qos.htb_class_commands(PORT, TWO, 1500, 1000, [10000, 20000])
+    text = [" ".join(c) for c in cmds]
+    assert text[0] == "qdisc replace dev s1-eth2 root handle 1: htb default 10"
+    assert "classid 1:10 htb rate 8000bit ceil 100000000bit burst 12500 cburst 12500 prio 7" in text[2]
+    assert "classid 1:11 htb rate 8000bit ceil 100000000bit burst 12500 cburst 12500 prio 0" in text[4]
+    assert text[3].endswith("tbf rate 10000000000bit burst 65536 limit 10000")
+    assert text[-1] == "qdisc replace dev s1-eth2 clsact"
+
+
+def test_wrr_classes_get_rates_and_quanta_in_proportion_to_weights():
+    port = qos.QosPort(**{**asdict(PORT), "scheduler": "wrr"})
+    text = [" ".join(c) for c in qos.htb_class_commands(port, TWO, 1500, 0, [1, 1])]
+    assert "classid 1:10 htb rate 25000000bit ceil 100000000bit prio 0 quantum 1514" in text[2]
+    assert "classid 1:11 htb rate 75000000bit ceil 100000000bit prio 0 quantum 4542" in text[4]
+
+
+def test_bpf_programs_attach_by_kind_of_port():
+    sw = qos.bpf_attach_commands("s1-eth2", "/p", host=False)
+    host = qos.bpf_attach_commands("h1-eth0", "/p", host=True)
+    assert sw[0][-1] == "/p/tb_egress" and sw[1][-1] == "/p/tb_ingress"
+    assert host[0][-1] == "/p/tb_egress_host" and host[1][-1] == "/p/tb_ingress_host"
+    assert qos.if_key(7, None) == struct.pack("QII", 0, 7, 0)
+    assert qos.if_key(7, "02:00:00:00:00:01") == struct.pack("QII", 0x0100_0000_0002, 0, 0)
+
+
+def test_marking_records_step_red_and_speed_relative_thresholds():
+    step = qos.QCFG.unpack(qos.qcfg_record(0, 100, qos.EcnProfile(k=20), 1514, 100))
+    assert step[:6] == (0, 100, qos.ECN_STEP, 20 * 1514, 20 * 1514, 1_000_000)
+    red = qos.QCFG.unpack(qos.qcfg_record(0, 100, qos.EcnProfile(k=5, kmax=50, pmax=0.2), 1514, 100))
+    assert red[2:6] == (qos.ECN_RED, 5 * 1514, 50 * 1514, 200_000)
+    us = qos.QCFG.unpack(qos.qcfg_record(0, 0, qos.EcnProfile(k=100, unit="us"), 1514, 1000))
+    assert us[3] == 12_500  # 100 us at 1 Gb/s
+    off = qos.QCFG.unpack(qos.qcfg_record(5, 0, qos.EcnProfile(k=20), 1514, 100, enabled=False))
+    assert off[:3] == (5, 0, qos.ECN_OFF)
+
+
+def test_tbf_gate_messages_are_well_formed_netlink():
+    msg = qos.tbf_change_message(ifindex=9, minor=0x11, rate_bps=125, burst=1578, limit=90000)
+    length, mtype, flags = struct.unpack_from("IHH", msg)
+    assert length == len(msg) and mtype == qos.RTM_NEWQDISC and flags == 5
+    _, _, _, ifindex, handle, parent, _ = struct.unpack_from("BBHiIII", msg, 16)
+    assert (ifindex, handle, parent) == (9, 0x11 << 16, 0x10011)
+    assert b"tbf\0" in msg
+    # the burst attribute (so the kernel does not cap the bucket below one frame)
+    assert struct.pack("HHI", 8, qos.TCA_TBF_BURST, 1578) in msg
+    limit, buffer_ticks = struct.unpack_from("II", msg, msg.index(b"tbf\0") + 4 + 8 + 24)
+    assert limit == 90000 and buffer_ticks == int(1578 * 1e9 / 125 / 64)
+    with pytest.raises(ValueError):
+        qos.tbf_change_message(ifindex=9, minor=0x10, rate_bps=1, burst=9000, limit=1)
+
+
+def test_config_survives_the_dataplane_description():
+    cfg = qos.QosConfig(classes=[qos.TrafficClass(name="a", ecn=qos.EcnProfile(k=3, kmax=9)),
+                                 qos.TrafficClass(name="b", dscp=[26], lossless=True)],
+                        pfc=qos.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
+    assert qos.config_from_dict(asdict(cfg)) == cfg
+
+
+PORTS = [{"id": 0, "is_host": True, "peer": 1}, {"id": 1, "is_host": False, "peer": 0},
+         {"id": 2, "is_host": False, "peer": 3}, {"id": 3, "is_host": False, "peer": 2}]
+
+
+def test_policies_mark_and_pause_only_where_they_should():
+    cfg = qos.QosConfig(classes=[qos.TrafficClass(name="a", ecn=qos.EcnProfile(k=3)),
+                                 qos.TrafficClass(name="b", dscp=[26], lossless=True)],
+                        pfc=qos.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
+    ecn = qos_policy.ecn_settings(cfg, PORTS)
+    assert {(p, c) for p, c, prof in ecn if prof} == {(1, 0), (2, 0), (3, 0)}  # no host NIC
+    off = qos.QosConfig(**{**asdict(cfg), "classes": cfg.classes, "pfc": cfg.pfc,
+                           "ecn_enabled": False})
+    assert all(prof is None for _, _, prof in qos_policy.ecn_settings(off, PORTS))
+    pfc = qos_policy.pfc_settings(cfg, PORTS)
+    assert {(p, c) for p, c, th in pfc if th} == {(1, 1), (2, 1), (3, 1)}
+    assert qos_policy.dscp_table(cfg)[26] == 1
+
+
+def test_a_pause_acts_on_the_link_partner_of_the_congested_ingress():
+    assert qos_policy.on_event(qos.EV_XOFF, 1, 1, PORTS) == qos_policy.PauseAction("pause", 0, 1)
+    assert qos_policy.on_event(qos.EV_XON, 2, 1, PORTS) == qos_policy.PauseAction("resume", 3, 1)
+    assert qos_policy.on_event(qos.EV_OVERFLOW, 2, 1, PORTS).verb == "none"
+    with pytest.raises(ValueError):
+        qos_policy.on_event(9, 1, 1, PORTS)
+
+
+def test_netlink_queue_stats_are_parsed():
+    queue = struct.pack("IIIII", 7, 10598, 3, 0, 0)           # qlen, backlog, drops, ...
+    inner = struct.pack("HH", 4 + len(queue), 3) + queue        # TCA_STATS_QUEUE
+    stats2 = struct.pack("HH", 4 + len(inner), 7) + inner       # TCA_STATS2
+    kind = struct.pack("HH", 8, 1) + b"tbf\0"
+    data = kind + stats2
+    assert _stats_queue(data, 0, len(data)) == (10598, 7)
+
+
+def test_marks_below_k_and_time_weighted_percentiles():
+    # (t, bpf_before, qdisc, bpf_after, marks_before, marks_after)
+    pairs = [(0.0, 0, 0, 0, 0, 0), (0.001, 40000, 39000, 41000, 0, 10),
+             (0.002, 1000, 500, 1000, 12, 12), (0.003, 800, 400, 800, 14, 14)]
+    res = _marks_below_k(pairs, k_bytes=30000, frame=1000, lo=0, hi=1)
+    assert res["marks"] == 14 and res["marks_below_k"] == 2  # taken between two low readings
+    assert res["fraction"] == round(2 / 14, 4)
+    assert _weighted_percentile([(1, 0.1), (5, 0.8), (9, 0.1)], 50) == 5
+
+
+def test_pfc_summary_counts_pauses_and_reaction(tmp_path):
+    path = tmp_path / "pfc_events.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time_ns", "node", "port", "class", "event", "upstream_port", "bytes_held",
+                    "xoff_to_applied_us", "xoff_to_last_arrival_us", "bytes_after_xoff"])
+        w.writerow([100, "s1", "s1-eth1", 1, "pause", "h1-eth0", 12000, 150.0, "", ""])
+        w.writerow([900, "s1", "s1-eth1", 1, "resume", "h1-eth0", 5000, "", 30.5, 3028])
+        w.writerow([1000, "s2", "s2-eth1", 1, "pause", "s1-eth2", 12000, 90.0, "", ""])
+    s = pfc_summary(tmp_path)
+    assert s["pauses"] == 2 and s["resumes"] == 1
+    assert s["paused_links"] == {"h1-eth0->s1-eth1": 1, "s1-eth2->s2-eth1": 1}
+    assert s["reaction_applied_us"]["max"] == 150.0
+    assert s["bytes_after_xoff"]["max"] == 3028
+    assert pfc_summary(tmp_path, t_from_ns=950)["pauses"] == 1
+
+
+def test_incast_workload_on_loopback():
+    server = threading.Thread(target=incast_wl.serve, args=(47811, 0), daemon=True)
+    server.start()
+    import socket
+    import time
+    for _ in range(50):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", 47811)) == 0:
+                break
+        time.sleep(0.05)
+    res = incast_wl.read([("127.0.0.1", 47811)], block_bytes=300_000, rounds=3, dscp=0,
+                         timeout_s=5)
+    assert res["part_bytes"] == 300_000 and len(res["round_s"]) == 3
+    assert all(t > 0 for t in res["round_s"])
