@@ -82,14 +82,96 @@ def startup(out: Path) -> None:
               f"{r['startup_machine_idle_mean']} | {r['startup_ovs_thread_p90_core']} |")
 
 
+def ecn(out: Path) -> None:
+    h = headline(out / "ecn_queue")
+    print("| phase | sender | queue mean / p50 / p90 / max (pkts) | marks | drops | goodput | "
+          "marks with qdisc < K (upper bound) | BPF vs qdisc p50 / p99 (pkts) | sampling |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    for key in ("droptail", "ecn"):
+        r = h[key]
+        b = r["marks_with_real_queue_below_k"]
+        frac = "n/a" if b["fraction"] is None else f"{b['fraction']:.1%}"
+        print(f"| {r['phase']} | {r['sender_cc'][0]}{' +ECN' if r['ecn'] else ''} | "
+              f"**{r['queue_mean_pkts']}** / {r['queue_p50_pkts']} / {r['queue_p90_pkts']} / "
+              f"{r['queue_max_pkts']} | {r['marks_pkts']} | {r['drops_pkts']} | "
+              f"{r['goodput_mbps']} Mb/s | {frac} | {b.get('bpf_minus_qdisc_p50_pkts')} / "
+              f"{b.get('bpf_minus_qdisc_p99_pkts')} | {r['sample_rate_hz']} Hz |")
+
+
+def priority(out: Path) -> None:
+    h = headline(out / "priority")
+    print("| scheduler | high offered / received | low offered / received | CPU-bound |\n"
+          "|---|---|---|---|")
+    for r in rows(out / "priority", "priority.csv"):
+        print(f"| {r['scheduler']} | {r['high_offered_mbps']} / **{r['high_received_mbps']}** | "
+              f"{r['low_offered_mbps']} / **{r['low_received_mbps']}** | {r['cpu_bound']} |")
+    print(f"\nStrict: the high class kept **{h['strict_high_kept']:.1%}** of its load. "
+          f"WRR 3:1: high share **{h['wrr_high_share']:.3f}** (expected "
+          f"{h['wrr_expected_share']}, error {h['wrr_share_error']:.1%}).")
+
+
+def incast(out: Path) -> None:
+    table = rows(out / "incast", "incast.csv")
+    variants = list(dict.fromkeys(r["variant"] for r in table))
+    ns = list(dict.fromkeys(r["senders"] for r in table))
+    by = {(r["variant"], r["senders"]): r for r in table}
+    print("Goodput in Mb/s (TCP timeouts, fabric drops); link payload ceiling "
+          f"{headline(out / 'incast')['link_payload_mbps']} Mb/s.\n")
+    print("| N | " + " | ".join(variants) + " |\n|---|" + "---|" * len(variants))
+    for n in ns:
+        cells = []
+        for v in variants:
+            r = by[(v, n)]
+            drops = int(r["switch_drops"]) + int(r["lossless_overflow"])
+            cells.append(f"{r['goodput_mbps']} ({r['tcp_timeouts']}, {drops})")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    pfc = [r for r in table if r["variant"] == "pfc"]
+    if pfc:
+        cpu = any(r["cpu_bound"] == "True" for r in table)
+        print(f"\nPFC: {sum(int(r['pauses']) for r in pfc)} pauses, pause applied "
+              f"{min(float(r['pause_applied_p50_us']) for r in pfc if r['pause_applied_p50_us'])}-"
+              f"{max(float(r['pause_applied_p50_us']) for r in pfc if r['pause_applied_p50_us'])} us "
+              f"after XOFF (median per N). CPU-bound phases: {'yes' if cpu else 'none'}.")
+    h = headline(out / "incast").get("pfc_reaction") or {}
+    if h:
+        print(f"Whole PFC run: pause applied p50 / p90 / max "
+              f"{h['reaction_applied_us']['p50']} / {h['reaction_applied_us']['p90']} / "
+              f"{h['reaction_applied_us']['max']} us; last arrival after XOFF p50 / p90 / max "
+              f"{h['reaction_last_arrival_us']['p50']} / {h['reaction_last_arrival_us']['p90']} / "
+              f"{h['reaction_last_arrival_us']['max']} us; bytes after XOFF max "
+              f"{h['bytes_after_xoff']['max']}; headroom overflows {h['overflows']}.")
+
+
+def victim(out: Path) -> None:
+    print("| phase | victim goodput | incast goodput | pauses | paused links (upstream->ingress) | "
+          "pause applied p50 / p90 | fabric drops | residual | CPU-bound |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    for r in rows(out / "pfc_victim", "pfc_victim.csv"):
+        drops = int(r["switch_drops"]) + int(r["lossless_overflow"])
+        print(f"| {r['phase']} | **{r['victim_mbps']}** | {r['incast_mbps']} | {r['pauses']} | "
+              f"{r['paused_links'] or '-'} | {r['pause_applied_p50_us'] or '-'} / "
+              f"{r['pause_applied_p90_us'] or '-'} us | {drops} | "
+              f"{r['ingress_residual_bytes']} B | {r['cpu_bound']} |")
+
+
+QOS = (("ECN queue occupancy", "ecn_queue", ecn), ("Priority scheduling", "priority", priority),
+       ("TCP incast", "incast", incast), ("PFC victim flow", "pfc_victim", victim))
+
+
 def main(out: Path) -> None:
     for title, fn in (("Reachability", reachability), ("Link calibration", link),
                       ("Queue calibration", queue), ("Startup", startup)):
-        print(f"\n### {title}\n")
-        fn(out)
+        if (out / "reachability").exists():
+            print(f"\n### {title}\n")
+            fn(out)
     for name in ("permutation_fattree", "permutation_fattree_mtu1500"):
-        print(f"\n### {name}\n")
-        permutation(out, name)
+        if (out / name).exists():
+            print(f"\n### {name}\n")
+            permutation(out, name)
+    for title, name, fn in QOS:
+        if (out / name).exists():
+            print(f"\n### {title}\n")
+            fn(out)
 
 
 if __name__ == "__main__":

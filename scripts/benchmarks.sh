@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Runs every experiment recorded in docs/BENCHMARKS.md, one after another.
+# Runs the experiments recorded in docs/BENCHMARKS.md, one after another:
+#   sudo scripts/benchmarks.sh OUTDIR            every spec
+#   sudo scripts/benchmarks.sh OUTDIR SPEC...    only these (names in experiments/)
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-results/benchmarks-$(date +%Y%m%d-%H%M%S)}
+shift || true
 mkdir -p "$out"
-for spec in reachability reachability_leafspine reachability_bcube link_calibration \
-            queue_calibration permutation_fattree permutation_fattree_mtu1500 startup_fattree6; do
+specs=("$@")
+if ((${#specs[@]} == 0)); then
+  specs=(reachability reachability_leafspine reachability_bcube link_calibration \
+         queue_calibration permutation_fattree permutation_fattree_mtu1500 startup_fattree6 \
+         ecn_queue priority incast pfc_victim)
+fi
+for spec in "${specs[@]}"; do
   echo "== $spec"
   .venv/bin/testbed run "experiments/$spec.yaml" --out "$out/$spec" || echo "!! $spec failed"
 done
