@@ -1,6 +1,8 @@
 """`testbed doctor`: what the machine offers for the fabric, with fixes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import ovs
 from .system import congestion_controls, have, is_root, kernel_release, qdisc_supported, run
 
@@ -15,7 +17,8 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
     out.append(("kernel", True, kernel_release(), None))
     for tool, pkg in (("ovs-vsctl", "openvswitch-switch"), ("mn", "mininet"),
                       ("iperf3", "iperf3"), ("ethtool", "ethtool"), ("ping", "iputils-ping"),
-                      ("nsenter", "util-linux"), ("tc", "iproute2")):
+                      ("nsenter", "util-linux"), ("tc", "iproute2"),
+                      ("clang-14", "clang-14"), ("bpftool", "bpftool")):
         out.append((tool, have(tool), "found" if have(tool) else "missing",
                     f"{BOOTSTRAP} (apt package {pkg})"))
     try:
@@ -48,7 +51,35 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
                    "tc filter add dev lo egress bpf bytecode '1,6 0 0 4294967295,'"], check=False)
         out.append(("tc clsact + bpf classifier", bpf.returncode == 0,
                     "yes" if bpf.returncode == 0 else f"no ({bpf.stderr.strip()[:60]})", None))
+        if have("clang-14") and have("bpftool"):
+            out.append(_qos_dataplane())
     ccs = congestion_controls()
     for cc in ("cubic", "dctcp", "bbr"):
-        out.append((f"tcp {cc}", cc in ccs, "yes" if cc in ccs else "no", None))
+        detail = "yes" if cc in ccs else "no"
+        if cc == "dctcp" and cc not in ccs:
+            detail = "no (ECN experiments use ECN-enabled cubic and say so)"
+        out.append((f"tcp {cc}", cc in ccs, detail, None))
     return out
+
+
+def _qos_dataplane() -> tuple[str, bool, str, str | None]:
+    """Builds the switch program and has the kernel verify it (loaded, pinned in a private
+    directory, removed at once)."""
+    import shutil
+    import tempfile
+
+    from .qosplane import BPFFS, build_object, ensure_bpffs
+    try:
+        ensure_bpffs()
+        obj = build_object()
+        pin = Path(tempfile.mkdtemp(prefix="testbed-doctor-", dir=BPFFS))
+        try:
+            res = run(["bpftool", "prog", "loadall", str(obj), str(pin / "p"), "type",
+                       "classifier"], check=False)
+        finally:
+            shutil.rmtree(pin, ignore_errors=True)
+        ok = res.returncode == 0
+        return ("BPF switch dataplane (classes, ECN, PFC)", ok,
+                "builds and passes the verifier" if ok else res.stderr.strip()[-80:], BOOTSTRAP)
+    except Exception as exc:  # reported, never fatal
+        return ("BPF switch dataplane (classes, ECN, PFC)", False, str(exc)[:80], BOOTSTRAP)
