@@ -86,6 +86,7 @@ class PfcApp(QosApp):
 
     def handle(self, dp, ev) -> None:
         action = qos_policy.on_event(ev.kind, ev.rx_port, ev.cls, dp.ports)
+        t_start = time.monotonic_ns()
         applied_us = ""
         try:
             if action.verb == "pause":
@@ -95,6 +96,7 @@ class PfcApp(QosApp):
         except OSError as exc:
             self.logger.error("PFC %s of %s class %d failed: %s", action.verb,
                               dp.ports[action.port]["ifname"], action.cls, exc)
+        t_acted = time.monotonic_ns()
         rx = dp.ports[ev.rx_port]
         up = dp.ports[action.port]["ifname"]
         self.log_txt.write(f"{ev.ns} {rx['node']} {rx['ifname']} {ev.cls} {ev.name}\n")
@@ -103,4 +105,8 @@ class PfcApp(QosApp):
         self.log_csv.write(f"{ev.ns},{rx['node']},{rx['ifname']},{ev.cls},{ev.name},{up},"
                            f"{ev.bytes},{applied_us if ev.kind == 1 else ''},{last},"
                            f"{ev.bytes_after_xoff if ev.kind == 2 else ''}\n")
-        self.last_event = time.time()
+        t_logged = time.monotonic_ns()
+        if t_logged - ev.ns > 3_000_000:
+            self.logger.warning("SLOW event %s: queued %.1f ms, act %.1f ms, log %.1f ms",
+                                ev.name, (t_start - ev.ns) / 1e6, (t_acted - t_start) / 1e6,
+                                (t_logged - t_acted) / 1e6)
