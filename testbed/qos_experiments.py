@@ -26,6 +26,21 @@ def _port_id(dp: Dataplane, ifname: str) -> int:
     return dp.by_name[ifname]["id"]
 
 
+CLASS_QUEUES_HEADER = ["phase", "t_s", "port", "class", "qlen_pkts", "qlen_bytes",
+                       "marks_cum_pkts", "drops_cum_pkts"]
+
+
+def switch_queue_sampler(dp: Dataplane, rate_hz: float = 1000.0) -> ClassQueueSampler:
+    """Every class of every switch egress port, at `rate_hz` (rows only on change)."""
+    slots = [(p["id"], c) for p in dp.ports if not p["is_host"] for c in range(len(dp.classes))]
+    return ClassQueueSampler(dp, slots, rate_hz=rate_hz)
+
+
+def class_queue_rows(dp: Dataplane, sampler: ClassQueueSampler, phase: str) -> list[list]:
+    return [[phase, round(s.t, 4), dp.ports[s.port]["ifname"], s.cls, s.pkts, s.bytes,
+             s.marks, s.drops] for s in sampler.samples]
+
+
 # ---- ECN queue occupancy --------------------------------------------------------------------
 
 def ecn_queue(ctx, exp: EcnQueue) -> Outcome:
@@ -219,15 +234,22 @@ def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None
                      if r["xoff_to_last_arrival_us"])
     after = sorted(int(r["bytes_after_xoff"]) for r in resumes if r["bytes_after_xoff"])
     per_port: dict[str, int] = {}
-    for r in pauses:
+    paused_ms: dict[str, float] = {}
+    open_at: dict[str, int] = {}
+    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
         key = f"{r['upstream_port']}->{r['port']}"
-        per_port[key] = per_port.get(key, 0) + 1
+        if r["event"] == "pause":
+            per_port[key] = per_port.get(key, 0) + 1
+            open_at.setdefault(f"{key}/{r['class']}", int(r["time_ns"]))
+        elif r["event"].startswith("resume") and f"{key}/{r['class']}" in open_at:
+            start = open_at.pop(f"{key}/{r['class']}")
+            paused_ms[key] = round(paused_ms.get(key, 0.0) + (int(r["time_ns"]) - start) / 1e6, 3)
 
     def pct(values, q):
         return round(values[min(len(values) - 1, int(q / 100 * len(values)))], 1) if values else None
     return {"pauses": len(pauses), "resumes": len(resumes),
             "overflows": sum(r["event"] == "overflow" for r in rows),
-            "paused_links": per_port,
+            "paused_links": per_port, "paused_ms": paused_ms,
             "reaction_applied_us": {"p50": pct(applied, 50), "p90": pct(applied, 90),
                                     "max": applied[-1] if applied else None},
             "reaction_last_arrival_us": {"p50": pct(stopped, 50), "p90": pct(stopped, 90),
@@ -269,7 +291,7 @@ def incast(ctx, exp: Incast) -> Outcome:
                     bottleneck_rate_mbps=exp.rate_mbps)
     reader = f"h{n_max + 1}"
     ecn_cc = "dctcp" if "dctcp" in congestion_controls() else "cubic"
-    rows, summary = [], {}
+    rows, summary, queue_rows = [], {}, []
     for variant in exp.variants:
         cfg = _incast_qos(exp, variant)
         hosts = dataclasses.replace(
@@ -280,6 +302,8 @@ def incast(ctx, exp: Incast) -> Outcome:
         with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, burst_us=exp.burst_us,
                         buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
             dp = Dataplane(fab.qos_plane.description)
+            sampler = switch_queue_sampler(dp)
+            sampler.start()
             servers = [start_in_host(fab, f"h{i + 1}", [sys.executable, "-m",
                                      "testbed.workloads.incast", "serve", "--port", "7000",
                                      "--dscp", str(exp.dscp)], f"incast server h{i + 1}",
@@ -322,8 +346,11 @@ def incast(ctx, exp: Incast) -> Outcome:
                 summary[variant] = pfc_summary(fab.qos_status_dir)
             finally:
                 stop_and_reap(servers)
+                sampler.stop()
+                queue_rows += class_queue_rows(dp, sampler, label)
                 dp.close()
     ctx.write_csv("incast.csv", list(rows[0]), [list(r.values()) for r in rows])
+    ctx.write_csv("class_queues.csv", CLASS_QUEUES_HEADER, queue_rows)
     payload = exp.rate_mbps * tcp_payload_fraction(ctx.spec.links.mtu_bytes)
     out.headline = {"link_payload_mbps": round(payload, 2), "burst_us": exp.burst_us,
                     "buffer_pkts": exp.buffer_pkts, "block_bytes": exp.block_bytes,
@@ -356,7 +383,7 @@ def pfc_victim(ctx, exp: PfcVictim) -> Outcome:
     senders = leaf[1][:exp.incast_senders]
     victim_src, victim_dst = leaf[1][exp.incast_senders], leaf[2][0]
     ecn_cc = "dctcp" if "dctcp" in congestion_controls() else "cubic"
-    rows = []
+    rows, queue_rows = [], []
     for phase in exp.phases:
         cfg = _victim_qos(exp, phase)
         hosts = dataclasses.replace(ctx.spec.hosts, ecn=phase == "pfc+ecn",
@@ -374,9 +401,13 @@ def pfc_victim(ctx, exp: PfcVictim) -> Outcome:
                           for i, s in enumerate(senders)]
             dp = Dataplane(fab.qos_plane.description)
             before = _fabric_drops(dp)
+            sampler = switch_queue_sampler(dp)
             t_ns = time.monotonic_ns()
             with _traffic_phase(ctx, fab, out, label) as checks:
+                sampler.start()
                 res = FlowRunner(fab, ctx.out_dir / "flows").run(flows, f"victim-{phase}")
+                sampler.stop()
+            queue_rows += class_queue_rows(dp, sampler, label)
             drops = {k: v - before[k] for k, v in _fabric_drops(dp).items()}
             residual = ingress_residual(dp)
             dp.close()
@@ -396,6 +427,7 @@ def pfc_victim(ctx, exp: PfcVictim) -> Outcome:
         ctx.log(f"  {label}: victim {rows[-1]['victim_mbps']} Mb/s, incast "
                 f"{rows[-1]['incast_mbps']} Mb/s, {pfc['pauses']} pauses on {len(hops)} links")
     ctx.write_csv("pfc_victim.csv", list(rows[0]), [list(r.values()) for r in rows])
+    ctx.write_csv("class_queues.csv", CLASS_QUEUES_HEADER, queue_rows)
     by = {r["phase"]: r for r in rows}
     out.headline = {"victim": f"{victim_src}->{victim_dst}", "incast": f"{senders}->{receiver}",
                     **{f"victim_mbps_{p}": r["victim_mbps"] for p, r in by.items()},

@@ -121,5 +121,38 @@ def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
     return made
 
 
-CSV_PLOTS = {"ecn_queue_depth.csv": ecn_queue, "incast.csv": incast,
+def class_queues(rows: list[dict], plots: Path) -> Path:
+    """Per port and class: the queue over time (the busiest port of each phase) and the
+    time-weighted histogram of every port that held packets."""
+    series = defaultdict(list)
+    for r in rows:
+        series[(r["phase"], r["port"], r["class"])].append((float(r["t_s"]), int(r["qlen_pkts"])))
+    busy = sorted(series, key=lambda k: -max(q for _, q in series[k]))[:8]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for key in busy[:3]:
+        pts = series[key]
+        t0 = pts[0][0]
+        ax.step([t - t0 for t, _ in pts], [q for _, q in pts], where="post", lw=0.7,
+                label=" ".join(key))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("queue (packets)")
+    ax.set_title("busiest queues over time")
+    ax.legend(fontsize=7)
+    for key in busy:
+        pts = series[key]
+        weights = defaultdict(float)
+        for (t, q), (t2, _) in zip(pts, pts[1:]):
+            weights[q] += t2 - t
+        total = sum(weights.values()) or 1.0
+        qs = sorted(weights)
+        ax2.plot(qs, [weights[q] / total for q in qs], ".-", ms=2, lw=0.6, label=" ".join(key))
+    ax2.set_xlabel("queue (packets)")
+    ax2.set_ylabel("fraction of time")
+    ax2.set_yscale("log")
+    ax2.set_title("queue depth histogram per port/class (1 kHz)")
+    ax2.legend(fontsize=6)
+    return _save(fig, plots / "class_queues.png")
+
+
+CSV_PLOTS = {"class_queues.csv": class_queues, "ecn_queue_depth.csv": ecn_queue, "incast.csv": incast,
              "pfc_victim.csv": pfc_victim, "priority.csv": priority}

@@ -56,6 +56,7 @@ class RunContext:
     host_cc: dict[str, str] = field(default_factory=dict)
     send_buffer_bytes: int | None = None
     mechanisms: dict = field(default_factory=dict)  # what the phases used, for the manifest
+    phases: dict = field(default_factory=dict)  # label -> host settings and classes it ran with
 
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
         path = self.out_dir / "metrics" / name
@@ -75,6 +76,9 @@ class RunContext:
         qos = qos if qos is not None else self.spec.qos
         if qos is not None:
             self.mechanisms.update(QOS_MECHANISMS)
+        self.phases[label] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
+                              "qos": dataclasses.asdict(qos) if qos else None,
+                              "links": dataclasses.asdict(links)}
         fab = Fabric(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
                      qos=qos,
                      out_dir=self.out_dir, record=self.record,
@@ -228,6 +232,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "congestion_control": {"configured": ctx.spec.hosts.congestion_control,
                                "per_host": ctx.host_cc},
         "ecn": ctx.spec.hosts.ecn,
+        "phases": ctx.phases,  # what each fabric really ran with (experiments override the spec)
         "spec": dataclasses.asdict(ctx.spec),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
