@@ -60,3 +60,15 @@ def on_event(kind: int, rx_port: int, cls: int, ports: list[dict]) -> PauseActio
     if kind == EV_OVERFLOW:
         return PauseAction("none", upstream, cls)
     raise ValueError(f"unknown PFC event kind {kind}")
+
+
+def plan_batch(events: list[tuple[int, int, int]], ports: list[dict]) -> list[PauseAction]:
+    """The actions for a batch of (kind, rx_port, class) events read at once: one per link
+    and class, its last event deciding (a pause and its resume in the same batch cancel
+    out), pauses first -- a late pause loses packets, a late resume only throughput."""
+    last: dict[tuple[int, int], PauseAction] = {}
+    for kind, rx_port, cls in events:
+        action = on_event(kind, rx_port, cls, ports)
+        if action.verb != "none":
+            last[(action.port, action.cls)] = action
+    return sorted(last.values(), key=lambda a: a.verb != "pause")

@@ -262,7 +262,9 @@ static __always_inline void emit(__u32 kind, __u32 rx_port, __u32 tx_port, __u32
 		.bytes_after_xoff = in->bytes_after_xoff, .kind = kind, .rx_port = rx_port,
 		.tx_port = tx_port, .cls = cls, .bytes = in->bytes,
 	};
-	bpf_ringbuf_output(&tb_events, &ev, sizeof(ev), 0);
+	/* Wake the executor for every event: the default (adaptive) notification skips
+	 * records posted while it is still handling earlier ones. */
+	bpf_ringbuf_output(&tb_events, &ev, sizeof(ev), BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline int is_lossless(__u32 cls)

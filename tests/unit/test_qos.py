@@ -161,6 +161,14 @@ def test_a_pause_acts_on_the_link_partner_of_the_congested_ingress():
         qos_policy.on_event(9, 1, 1, PORTS)
 
 
+def test_a_batch_of_events_acts_once_per_link_pauses_first():
+    E = qos
+    plan = qos_policy.plan_batch([(E.EV_XON, 1, 1), (E.EV_XOFF, 2, 1), (E.EV_XOFF, 1, 1),
+                                  (E.EV_OVERFLOW, 2, 1), (E.EV_XON, 3, 1)], PORTS)
+    assert plan == [qos_policy.PauseAction("pause", 0, 1), qos_policy.PauseAction("pause", 3, 1),
+                    qos_policy.PauseAction("resume", 2, 1)]
+
+
 def test_netlink_queue_stats_are_parsed():
     queue = struct.pack("IIIII", 7, 10598, 3, 0, 0)           # qlen, backlog, drops, ...
     inner = struct.pack("HH", 4 + len(queue), 3) + queue        # TCA_STATS_QUEUE
