@@ -213,6 +213,18 @@ class Dataplane:
                                         f"{os.strerror(-err)}")
                 return time.monotonic_ns()
 
+    def prepare(self, classes: list[int]) -> None:
+        """Open every netlink and kick socket and build every gate message now, so that no
+        pause pays for a namespace switch or a socket at the moment it is needed."""
+        for p in self.ports:
+            self._socket(p["netns"])
+            for cls in classes:
+                self._gate_messages(p["id"], cls)
+            if p["id"] not in self._kickers:
+                s = netns_socket(p["netns"], socket.AF_PACKET, socket.SOCK_RAW, 0)
+                s.bind((p["ifname"], 0))
+                self._kickers[p["id"]] = s
+
     def pause(self, port: int, cls: int) -> int:
         """Stop transmitting class `cls` on `port` (a switch egress port or a host NIC).
         Returns when the kernel has applied it (CLOCK_MONOTONIC ns, as BPF timestamps)."""
@@ -229,8 +241,5 @@ class Dataplane:
         """Run the interface's qdisc now: one frame the BPF programs know to discard
         (tbqos.bpf.c, ETH_P_TB_KICK); otherwise held packets wait for the next arrival."""
         if port not in self._kickers:
-            p = self.ports[port]
-            s = netns_socket(p["netns"], socket.AF_PACKET, socket.SOCK_RAW, 0)
-            s.bind((p["ifname"], 0))
-            self._kickers[port] = s
+            self.prepare([])
         self._kickers[port].send(KICK_FRAME)

@@ -275,6 +275,8 @@ def ingress_residual(dp: Dataplane) -> dict:
 
 
 def _fabric_drops(dp: Dataplane) -> dict:
+    """switch_drops counts every packet a switch dropped, headroom overflows of lossless
+    classes included (they are dropped at the egress); lossless_overflow counts those."""
     ncls = len(dp.classes)
     switch = [p for p in dp.ports if not p["is_host"]]
     return {"switch_drops": sum(dp.queue(p["id"], c).drops for p in switch for c in range(ncls)),

@@ -27,6 +27,7 @@ class PfcApp(QosApp):
         for port, cls, thresholds in qos_policy.pfc_settings(cfg, dp.ports):
             dp.set_pfc(port, cls, thresholds)
             lossless += thresholds is not None
+        dp.prepare([i for i, c in enumerate(cfg.classes) if c.lossless])
         self.events = dp.events()
         self.log_txt = open(self.status_dir / "pfc.txt", "a", buffering=1)
         self.log_csv = open(self.status_dir / "pfc_events.csv", "a", buffering=1)
