@@ -10,6 +10,15 @@ import matplotlib.pyplot as plt
 from .plots import _rows, _save
 
 
+def _time_weights(pts: list[tuple[float, int]]) -> dict[int, float]:
+    """Fraction of time spent at each value of a step series (a row is written on change)."""
+    weights: dict[int, float] = defaultdict(float)
+    for (t, q), (t2, _) in zip(pts, pts[1:]):
+        weights[q] += t2 - t
+    total = sum(weights.values()) or 1.0
+    return {q: w / total for q, w in sorted(weights.items())}
+
+
 def ecn_queue(rows: list[dict], plots: Path) -> Path:
     """Queue depth over a 2 s window of each phase, and its histogram (time-weighted)."""
     by = defaultdict(list)
@@ -21,14 +30,11 @@ def ecn_queue(rows: list[dict], plots: Path) -> Path:
         window = [(t - t0, q) for t, q in pts if t0 <= t <= t0 + 2.0]
         ax.step([t for t, _ in window], [q for _, q in window], where="post", lw=0.8,
                 label=phase)
-        weights = defaultdict(float)
-        for (t, q), (t2, _) in zip(pts, pts[1:]):
-            weights[q] += t2 - t
-        total = sum(weights.values()) or 1.0
-        qs = sorted(weights)
+        weights = _time_weights(pts)
+        qs = list(weights)
         acc, cdf = 0.0, []
         for q in qs:
-            acc += weights[q] / total
+            acc += weights[q]
             cdf.append(acc)
         ax2.plot(qs, cdf, label=phase)
     ax.set_xlabel("time (s, 2 s of the steady state)")
@@ -139,13 +145,8 @@ def class_queues(rows: list[dict], plots: Path) -> Path:
     ax.set_title("busiest queues over time")
     ax.legend(fontsize=7)
     for key in busy:
-        pts = series[key]
-        weights = defaultdict(float)
-        for (t, q), (t2, _) in zip(pts, pts[1:]):
-            weights[q] += t2 - t
-        total = sum(weights.values()) or 1.0
-        qs = sorted(weights)
-        ax2.plot(qs, [weights[q] / total for q in qs], ".-", ms=2, lw=0.6, label=" ".join(key))
+        weights = _time_weights(series[key])
+        ax2.plot(list(weights), list(weights.values()), ".-", ms=2, lw=0.6, label=" ".join(key))
     ax2.set_xlabel("queue (packets)")
     ax2.set_ylabel("fraction of time")
     ax2.set_yscale("log")

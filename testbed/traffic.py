@@ -93,15 +93,20 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         receiver_cc=end.get("receiver_tcp_congestion", ""))
 
 
+def _host_env() -> dict[str, str]:
+    """Explicit environment of workload processes: PATH, and the repository on PYTHONPATH so
+    that `python -m testbed...` works inside a host."""
+    return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "PYTHONPATH": str(REPO_ROOT)}
+
+
 def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> subprocess.Popen:
     """Start a process in a host's namespace (PYTHONPATH set so that `python -m testbed...`
     works there), its PID recorded in the run record."""
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-           "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=out,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_host_env())
     out.close()
     fabric.record.add_pid(proc.pid, what)
     return proc
@@ -109,10 +114,9 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
 
 def run_in_host(fabric, host: str, argv: list[str], timeout: float) -> str:
     """Run a process in a host's namespace to completion; returns its stdout."""
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-           "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_host_env(),
+                            text=True)
     fabric.record.add_pid(proc.pid, f"workload in {host}")
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -150,12 +154,7 @@ class FlowRunner:
         self.log_dir = log_dir
 
     def _spawn(self, host: str, argv: list[str], what: str, log: Path) -> subprocess.Popen:
-        out = open(log, "wb")
-        proc = subprocess.Popen(in_netns(self.fabric.host_pid(host), argv), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
-        self.fabric.record.add_pid(proc.pid, what)
-        return proc
+        return start_in_host(self.fabric, host, argv, what, log)
 
     def run(self, flows: list[Flow], tag: str) -> list[FlowResult]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
