@@ -1,0 +1,123 @@
+"""Models and data of the training workers (issue 4): an MLP, a small ResNet-style CNN and a
+small transformer language model whose parameter count is set by `width` (and `depth`), on
+scikit-learn's digits (real data shipped inside the package, so accuracy means something)
+or synthetic tensors. Deterministic given the seed."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MODELS = ("mlp", "cnn", "transformer")
+DATASETS = ("digits", "synthetic")
+VOCAB = 17  # digits pixels take the values 0..16: the language model reads them as tokens
+
+
+class Mlp(nn.Module):
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        layers, d = [], 64
+        for _ in range(depth):
+            layers += [nn.Linear(d, width), nn.ReLU()]
+            d = width
+        layers.append(nn.Linear(d, 10))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x.reshape(x.shape[0], -1))
+
+
+class Block(nn.Module):
+    def __init__(self, ch: int):
+        super().__init__()
+        self.c1 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.c2 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.n1 = nn.BatchNorm2d(ch)
+        self.n2 = nn.BatchNorm2d(ch)
+
+    def forward(self, x):
+        y = torch.relu(self.n1(self.c1(x)))
+        return torch.relu(x + self.n2(self.c2(y)))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        self.stem = nn.Conv2d(1, width, 3, padding=1)
+        self.blocks = nn.Sequential(*[Block(width) for _ in range(depth)])
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x.reshape(x.shape[0], 1, 8, 8)))
+        return self.head(self.blocks(x).mean(dim=(2, 3)))
+
+
+class TinyLM(nn.Module):
+    """Next-pixel prediction over the 64 pixels of a digit, read as a token sequence."""
+
+    def __init__(self, width: int, depth: int, seq: int = 64):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.pos = nn.Parameter(torch.zeros(seq, width))
+        layer = nn.TransformerEncoderLayer(width, nhead=max(1, width // 32),
+                                           dim_feedforward=4 * width, batch_first=True,
+                                           dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.head = nn.Linear(width, VOCAB)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq),
+                             persistent=False)
+
+    def forward(self, tokens):
+        n = tokens.shape[1]
+        h = self.embed(tokens) + self.pos[:n]
+        return self.head(self.encoder(h, mask=self.mask[:n, :n], is_causal=True))
+
+
+def build(name: str, width: int = 64, depth: int = 2) -> nn.Module:
+    if name == "mlp":
+        return Mlp(width, depth)
+    if name == "cnn":
+        return SmallResNet(width, depth)
+    if name == "transformer":
+        return TinyLM(width, depth)
+    raise ValueError(f"unknown model {name!r} (one of {', '.join(MODELS)})")
+
+
+def param_bytes(model: nn.Module) -> int:
+    """Bytes of the gradient a step exchanges (fp32)."""
+    return sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+
+
+def dataset(name: str, model: str, seed: int = 0, synthetic_n: int = 2048):
+    """(train_x, train_y, test_x, test_y): digits split 80/20 by a seeded permutation."""
+    g = torch.Generator().manual_seed(seed)
+    if name == "digits":
+        from sklearn.datasets import load_digits
+        d = load_digits()
+        x = torch.tensor(d.data, dtype=torch.float32)
+        y = torch.tensor(d.target, dtype=torch.long)
+    elif name == "synthetic":
+        x = torch.randint(0, VOCAB, (synthetic_n, 64), generator=g).float()
+        y = torch.randint(0, 10, (synthetic_n,), generator=g)
+    else:
+        raise ValueError(f"unknown dataset {name!r} (one of {', '.join(DATASETS)})")
+    if model == "transformer":
+        x = x.long().clamp(0, VOCAB - 1)
+        y = x  # next-token targets are built from the sequence itself
+    else:
+        x = x / 16.0
+    perm = torch.randperm(x.shape[0], generator=g)
+    cut = int(0.8 * x.shape[0])
+    tr, te = perm[:cut], perm[cut:]
+    return x[tr], y[tr], x[te], y[te]
+
+
+def loss_and_correct(model: nn.Module, name: str, x, y):
+    """(loss, number correct, number predicted) for a batch."""
+    out = model(x)
+    if name == "transformer":
+        logits, target = out[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1)
+    else:
+        logits, target = out, y
+    loss = nn.functional.cross_entropy(logits, target)
+    correct = (logits.argmax(dim=1) == target).sum().item()
+    return loss, correct, target.numel()
