@@ -25,6 +25,27 @@ from eventlet.hubs import trampoline  # noqa: E402
 RyuApp = app_manager.RyuApp
 
 
+class BackgroundWriter:
+    """Appends text to files from a real OS thread, so that a write stalled by the disk
+    never stalls the controller's green threads (the PFC executor among them)."""
+
+    def __init__(self):
+        from eventlet import patcher
+        self._queue = patcher.original("queue").Queue()
+        thread = patcher.original("threading").Thread(target=self._run, daemon=True)
+        thread.start()
+
+    def write(self, fh, text: str) -> None:
+        self._queue.put((fh, text))
+
+    def _run(self) -> None:
+        while True:
+            fh, text = self._queue.get()
+            fh.write(text)
+            if self._queue.empty():
+                fh.flush()
+
+
 def wait_readable(fd: int, timeout: float | None = None) -> bool:
     """Block this green thread (not the controller) until `fd` is readable or `timeout`
     seconds have passed; True if readable."""
@@ -37,4 +58,5 @@ def wait_readable(fd: int, timeout: float | None = None) -> bool:
 OFP_VERSION = ofproto_v1_3.OFP_VERSION
 
 __all__ = ["CONFIG_DISPATCHER", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
-           "hub", "manager", "ofp_event", "packet", "set_ev_cls", "wait_readable"]
+           "hub", "manager", "ofp_event", "packet", "set_ev_cls", "wait_readable",
+           "BackgroundWriter"]

@@ -15,7 +15,7 @@ import time
 
 from controllers import qos_policy
 from controllers.apps.qos_base import QosApp
-from controllers.compat import wait_readable
+from controllers.compat import BackgroundWriter, wait_readable
 
 
 class PfcApp(QosApp):
@@ -29,13 +29,16 @@ class PfcApp(QosApp):
             lossless += thresholds is not None
         dp.prepare([i for i, c in enumerate(cfg.classes) if c.lossless])
         self.events = dp.events()
-        self.log_txt = open(self.status_dir / "pfc.txt", "a", buffering=1)
-        self.log_csv = open(self.status_dir / "pfc_events.csv", "a", buffering=1)
+        self.log_txt = open(self.status_dir / "pfc.txt", "a")
+        self.log_csv = open(self.status_dir / "pfc_events.csv", "a")
+        self.writer = BackgroundWriter()
         if self.log_csv.tell() == 0:
             self.log_txt.write("# time_ns node port class event\n")
+            self.log_txt.flush()
             self.log_csv.write("time_ns,node,port,class,event,upstream_port,bytes_held,"
                                "xoff_to_applied_us,xoff_to_last_arrival_us,"
                                "bytes_after_xoff\n")
+            self.log_csv.flush()
         realtime = self._realtime()
         return {"lossless_ingress_queues": lossless, "realtime_priority": realtime,
                 "pfc": None if cfg.pfc is None else vars(cfg.pfc)}
@@ -84,9 +87,11 @@ class PfcApp(QosApp):
             self.watchdog_resumes += 1
             now = time.monotonic_ns()
             node = dp.ports[rx]
-            self.log_txt.write(f"{now} {node['node']} {node['ifname']} {cls} resume\n")
-            self.log_csv.write(f"{now},{node['node']},{node['ifname']},{cls},"
-                               f"resume-timeout,{dp.ports[port]['ifname']},{st.bytes},,,\n")
+            self.writer.write(self.log_txt,
+                              f"{now} {node['node']} {node['ifname']} {cls} resume\n")
+            self.writer.write(self.log_csv,
+                              f"{now},{node['node']},{node['ifname']},{cls},resume-timeout,"
+                              f"{dp.ports[port]['ifname']},{st.bytes},,,\n")
 
     def handle_batch(self, dp, events) -> None:
         t_start = time.monotonic_ns()
@@ -119,9 +124,9 @@ class PfcApp(QosApp):
         done = applied.get((upstream, ev.cls)) or (
             t_acted if (upstream, ev.cls) in dp.paused else None)
         applied_us = round((done - ev.ns) / 1000, 1) if done and ev.kind == 1 else ""
-        self.log_txt.write(f"{ev.ns} {rx['node']} {rx['ifname']} {ev.cls} {ev.name}\n")
+        self.writer.write(self.log_txt, f"{ev.ns} {rx['node']} {rx['ifname']} {ev.cls} {ev.name}\n")
         last = (round((ev.last_arrival_ns - ev.xoff_ns) / 1000, 1)
                 if ev.kind == 2 and ev.last_arrival_ns >= ev.xoff_ns else "")
-        self.log_csv.write(f"{ev.ns},{rx['node']},{rx['ifname']},{ev.cls},{ev.name},"
+        self.writer.write(self.log_csv, f"{ev.ns},{rx['node']},{rx['ifname']},{ev.cls},{ev.name},"
                            f"{dp.ports[upstream]['ifname']},{ev.bytes},{applied_us},{last},"
                            f"{ev.bytes_after_xoff if ev.kind == 2 else ''}\n")

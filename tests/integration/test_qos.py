@@ -70,7 +70,10 @@ def test_pfc_pauses_spread_upstream_and_hurt_the_victim(tmp_path):
     alone, pfc, both = (float(table[p]["victim_mbps"]) for p in ("no-incast", "pfc", "pfc+ecn"))
     assert pfc < 0.8 * alone
     assert pfc < both
-    assert int(table["pfc"]["switch_drops"]) == 0
+    # a lossless fabric drops only what overflows a headroom (counted, each with its event:
+    # the executor stalled, see docs/FIDELITY.md), and holds nothing once traffic stops
+    assert int(table["pfc"]["switch_drops"]) == int(table["pfc"]["lossless_overflow"])
+    assert int(table["pfc+ecn"]["switch_drops"]) == int(table["pfc+ecn"]["lossless_overflow"])
     assert int(table["pfc"]["ingress_residual_bytes"]) == 0
 
 
