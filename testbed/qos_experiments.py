@@ -218,6 +218,21 @@ def _netstat(fab, host: str, key: str = "TCPTimeouts") -> int:
     return 0
 
 
+def pause_intervals(rows: list[dict]) -> dict[tuple[str, str, str], list[tuple[int, int]]]:
+    """(upstream port, paused ingress port, class) -> [(pause_ns, resume_ns)] from the PFC
+    app's event log: a pause opens an interval (a repeated pause does not reopen it), the
+    next resume (an XON or the watchdog's) closes it."""
+    open_at: dict[tuple[str, str, str], int] = {}
+    spans: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
+        key = (r["upstream_port"], r["port"], r["class"])
+        if r["event"] == "pause":
+            open_at.setdefault(key, int(r["time_ns"]))
+        elif r["event"].startswith("resume") and key in open_at:
+            spans.setdefault(key, []).append((open_at.pop(key), int(r["time_ns"])))
+    return spans
+
+
 def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None) -> dict:
     """Pause counts per port and the pause mechanism's reaction time, from the PFC app's
     event log (controllers/apps/pfc_app.py)."""
@@ -234,16 +249,14 @@ def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None
                      if r["xoff_to_last_arrival_us"])
     after = sorted(int(r["bytes_after_xoff"]) for r in resumes if r["bytes_after_xoff"])
     per_port: dict[str, int] = {}
-    paused_ms: dict[str, float] = {}
-    open_at: dict[str, int] = {}
-    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
+    for r in pauses:
         key = f"{r['upstream_port']}->{r['port']}"
-        if r["event"] == "pause":
-            per_port[key] = per_port.get(key, 0) + 1
-            open_at.setdefault(f"{key}/{r['class']}", int(r["time_ns"]))
-        elif r["event"].startswith("resume") and f"{key}/{r['class']}" in open_at:
-            start = open_at.pop(f"{key}/{r['class']}")
-            paused_ms[key] = round(paused_ms.get(key, 0.0) + (int(r["time_ns"]) - start) / 1e6, 3)
+        per_port[key] = per_port.get(key, 0) + 1
+    paused_ns: dict[str, int] = {}
+    for (upstream, port, _), spans in pause_intervals(rows).items():
+        key = f"{upstream}->{port}"
+        paused_ns[key] = paused_ns.get(key, 0) + sum(end - start for start, end in spans)
+    paused_ms = {key: round(ns / 1e6, 3) for key, ns in paused_ns.items()}
 
     def pct(values, q):
         return round(values[min(len(values) - 1, int(q / 100 * len(values)))], 1) if values else None

@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from .plots import _rows, _save
+from .qos_experiments import pause_intervals
 
 
 def _time_weights(pts: list[tuple[float, int]]) -> dict[int, float]:
@@ -105,18 +106,10 @@ def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
             rows = list(csv.DictReader(fh))
         if not any(r["event"] == "pause" for r in rows):
             continue
-        rows.sort(key=lambda r: int(r["time_ns"]))
-        t0 = int(rows[0]["time_ns"])
-        open_at: dict[str, float] = {}
-        spans = defaultdict(list)
-        for r in rows:
-            link = f"{r['upstream_port']}→{r['port']}/c{r['class']}"
-            t = (int(r["time_ns"]) - t0) / 1e9
-            if r["event"] == "pause":
-                open_at.setdefault(link, t)
-            elif r["event"].startswith("resume") and link in open_at:
-                start = open_at.pop(link)
-                spans[link].append((start, max(t - start, 1e-4)))
+        t0 = min(int(r["time_ns"]) for r in rows)
+        spans = {f"{up}→{port}/c{cls}": [((a - t0) / 1e9, max((b - a) / 1e9, 1e-4))
+                                         for a, b in intervals]
+                 for (up, port, cls), intervals in pause_intervals(rows).items()}
         fig, ax = plt.subplots(figsize=(9, 0.5 + 0.4 * len(spans)))
         for i, (link, sp) in enumerate(sorted(spans.items())):
             ax.broken_barh(sp, (i - 0.4, 0.8), color="tab:red")
