@@ -155,9 +155,6 @@ class Dataplane:
         return QueueState(*qos.QSTATE.unpack_from(self._qstate,
                                                   qos.slot(port, cls) * qos.QSTATE.size))
 
-    def queue_bytes(self, port: int, cls: int) -> int:
-        return struct.unpack_from("q", self._qstate, qos.slot(port, cls) * qos.QSTATE.size)[0]
-
     def ingress(self, port: int, cls: int) -> IngressState:
         return IngressState(*qos.INGRESS.unpack_from(self._inq,
                                                      qos.slot(port, cls) * qos.INGRESS.size))

@@ -84,13 +84,6 @@ class QosConfig:
                 table[d] = index
         return table
 
-    def dscp_of(self, name: str) -> int:
-        """First DSCP of a class (what a host marks to use it)."""
-        for index, cls in enumerate(self.classes):
-            if cls.name == name:
-                return cls.dscp[0] if cls.dscp else 0
-        raise KeyError(name)
-
 
 def config_from_dict(d: dict) -> QosConfig:
     """Inverse of dataclasses.asdict(QosConfig) (dataplane.json)."""

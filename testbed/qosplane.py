@@ -51,10 +51,15 @@ def build_object() -> Path:
     return obj
 
 
-def interface_index(name: str, netns_pid: int | None) -> int:
-    argv = ["ip", "-o", "link", "show", "dev", name]
+def interface_indexes(netns_pid: int | None) -> dict[str, int]:
+    """name -> ifindex of every interface of a namespace (one `ip` call per namespace)."""
+    argv = ["ip", "-o", "link", "show"]
     out = run(in_netns(netns_pid, argv) if netns_pid else argv).stdout
-    return int(out.split(":", 1)[0])
+    indexes = {}
+    for line in out.splitlines():
+        index, name = line.split(":", 2)[:2]
+        indexes[name.strip().split("@", 1)[0]] = int(index)
+    return indexes
 
 
 class QosPlane:
@@ -146,10 +151,13 @@ class QosPlane:
         run(["bpftool", "prog", "loadall", str(obj), str(self.pin_dir / "progs"),
              "type", "classifier", "pinmaps", str(self.pin_dir / "maps")])
         ifindex: dict[int, int] = {}
+        indexes: dict[int | None, dict[str, int]] = {}
         by_ns: dict[int | None, list[list[str]]] = {}
         for p in self.ports:
             pid = self.host_pid(p.node) if p.is_host else None
-            ifindex[p.id] = interface_index(p.ifname, pid)
+            if pid not in indexes:
+                indexes[pid] = interface_indexes(pid)
+            ifindex[p.id] = indexes[pid][p.ifname]
             mac = self.topo.node(p.node).macs[self._port_no(p)] if p.is_host else None
             self.keys[p.id] = qos.if_key(ifindex[p.id], mac)
             cmds = qos.htb_class_commands(p, self.cfg, self.mtu,
