@@ -68,6 +68,7 @@ class IngressState:
     paused_ns: int
     overflow_drops: int
     untracked: int
+    overflow_escaped: int   # overflowed, but already forwarded: not dropped (see the C)
 
 
 @dataclass(frozen=True)

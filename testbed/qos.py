@@ -260,7 +260,7 @@ def gate_burst(frame: int, paused: bool) -> int:
 QCFG = struct.Struct("8I")
 QSTATE = struct.Struct("qq7Q")
 PFC_CFG = struct.Struct("4I")
-INGRESS = struct.Struct("q8Q")
+INGRESS = struct.Struct("q9Q")
 EVENT = struct.Struct("4Q4Iq")
 PORT_CFG = struct.Struct("4I")
 RX_CFG = struct.Struct("4I")

@@ -289,12 +289,17 @@ def ingress_residual(dp: Dataplane) -> dict:
 
 def _fabric_drops(dp: Dataplane) -> dict:
     """switch_drops counts every packet a switch dropped, headroom overflows of lossless
-    classes included (they are dropped at the egress); lossless_overflow counts those."""
+    classes included (they are dropped at the egress); lossless_overflow counts those.
+    overflow_escaped counts packets that overflowed a headroom after OVS had already
+    forwarded them (its egress hook ran before the ingress hook): a real switch would have
+    dropped them; here they got through, so they are reported, not counted as drops."""
     ncls = len(dp.classes)
     switch = [p for p in dp.ports if not p["is_host"]]
     return {"switch_drops": sum(dp.queue(p["id"], c).drops for p in switch for c in range(ncls)),
             "lossless_overflow": sum(dp.ingress(p["id"], c).overflow_drops
                                      for p in switch for c in range(ncls)),
+            "overflow_escaped": sum(dp.ingress(p["id"], c).overflow_escaped
+                                    for p in switch for c in range(ncls)),
             "host_nic_drops": sum(dp.queue(p["id"], c).drops for p in dp.ports if p["is_host"]
                                   for c in range(ncls))}
 

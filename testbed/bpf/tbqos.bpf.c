@@ -103,6 +103,7 @@ struct ingress {           /* per switch ingress port and class; read through mm
 	__u64 paused_ns;           /* total time between XOFF and XON */
 	__u64 overflow_drops;      /* headroom exceeded: a lossless class lost a packet */
 	__u64 untracked;           /* arrivals not accounted (see tb_pkts) */
+	__u64 overflow_escaped;    /* headroom exceeded, but OVS had forwarded it already */
 };
 
 struct pkt_key {           /* identifies a packet inside one switch */
@@ -434,15 +435,19 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 		__sync_fetch_and_add(&in->bytes_after_xoff, len);
 		in->last_arrival_ns = now;
 		if (in->bytes + len > (__s64)pc->xoff_bytes + pc->headroom_bytes) {
-			__sync_fetch_and_add(&in->overflow_drops, 1);
 			emit(EV_OVERFLOW, rc->rx_port, rc->tx_port, p.cls, in, now);
 			v.flags = PKT_DROP;
 		}
 	}
 	if (bpf_map_update_elem(&tb_pkts, &key, &v, BPF_NOEXIST) != 0) {
+		/* An overflowing packet that is not recorded cannot be dropped at the egress:
+		 * it is counted as escaped, not as dropped, so drops stay exact. */
+		if (v.flags & PKT_DROP)
+			__sync_fetch_and_add(&in->overflow_escaped, 1);
 		struct pkt_val *old = bpf_map_lookup_elem(&tb_pkts, &key);
 		if (old && old->slot == PKT_TOMBSTONE) {
-			bpf_map_delete_elem(&tb_pkts, &key);  /* it has left already */
+			/* it has left already: OVS read it from the tap before this hook ran */
+			bpf_map_delete_elem(&tb_pkts, &key);
 			return TC_ACT_OK;
 		}
 		/* the same packet twice in this switch, or the table full: not accounted, so
@@ -450,6 +455,8 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 		__sync_fetch_and_add(&in->untracked, 1);
 		return TC_ACT_OK;
 	}
+	if (v.flags & PKT_DROP)
+		__sync_fetch_and_add(&in->overflow_drops, 1);
 	__sync_fetch_and_add(&in->bytes, len);
 	if (!in->paused && in->bytes > pc->xoff_bytes &&
 	    __sync_val_compare_and_swap(&in->paused, 0, 1) == 0) {
