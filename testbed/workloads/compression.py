@@ -185,3 +185,29 @@ def make(method: str, *, ratio: float = 0.01, levels: int = 16, seed: int = 0) -
     if method == "sign":
         return Sign(seed)
     raise CompressionError(f"unknown compression method {method!r} (one of {', '.join(METHODS)})")
+
+
+# ---- one message per payload ------------------------------------------------------------
+
+def to_bytes(payload: Payload) -> torch.Tensor:
+    """The payload's tensors as one uint8 tensor (one message on the wire, no padding)."""
+    return torch.cat([t.contiguous().reshape(-1).view(torch.uint8) for t in payload.tensors])
+
+
+def from_bytes(buf: torch.Tensor, template: Payload) -> Payload:
+    """The inverse of `to_bytes`, given a payload of the same layout (every rank compresses
+    tensors of the same size, so layouts agree)."""
+    tensors, off = [], 0
+    for t in template.tensors:
+        n = t.numel() * t.element_size()
+        tensors.append(buf[off:off + n].clone().view(t.dtype).reshape(t.shape))
+        off += n
+    if off != buf.numel():
+        raise ValueError(f"message of {buf.numel()} bytes, layout of {off}")
+    return Payload(tensors, template.numel, dict(template.meta))
+
+
+def additive(method: str) -> bool:
+    """Whether compressed gradients can be summed on the wire (allreduce) rather than
+    gathered: dense fp32 and fp16 can; sparse and quantised formats are allgathered."""
+    return method in ("none", "fp16")

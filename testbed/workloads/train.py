@@ -1,13 +1,21 @@
-"""One training worker per emulated host (issue 4, data-parallel ring allreduce):
+"""One training process per emulated host (issue 4):
 
     python -m testbed.workloads.train --rank R --world-size W --master IP:PORT \\
-        --model mlp --width 256 --iters 20 --out DIR [--ifname h1-eth0]
+        --sync ring|ps|local --model mlp --width 256 --iters 20 --out DIR [--ifname h1-eth0]
 
-Gloo through DistributedDataParallel (tensor fusion by `--bucket-mb`), one thread, a bounded
-timeout so that a broken network fails the run with a clear message. Writes, per rank,
-`rank<R>.jsonl` (one line per iteration: compute and communication time, bytes on the
-wire of the host's interface, loss, accuracy when evaluated) and `rank<R>.trace.json`, a
-Chrome trace of compute and allreduce spans that opens in Perfetto / chrome://tracing.
+Synchronisation (`--sync`):
+- ring: data parallel, Gloo ring allreduce through DistributedDataParallel (tensor fusion by
+  `--bucket-mb`); with `--compression`, what crosses the wire is compressed (fp16 is
+  allreduced, sparse and quantised formats are allgathered); with `--priority p3`, layer-wise
+  allreduce on one process group per priority level, each with its DSCP (layerwise.py).
+- ps: parameter server with `--ps-shards` servers (ranks 0..S-1), BSP / SSP / ASP (ps.py).
+- local: local SGD, parameters averaged every `--local-steps` steps.
+
+One thread, a bounded timeout so that a broken network fails the run with a clear message.
+Writes, per rank, `rank<R>.jsonl` (one line per iteration: compute and communication time,
+bytes on the wire of the host's interface, loss, accuracy when evaluated; servers log one
+line per push) and `rank<R>.trace.json`, a Chrome trace of compute and communication spans
+that opens in Perfetto / chrome://tracing. On failure, `rank<R>.error` says why.
 """
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+
+SYNCS = ("ring", "ps", "local")
+PRIORITIES = ("none", "fifo", "p3")
 
 
 def iface_bytes(ifname: str | None) -> tuple[int, int]:
@@ -52,11 +63,12 @@ class Timeline:
         path.write_text(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"}))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="train")
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world-size", type=int, required=True)
     ap.add_argument("--master", required=True, help="IP:PORT of rank 0's rendezvous")
+    ap.add_argument("--sync", choices=SYNCS, default="ring")
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--depth", type=int, default=2)
@@ -64,13 +76,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("--topk-ratio", type=float, default=0.01)
+    ap.add_argument("--qsgd-levels", type=int, default=16)
+    ap.add_argument("--priority", choices=PRIORITIES, default="none",
+                    help="ring only: layer-wise allreduce, fifo (one level) or p3 (levels)")
+    ap.add_argument("--dscp", default="0",
+                    help="comma-separated DSCP per priority level, highest first")
+    ap.add_argument("--ps-shards", type=int, default=1)
+    ap.add_argument("--consistency", default="bsp", choices=("bsp", "ssp", "asp"))
+    ap.add_argument("--staleness", type=int, default=2)
+    ap.add_argument("--local-steps", type=int, default=4)
+    ap.add_argument("--compute-delay-ms", type=float, default=0.0,
+                    help="extra compute time per iteration (a compute straggler)")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--ifname", default=None, help="the host's interface (GLOO_SOCKET_IFNAME)")
     ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -82,74 +112,262 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def union_s(spans) -> float:
+    """Seconds covered by at least one (start, end, ...) span."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e, *_ in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+class Worker:
+    """What every synchronisation mode shares: model, data, log, timeline, counters."""
+
+    def __init__(self, args, out: Path):
+        import torch
+
+        from . import compression, models
+        self.torch, self.models = torch, models
+        self.args, self.out = args, out
+        torch.manual_seed(args.seed)  # every rank builds the same initial model
+        self.model = models.build(args.model, args.width, args.depth)
+        self.grad_bytes = models.param_bytes(self.model)
+        self.xtr, self.ytr, self.xte, self.yte = models.dataset(args.data, args.model,
+                                                                seed=args.seed)
+        # data and compression randomness follow the worker's index, not its rank, so that
+        # the i-th worker sees the same batches whatever the architecture (servers first)
+        self.index = args.rank - (args.ps_shards if args.sync == "ps" else 0)
+        self.comp = compression.make(args.compression, ratio=args.topk_ratio,
+                                     levels=args.qsgd_levels, seed=args.seed * 1000 + self.index)
+        self.gen = torch.Generator().manual_seed(args.seed * 1000 + self.index)
+        self.timeline = Timeline(args.rank)
+        self.logfh = (out / f"rank{args.rank}.jsonl").open("w", buffering=1)
+
+    def batch(self):
+        idx = self.torch.randint(0, self.xtr.shape[0], (self.args.batch,), generator=self.gen)
+        return self.xtr[idx], self.ytr[idx]
+
+    def forward_backward(self, module, it: int):
+        """Loss and accuracy of one batch, gradients in .grad; returns (loss, acc)."""
+        x, y = self.batch()
+        loss, correct, total = self.models.loss_and_correct(module, self.args.model, x, y)
+        loss.backward()
+        if self.args.compute_delay_ms:
+            time.sleep(self.args.compute_delay_ms / 1000)
+        return loss.item(), correct / total
+
+    def evaluate(self, row: dict, it: int) -> None:
+        if self.args.eval_every and (it + 1) % self.args.eval_every == 0:
+            with self.torch.no_grad():
+                _, c, n = self.models.loss_and_correct(self.model, self.args.model,
+                                                       self.xte, self.yte)
+            row["test_acc"] = c / n
+
+    def write(self, row: dict) -> None:
+        self.logfh.write(json.dumps(row) + "\n")
+
+    def close(self) -> None:
+        self.logfh.close()
+        self.timeline.write(self.out / f"rank{self.args.rank}.trace.json")
+
+
 def run(args, out: Path) -> None:
     if args.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from . import models
 
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
                             world_size=args.world_size, timeout=timedelta(seconds=args.timeout_s))
-    model = models.build(args.model, args.width, args.depth)
-    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
-    timeline = Timeline(args.rank)
-    comm: list[tuple[float, float, int]] = []
+    w = Worker(args, out)
+    try:
+        {"ring": run_ring, "ps": run_ps, "local": run_local}[args.sync](w)
+    finally:
+        w.close()
+    dist.barrier()
+    dist.destroy_process_group()
 
-    def timed_allreduce(state, bucket):
+
+def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, rx0: int,
+         tx0: int, loss: float, acc: float, **extra) -> dict:
+    rx1, tx1 = iface_bytes(w.args.ifname)
+    row = {"iteration": it, "iter_s": t1 - t0, "compute_s": max(0.0, (t1 - t0) - exposed),
+           "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
+           "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
+           "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "loss": loss, "train_acc": acc,
+           **extra}
+    w.evaluate(row, it)
+    return row
+
+
+def run_ring(w: Worker) -> None:
+    args = w.args
+    if args.priority != "none":
+        return run_layerwise(w)
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from . import compression
+    ddp = DDP(w.model, bucket_cap_mb=args.bucket_mb)
+    comm: list[tuple[float, float, int]] = []
+    wire: list[int] = []
+    world = args.world_size
+
+    def timed(start, nbytes, value):
+        end = time.perf_counter()
+        comm.append((start, end, nbytes))
+        w.timeline.span("allreduce" if compression.additive(args.compression) else "allgather",
+                        "comm", start, end, tid=1, bytes=nbytes)
+        return value
+
+    def hook(state, bucket):
         start = time.perf_counter()
         buf = bucket.buffer()
-        fut = dist.all_reduce(buf, async_op=True).get_future()
+        if args.compression == "none":
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            wire.append(buf.numel() * 4)
+            return fut.then(lambda f: timed(start, buf.numel() * 4, f.value()[0].div_(world)))
+        if args.compression == "fp16":
+            half = buf.to(torch.float16).div_(world)
+            wire.append(half.numel() * 2)
+            fut = dist.all_reduce(half, async_op=True).get_future()
 
-        def done(f):
-            end = time.perf_counter()
-            comm.append((start, end, buf.numel() * buf.element_size()))
-            timeline.span("allreduce", "comm", start, end, tid=1,
-                          bytes=buf.numel() * buf.element_size())
-            return f.value()[0].div_(args.world_size)
-        return fut.then(done)
+            def back(f):
+                buf.copy_(f.value()[0])
+                return timed(start, half.numel() * 2, buf)
+            return fut.then(back)
+        payload = w.comp.compress(buf, f"bucket{bucket.index()}")
+        msg = compression.to_bytes(payload)
+        wire.append(msg.numel())
+        gathered = [torch.empty_like(msg) for _ in range(world)]
+        fut = dist.all_gather(gathered, msg, async_op=True).get_future()
 
-    ddp.register_comm_hook(None, timed_allreduce)
-    xtr, ytr, xte, yte = models.dataset(args.data, args.model, seed=args.seed)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
-    g = torch.Generator().manual_seed(args.seed * 1000 + args.rank)
-    log = (out / f"rank{args.rank}.jsonl").open("w", buffering=1)
-    grad_bytes = models.param_bytes(model)
+        def combine(f):
+            total = torch.zeros(buf.numel())
+            for part in gathered:
+                total += w.comp.decompress(compression.from_bytes(part, payload))
+            buf.copy_(total.div_(world))
+            return timed(start, msg.numel(), buf)
+        return fut.then(combine)
+
+    ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     for it in range(args.iters):
-        idx = torch.randint(0, xtr.shape[0], (args.batch,), generator=g)
         rx0, tx0 = iface_bytes(args.ifname)
         comm.clear()
+        wire.clear()
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss, correct, total = models.loss_and_correct(ddp, args.model, xtr[idx], ytr[idx])
-        t_fwd = time.perf_counter()
-        loss.backward()  # returns once every bucket's allreduce has completed
+        loss, acc = w.forward_backward(ddp, it)  # returns once every bucket is synchronised
         t_bwd = time.perf_counter()
         opt.step()
         t1 = time.perf_counter()
-        rx1, tx1 = iface_bytes(args.ifname)
-        comm_s = sum(e - s for s, e, _ in comm)
-        exposed = t_bwd - max([t_fwd] + [s for s, _, _ in comm]) if comm else 0.0
-        timeline.span("forward", "compute", t0, t_fwd, iteration=it)
-        timeline.span("backward+allreduce", "compute", t_fwd, t_bwd, iteration=it)
-        timeline.span("step", "compute", t_bwd, t1, iteration=it)
-        row = {"iteration": it, "iter_s": t1 - t0, "compute_s": (t1 - t0) - max(0.0, exposed),
-               "comm_s": comm_s, "comm_exposed_s": max(0.0, exposed), "buckets": len(comm),
-               "grad_bytes": grad_bytes, "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0,
-               "loss": loss.item(), "train_acc": correct / total}
-        if args.eval_every and (it + 1) % args.eval_every == 0:
-            with torch.no_grad():
-                _, c, n = models.loss_and_correct(model, args.model, xte, yte)
-            row["test_acc"] = c / n
-        log.write(json.dumps(row) + "\n")
-    log.close()
-    timeline.write(out / f"rank{args.rank}.trace.json")
+        # what backward waited for after the last bucket became ready (its compute ends
+        # about when the last bucket starts)
+        exposed = t_bwd - max(s for s, _, _ in comm) if comm else 0.0
+        w.timeline.span("forward+backward", "compute", t0, t_bwd, iteration=it)
+        w.timeline.span("step", "compute", t_bwd, t1, iteration=it)
+        w.write(_row(w, it, t0, t1, comm, exposed, rx0, tx0, loss, acc,
+                     payload_bytes=sum(wire)))
+
+
+def run_layerwise(w: Worker) -> None:
+    import torch.distributed as dist
+
+    from .layerwise import LayerwiseSync, priority_groups
+    args = w.args
+    dscps = [int(d) for d in args.dscp.split(",")]
+    if args.priority == "fifo":
+        dscps = dscps[-1:]
+    groups = priority_groups(dscps)
+    sync = LayerwiseSync(w.model, groups, args.world_size, args.lr, args.momentum, w.timeline)
+    marked = [m for _, _, m in groups]
+    t_prev, prev = None, None
+    for it in range(args.iters + 1):
+        t0 = time.perf_counter()
+        if prev is not None:  # the previous iteration ends where this one can start
+            pit, pt0, rx0, tx0, loss, acc, waited0 = prev
+            row = _row(w, pit, pt0, t0, sync.take_spans(), sync.waited_s - waited0, rx0, tx0,
+                       loss, acc, levels=len(groups), sockets_marked=marked)
+            w.write(row)
+        if it == args.iters:
+            break
+        rx0, tx0 = iface_bytes(args.ifname)
+        waited0 = sync.waited_s
+        loss, acc = w.forward_backward(w.model, it)  # forward waits for each layer's update
+        w.timeline.span("forward+backward", "compute", t0, time.perf_counter(), iteration=it)
+        if it == args.iters - 1:
+            sync.flush()
+        prev = (it, t0, rx0, tx0, loss, acc, waited0)
     dist.barrier()
-    dist.destroy_process_group()
+
+
+def run_ps(w: Worker) -> None:
+    import torch
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    from .ps import Client, Server
+    args = w.args
+    shards = args.ps_shards
+    workers = args.world_size - shards
+    flat = parameters_to_vector(w.model.parameters()).detach()
+    if args.rank < shards:
+        server = Server(args.rank, shards, workers, flat, args.consistency, args.staleness,
+                        args.lr, args.momentum, w.comp, args.iters, w.write)
+        server.serve()
+        return
+    client = Client(shards, flat.numel(), w.comp)
+    params = flat.clone()
+    for it in range(args.iters):
+        rx0, tx0 = iface_bytes(args.ifname)
+        t0 = time.perf_counter()
+        w.model.zero_grad()
+        loss, acc = w.forward_backward(w.model, it)
+        grad = torch.cat([p.grad.reshape(-1) for p in w.model.parameters()])
+        t_c = time.perf_counter()
+        versions_before = list(client.versions)
+        pushed = client.exchange(grad, params)
+        t1 = time.perf_counter()
+        vector_to_parameters(params, w.model.parameters())
+        w.timeline.span("forward+backward", "compute", t0, t_c, iteration=it)
+        w.timeline.span("push+pull", "comm", t_c, t1, tid=1, bytes=pushed)
+        w.write(_row(w, it, t0, t1, [(t_c, t1)], t1 - t_c, rx0, tx0, loss, acc,
+                     payload_bytes=pushed, versions=client.versions,
+                     version_gain=sum(a - b for a, b in zip(client.versions, versions_before))))
+
+
+def run_local(w: Worker) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    args = w.args
+    opt = torch.optim.SGD(w.model.parameters(), lr=args.lr, momentum=args.momentum)
+    for it in range(args.iters):
+        rx0, tx0 = iface_bytes(args.ifname)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss, acc = w.forward_backward(w.model, it)
+        opt.step()
+        spans = []
+        if (it + 1) % args.local_steps == 0 or it == args.iters - 1:
+            ts = time.perf_counter()
+            vec = parameters_to_vector(w.model.parameters()).detach()
+            dist.all_reduce(vec)
+            vector_to_parameters(vec.div_(args.world_size), w.model.parameters())
+            spans.append((ts, time.perf_counter()))
+            w.timeline.span("average", "comm", ts, spans[0][1], tid=1, bytes=vec.numel() * 4)
+        t1 = time.perf_counter()
+        exposed = sum(e - s for s, e in spans)
+        w.timeline.span("iteration", "compute", t0, t1, iteration=it)
+        w.write(_row(w, it, t0, t1, spans, exposed, rx0, tx0, loss, acc,
+                     synchronised=bool(spans)))
 
 
 if __name__ == "__main__":
