@@ -10,7 +10,7 @@ import time
 from topologies import dumbbell, nonblocking
 from topologies.graph import host_rate_sum
 
-from . import qos_experiments
+from . import qos_experiments, training
 from .monitor import QueueSampler, percentile
 from .phases import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
 from .spec import LinkCalibration, Permutation, QueueCalibration, Reachability, parse_pattern
@@ -190,4 +190,5 @@ def permutation(ctx, exp: Permutation) -> Outcome:
 RUNNERS = {"reachability": reachability, "link_calibration": link_calibration,
            "queue_calibration": queue_calibration, "permutation": permutation,
            "ecn_queue": qos_experiments.ecn_queue, "priority": qos_experiments.priority,
-           "incast": qos_experiments.incast, "pfc_victim": qos_experiments.pfc_victim}
+           "incast": qos_experiments.incast, "pfc_victim": qos_experiments.pfc_victim,
+           "training": training.training}

@@ -17,14 +17,26 @@ def ring_allreduce_s(size_bytes: float, workers: int, bandwidth_bps: float,
 
 
 def parameter_server_s(size_bytes: float, workers: int, shards: int, bandwidth_bps: float,
-                       latency_s: float = 0.0) -> float:
+                       latency_s: float = 0.0, pull_bytes: float | None = None) -> float:
     """Push then pull with S bytes per worker split over k shards: each shard's link carries
     n*S/k bytes each way, so one direction takes n*S/(k*B); colocated or dedicated shards
-    alike, the shard's link is the bottleneck when n > k."""
+    alike, the shard's link is the bottleneck when n > k. `pull_bytes`: when the pull
+    differs from the push (a compressed push, a dense pull)."""
     if workers < 1 or shards < 1:
         raise ValueError("workers and shards must be >= 1")
-    per_direction = workers * size_bytes * 8 / (shards * bandwidth_bps)
-    return 2 * (per_direction + latency_s)
+    pull = size_bytes if pull_bytes is None else pull_bytes
+    push_s = workers * size_bytes * 8 / (shards * bandwidth_bps)
+    pull_s = workers * pull * 8 / (shards * bandwidth_bps)
+    return push_s + pull_s + 2 * latency_s
+
+
+def allgather_s(payload_bytes: float, workers: int, bandwidth_bps: float,
+                latency_s: float = 0.0) -> float:
+    """Ring allgather of one payload per worker (sparse or quantised gradients, which cannot
+    be summed on the way): every worker receives the p-1 others' payloads."""
+    if workers < 2:
+        return 0.0
+    return (workers - 1) * (payload_bytes * 8 / bandwidth_bps + latency_s)
 
 
 def ratio(measured_s: float, model_s: float) -> float | None:

@@ -33,15 +33,18 @@ PRIORITIES = ("none", "fifo", "p3")
 
 
 def iface_bytes(ifname: str | None) -> tuple[int, int]:
-    """(rx, tx) bytes of an interface, from this namespace's /proc/net/dev."""
+    """(rx, tx) bytes on the wire of this host, from its namespace's /proc/net/dev: every
+    interface but loopback (a BCube host has several), or loopback alone for a local job."""
     if not ifname:
         return 0, 0
+    rx = tx = 0
     for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
         name, _, rest = line.partition(":")
-        if name.strip() == ifname:
+        name = name.strip()
+        if (name == "lo") == (ifname == "lo"):
             f = rest.split()
-            return int(f[0]), int(f[8])
-    return 0, 0
+            rx, tx = rx + int(f[0]), tx + int(f[8])
+    return rx, tx
 
 
 class Timeline:
@@ -172,8 +175,12 @@ class Worker:
         self.logfh.write(json.dumps(row) + "\n")
 
     def close(self) -> None:
+        import resource
         self.logfh.close()
         self.timeline.write(self.out / f"rank{self.args.rank}.trace.json")
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        (self.out / f"rank{self.args.rank}.summary.json").write_text(json.dumps(
+            {"rank": self.args.rank, "peak_rss_mb": round(peak_mb, 1)}))
 
 
 def run(args, out: Path) -> None:
