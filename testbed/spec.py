@@ -213,6 +213,14 @@ class Straggler:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Fault injection: a worker raises at the start of an iteration (the run must fail fast
+    with its error and stop the others)."""
+    worker: int = 0
+    at_iter: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Training:
     """Training jobs of real Gloo workers in the emulated hosts, one fabric per
     (topology, link rate); every job's iteration and communication times next to the
@@ -236,6 +244,7 @@ class Training:
     jobs: list[TrainingJob] = field(default_factory=lambda: [TrainingJob()])
     background: list[BackgroundTraffic] = field(default_factory=list)
     straggler: Straggler | None = None
+    fault: Fault | None = None
     p3_dscp: list[int] = field(default_factory=lambda: [46, 34, 26])  # highest level first
     sample_hz: float = 500.0           # queue of the port toward the busiest receiver
 
@@ -580,6 +589,12 @@ def _check_training(exp: "Training", path: str, topo: Topology) -> None:
             raise SpecError(f"{bp}.dscp: DSCP must be in 0..63 (got {bg.dscp})")
         _positive(bg.udp_mbps, f"{bp}.udp_mbps", allow_none=True)
         _positive(bg.block_bytes, f"{bp}.block_bytes")
+    if exp.fault is not None:
+        most = min(exp.workers or [job.workers for job in exp.jobs])
+        if not 0 <= exp.fault.worker < most:
+            raise SpecError(f"{path}.fault.worker: an index below {most} (got {exp.fault.worker})")
+        if not 0 <= exp.fault.at_iter < exp.iters:
+            raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
     if exp.straggler is not None:
         st = exp.straggler
         most = min(exp.workers or [job.workers for job in exp.jobs])

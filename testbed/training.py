@@ -245,8 +245,11 @@ def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, mes
     sends per synchronisation)."""
     if job.sync == "ps":
         pull = grad_bytes + 4 * job.ps_shards  # dense fp32 shards and their versions
-        return (commmodel.parameter_server_s(payload_bytes, n, job.ps_shards, bandwidth_bps,
-                                             latency_s, pull_bytes=pull), payload_bytes)
+        # a colocated shard's own worker exchanges with it inside the host
+        remote = n - 1 if job.ps_placement == "colocated" else n
+        return (commmodel.parameter_server_s(payload_bytes, remote, job.ps_shards,
+                                             bandwidth_bps, latency_s, pull_bytes=pull),
+                payload_bytes)
     if job.compression in ("topk", "qsgd", "sign"):
         return (commmodel.allgather_s(payload_bytes, n, bandwidth_bps, latency_s),
                 (n - 1) * payload_bytes)
@@ -284,6 +287,8 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
         extra = dict(opts)
         if straggler and rank == slow_rank and straggler.compute_delay_ms:
             extra["compute_delay_ms"] = straggler.compute_delay_ms
+        if exp.fault and rank == len(placement.servers) + exp.fault.worker:
+            extra["crash_at_iter"] = exp.fault.at_iter
         return train_argv(rank, world, master, job_dir, ifname(host, 0), **extra)
 
     rtt = _ping_rtt_s(fab, placement.workers[0], placement.ranks[-1][1]

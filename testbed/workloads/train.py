@@ -94,6 +94,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--local-steps", type=int, default=4)
     ap.add_argument("--compute-delay-ms", type=float, default=0.0,
                     help="extra compute time per iteration (a compute straggler)")
+    ap.add_argument("--crash-at-iter", type=int, default=-1,
+                    help="fault injection: raise at the start of this iteration")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=60.0)
@@ -157,6 +159,8 @@ class Worker:
 
     def forward_backward(self, module, it: int):
         """Loss and accuracy of one batch, gradients in .grad; returns (loss, acc)."""
+        if it == self.args.crash_at_iter:
+            raise RuntimeError(f"injected fault at iteration {it} (--crash-at-iter)")
         x, y = self.batch()
         loss, correct, total = self.models.loss_and_correct(module, self.args.model, x, y)
         loss.backward()

@@ -1,0 +1,53 @@
+"""Real Gloo workers inside the fabric (issue 4): ring allreduce and a parameter server on
+a small leaf-spine, measured against the analytical model; compression's bytes on the wire;
+a worker that dies fails the run fast with its error. Shorter jobs than the benchmarks; the
+tolerances are wider than the benchmarks' (stated per assertion) because CI's CPU is shared."""
+import json
+
+import pytest
+
+from testbed.system import TestbedError
+
+from .helpers import rows, run
+
+LEAFSPINE = {"kind": "leafspine", "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+                                             "host_rate": 20, "uplink_rate": 20}}
+
+
+def test_ring_and_parameter_server_in_the_fabric(tmp_path):
+    out, summary = run(tmp_path, {"name": "it-train", "topology": LEAFSPINE, "experiments": [{
+        "type": "training", "model": "mlp", "width": 256, "iters": 8, "jobs": [
+            {"sync": "ring", "workers": 4},
+            {"sync": "ps", "workers": 3, "ps_shards": 1},
+            {"sync": "ring", "workers": 4, "compression": "fp16"}]}]})
+    assert summary["status"] == "ok", summary["error"]
+    table = {r["job"]: r for r in rows(out, "training.csv")}
+    ring, ps, fp16 = table["ring-4w"], table["ps-1xded-bsp-3w"], table["ring-fp16-4w"]
+    for job in (ring, ps, fp16):
+        # at 20 Mb/s the network dominates: measured communication near the model (the
+        # benchmark's bound is 0.8-1.3; 0.6-1.6 here for CI's shared CPU)
+        assert 0.6 <= float(job["comm_over_model"]) <= 1.6, job
+        # bytes each worker put on the wire, against the model's bytes plus framing
+        assert 0.9 <= float(job["tx_over_expected"]) <= 1.2, job
+        assert int(job["lost_in_switches_pkts"]) == 0
+        assert job["test_acc"] != ""
+    assert int(ps["max_staleness"]) == 0          # BSP: never stale
+    assert float(fp16["tx_bytes_per_sync"]) / float(ring["tx_bytes_per_sync"]) == \
+        pytest.approx(0.5, abs=0.05)
+    its = rows(out, "training_iterations.csv")
+    assert len([r for r in its if r["job"] == "ring-4w"]) == 4 * 8
+    job_dir = out / "training" / "leafspine-ring-4w"
+    trace = json.loads((job_dir / "rank0.trace.json").read_text())
+    assert {"allreduce", "forward+backward"} <= {e["name"] for e in trace["traceEvents"]}
+
+
+def test_a_dead_worker_fails_the_run_fast(tmp_path):
+    with pytest.raises(TestbedError) as err:
+        run(tmp_path, {"name": "it-fault", "topology": LEAFSPINE, "experiments": [{
+            "type": "training", "iters": 50, "timeout_s": 300, "job_timeout_s": 600,
+            "jobs": [{"sync": "ring", "workers": 4}], "fault": {"worker": 2, "at_iter": 3}}]})
+    assert "rank 2" in str(err.value) and "injected fault at iteration 3" in str(err.value)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "injected fault" in summary["error"]
+    # the others were stopped, not left waiting for the collective timeout (300 s)
+    assert summary["elapsed_s"] < 120
