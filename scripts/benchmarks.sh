@@ -11,7 +11,9 @@ specs=("$@")
 if ((${#specs[@]} == 0)); then
   specs=(reachability reachability_leafspine reachability_bcube link_calibration \
          queue_calibration permutation_fattree permutation_fattree_mtu1500 startup_fattree6 \
-         ecn_queue priority incast pfc_victim)
+         ecn_queue priority incast pfc_victim \
+         training_priority training_compression training_consistency training_16_cnn \
+         training_link_rate training_ring_vs_ps)
 fi
 for spec in "${specs[@]}"; do
   echo "== $spec"

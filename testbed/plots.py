@@ -27,6 +27,11 @@ def draw_all(out_dir: Path) -> list[Path]:
         if (metrics / name).exists() and _rows(metrics / name):
             made.append(fn(_rows(metrics / name), plots))
     made += qos_plots.pfc_timelines(out_dir, plots)
+    from . import training_plots
+    if (metrics / "training.csv").exists() and _rows(metrics / "training.csv"):
+        made += training_plots.draw(_rows(metrics / "training.csv"), plots)
+        made.append(training_plots.loss_curves(_rows(metrics / "training_iterations.csv"),
+                                               plots))
     return made
 
 

@@ -6,6 +6,7 @@ emulation does not give faithful numbers.
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import statistics
@@ -139,8 +140,19 @@ class Background:
                     f"background iperf3 {f.src}->{f.dst}", log))
                 self.clients.append((log, f"{f.src}->{f.dst}"))
 
-    def stop(self) -> None:
+    def stop(self) -> float | None:
+        """Stops everything; returns the background flows' total sending rate (Mb/s, over
+        their whole life: iperf3 reports it when interrupted), None without flows."""
         stop_and_reap(self.procs)
+        if not self.clients:
+            return None
+        total = 0.0
+        for log, _ in self.clients:
+            try:
+                total += json.loads(log.read_text())["end"]["sum_sent"]["bits_per_second"]
+            except (OSError, ValueError, KeyError):
+                pass
+        return round(total / 1e6, 3)
 
 
 # ---- one job -------------------------------------------------------------------------------
@@ -260,12 +272,12 @@ def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, mes
 
 
 def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabric_label: str,
-            outcome: Outcome) -> tuple[dict, list[list]]:
+            outcome: Outcome, experiment: int = 0) -> tuple[dict, list[list]]:
     topo = fab.topo
     placement = place(topo, job, n)
     label = f"{fabric_label} {job.label() if not exp.workers else job_with(job, n).label()}"
     slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
-    job_dir = ctx.out_dir / "training" / slug
+    job_dir = ctx.out_dir / "training" / f"{experiment}-{index:02d}-{slug}"  # unique per run
     job_dir.mkdir(parents=True, exist_ok=True)
     master = f"{topo.node(placement.ranks[0][1]).ip}:{MASTER_PORT + index}"
     world = len(placement.ranks)
@@ -300,19 +312,20 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
     ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
             f"{', '.join(h for _, h, _ in placement.ranks)}")
+    measured: dict = {}  # peak memory, background rate
     with _traffic_phase(ctx, fab, outcome, label) as checks:
         background.start()
         sampler.start()
         try:
-            mem = run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s, label,
-                                ctx.log)
+            measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
+                                     label, ctx.log))
         finally:
             sampler.stop()
-            background.stop()
+            measured["background_sent_mbps"] = background.stop()
     queue = _queue_stats(sampler, dp)
     rate = min(host_link(topo, h).rate_mbps for h in placement.workers + placement.servers)
     return summarise(exp, job, n, placement, job_dir, label, fabric_label, rate,
-                     fab.links.mtu_bytes, rtt, toward_sink, queue, mem, checks)
+                     fab.links.mtu_bytes, rtt, toward_sink, queue, measured, checks, experiment)
 
 
 def job_with(job: TrainingJob, n: int) -> TrainingJob:
@@ -324,7 +337,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, mtu, rtt,
-              toward_sink, queue, mem, checks) -> tuple[dict, list[list]]:
+              toward_sink, queue, measured, checks, experiment) -> tuple[dict, list[list]]:
     """One row for the job (medians over workers and iterations after the warm-up, the
     model's prediction beside them) and the per-iteration rows of every rank."""
     first = len(placement.servers)
@@ -353,7 +366,7 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, m
              for r, _, _ in placement.ranks if (job_dir / f"rank{r}.summary.json").exists()]
     cpu = checks["cpu"]
     summary = {
-        "fabric": fabric_label, "job": job.label() if not exp.workers else
+        "experiment": experiment, "fabric": fabric_label, "job": job.label() if not exp.workers else
         job_with(job, n).label(), "sync": job.sync, "workers": n,
         "ps_shards": job.ps_shards if job.sync == "ps" else 0,
         "ps_placement": job.ps_placement if job.sync == "ps" else "",
@@ -382,7 +395,7 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, m
                                for lead in row["replied"].values()), default=None),
         "queue_port": toward_sink, **queue,
         "peak_rss_mb_max": max(peaks, default=None),
-        "peak_rss_mb_sum": round(sum(peaks), 1), **mem,
+        "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
         "ovs_added_delay_p50_ms": cpu["ovs_added_delay_p50_ms"], "cpu_bound": cpu["cpu_bound"],
         "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
@@ -392,15 +405,27 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, m
         for row in per_rank[r]:
             if role == "server":
                 continue
-            iter_rows.append([fabric_label, summary["job"], r, host, row["iteration"]]
+            iter_rows.append([experiment, fabric_label, summary["job"], r, host,
+                              row["iteration"]]
                              + [row.get(f) for f in ITER_FIELDS])
     return summary, iter_rows
 
 
 # ---- the experiment ------------------------------------------------------------------------
 
+def _earlier(ctx, name: str) -> list[list]:
+    """Rows an earlier training experiment of this run wrote to `name`."""
+    path = ctx.out_dir / "metrics" / name
+    if not path.exists():
+        return []
+    with path.open() as fh:
+        return list(csv.reader(fh))[1:]
+
+
 def training(ctx, exp: Training) -> Outcome:
     out = Outcome()
+    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
+    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Training))
     rows, iter_rows = [], []
     needs_priority = any(job.priority != "none" for job in exp.jobs)
     qos = priority_qos(exp, ctx.spec.links.buffer_pkts) if needs_priority else None
@@ -424,7 +449,8 @@ def training(ctx, exp: Training) -> Outcome:
             with ctx.fabric(fabric, routing, f"training {fabric_label}", qos=qos,
                             rate_mbps=None) as fab:
                 for job, n in jobs:
-                    summary, its = run_job(ctx, fab, exp, job, n, index, fabric_label, out)
+                    summary, its = run_job(ctx, fab, exp, job, n, index, fabric_label, out,
+                                           experiment)
                     index += 1
                     rows.append(summary)
                     iter_rows += its
@@ -433,9 +459,12 @@ def training(ctx, exp: Training) -> Outcome:
                             f" x{summary['comm_over_model']}), test accuracy "
                             f"{summary['test_acc']}, machine idle "
                             f"{summary['machine_idle_mean']:.0%}")
-    ctx.write_csv("training.csv", list(rows[0]), [list(r.values()) for r in rows])
+    # a spec may hold several training experiments: their rows follow each other
+    ctx.write_csv("training.csv", list(rows[0]),
+                  _earlier(ctx, "training.csv") + [list(r.values()) for r in rows])
     ctx.write_csv("training_iterations.csv",
-                  ["fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS, iter_rows)
+                  ["experiment", "fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS,
+                  _earlier(ctx, "training_iterations.csv") + iter_rows)
     out.headline = {"jobs": len(rows), "results": [
         {k: r[k] for k in ("fabric", "job", "iter_s_median", "comm_s_median", "model_comm_s",
                            "comm_over_model", "test_acc", "cpu_bound")} for r in rows]}

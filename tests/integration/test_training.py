@@ -36,7 +36,7 @@ def test_ring_and_parameter_server_in_the_fabric(tmp_path):
         pytest.approx(0.5, abs=0.05)
     its = rows(out, "training_iterations.csv")
     assert len([r for r in its if r["job"] == "ring-4w"]) == 4 * 8
-    job_dir = out / "training" / "leafspine-ring-4w"
+    job_dir = out / "training" / "0-00-leafspine-ring-4w"
     trace = json.loads((job_dir / "rank0.trace.json").read_text())
     assert {"allreduce", "forward+backward"} <= {e["name"] for e in trace["traceEvents"]}
 

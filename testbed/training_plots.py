@@ -1,0 +1,109 @@
+"""Plots of the training experiments, drawn only from the results' CSV files."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from .plots import _save
+
+
+def _f(value: str) -> float | None:
+    return float(value) if value not in ("", "None") else None
+
+
+def _key(r: dict) -> str:
+    extra = f" +{r['background']}" if r.get("background") else ""
+    return f"{r['job']}{extra}"
+
+
+def comm_vs_model(rows: list[dict], plots: Path) -> Path:
+    """Measured communication time per synchronisation next to the analytical model, per
+    job and fabric; iteration time as a marker."""
+    labels = [f"{r['fabric']}\n{_key(r)}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
+    ax.bar([i - 0.2 for i in x], [_f(r["comm_s_median"]) or 0 for r in rows], 0.4,
+           label="measured communication")
+    ax.bar([i + 0.2 for i in x], [_f(r["model_comm_s"]) or 0 for r in rows], 0.4,
+           label="analytical model", color="tab:gray")
+    ax.plot(list(x), [_f(r["iter_s_median"]) or 0 for r in rows], "k_", ms=18, mew=2,
+            label="iteration (median)")
+    for i, r in enumerate(rows):
+        if r["cpu_bound"] == "True":
+            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"]) or 0), ha="center",
+                        va="bottom", color="tab:red", fontsize=7)
+    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("seconds per synchronisation")
+    values = [v for r in rows for v in (_f(r["comm_s_median"]), _f(r["model_comm_s"])) if v]
+    if values and max(values) > 20 * min(values):
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("Training: communication time, measured vs model (medians)")
+    return _save(fig, plots / "training_comm.png")
+
+
+def by_rate(rows: list[dict], plots: Path) -> Path | None:
+    """Iteration time vs link rate, per job, with the model's communication time."""
+    series = defaultdict(list)
+    for r in rows:
+        series[(r["fabric"].split("@")[0], _key(r))].append(
+            (float(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_comm_s"])))
+    if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (fabric, job), pts in series.items():
+        pts.sort()
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{fabric} {job}")
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=line.get_color(), lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("link rate (Mb/s)")
+    ax.set_ylabel("iteration time (s); dashed: model communication")
+    ax.legend(fontsize=8)
+    ax.set_title("Iteration time vs link rate")
+    return _save(fig, plots / "training_rate.png")
+
+
+def compression(rows: list[dict], plots: Path) -> Path | None:
+    """Bytes on the wire, iteration time and test accuracy per compression method."""
+    rows = [r for r in rows if r["sync"] in ("ring", "local") and r["priority"] == "none"]
+    if len({(r["compression"], r["sync"]) for r in rows}) < 2:
+        return None
+    labels = [_key(r) for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    for ax, field, title in zip(axes, ("tx_bytes_per_sync", "iter_s_median", "test_acc"),
+                                ("bytes sent per worker and synchronisation",
+                                 "iteration time (s)", "test accuracy after the budget")):
+        ax.bar(labels, [_f(r[field]) or 0 for r in rows])
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", rotation=60, labelsize=7)
+    axes[0].set_yscale("log")
+    return _save(fig, plots / "training_compression.png")
+
+
+def loss_curves(rows: list[dict], plots: Path) -> Path:
+    """Training loss per iteration (mean over workers), per job."""
+    curves = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        curves[(r["experiment"], r["fabric"], r["job"])][int(r["iteration"])].append(
+            float(r["loss"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (exp, fabric, job), its in curves.items():
+        xs = sorted(its)
+        ax.plot(xs, [sum(its[i]) / len(its[i]) for i in xs], lw=1,
+                label=f"[{exp}] {fabric} {job}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("training loss (mean over workers)")
+    ax.legend(fontsize=7)
+    return _save(fig, plots / "training_loss.png")
+
+
+def draw(rows: list[dict], plots: Path) -> list[Path]:
+    made = [comm_vs_model(rows, plots)]
+    for fn in (by_rate, compression):
+        path = fn(rows, plots)
+        if path:
+            made.append(path)
+    return made

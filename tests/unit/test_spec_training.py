@@ -1,0 +1,60 @@
+"""Bad training specs are refused before anything starts, naming the field (issue 4)."""
+import pytest
+
+from testbed.spec import SpecError, loads
+from testbed.training import at_rate, place, spread
+from testbed.spec import TrainingJob
+from topologies import build
+
+
+def spec(**training):
+    return {"name": "t", "topology": {"kind": "fattree", "params": {"k": 4}},
+            "experiments": [{"type": "training", **training}]}
+
+
+@pytest.mark.parametrize("training,field", [
+    ({"model": "vgg"}, "experiments[0].model: unknown 'vgg'"),
+    ({"data": "mnist"}, "experiments[0].data"),
+    ({"jobs": [{"sync": "allreduce"}]}, "experiments[0].jobs[0].sync: unknown 'allreduce'"),
+    ({"jobs": [{"compression": "zip"}]}, "experiments[0].jobs[0].compression"),
+    ({"jobs": [{"consistency": "eventual"}]}, "experiments[0].jobs[0].consistency"),
+    ({"jobs": [{"workers": 17}]}, "experiments[0].jobs[0].workers: 17 workers need 17 hosts"),
+    ({"workers": [4, 20]}, "experiments[0].jobs[0].workers: 20 workers"),
+    ({"jobs": [{"sync": "ps", "workers": 15, "ps_shards": 2}]},
+     "experiments[0].jobs[0].workers: 15 workers and 2 servers need 17 hosts"),
+    ({"jobs": [{"sync": "ps", "workers": 1, "ps_shards": 16}]},
+     "experiments[0].jobs[0].ps_shards: 16 dedicated servers leave no host for workers"),
+    ({"jobs": [{"sync": "ps", "workers": 2, "ps_shards": 3, "ps_placement": "colocated"}]},
+     "experiments[0].jobs[0].ps_shards: 3 colocated servers need as many workers"),
+    ({"jobs": [{"compression": "topk", "topk_ratio": 1.5}]}, "experiments[0].jobs[0].topk_ratio"),
+    ({"jobs": [{"compression": "qsgd", "qsgd_levels": 0}]}, "experiments[0].jobs[0].qsgd_levels"),
+    ({"jobs": [{"sync": "ps", "priority": "p3"}]}, "experiments[0].jobs[0].priority"),
+    ({"jobs": [{"sync": "local", "compression": "fp16"}]}, "experiments[0].jobs[0].compression"),
+    ({"background": [{"kind": "iperf", "hosts": ["h1", "h99"]}]},
+     "experiments[0].background[0].hosts: no host 'h99'"),
+    ({"straggler": {"worker": 4}}, "experiments[0].straggler.worker"),
+    ({"iters": 5, "warmup_iters": 5}, "experiments[0].warmup_iters"),
+    ({"p3_dscp": [46, 46]}, "experiments[0].p3_dscp"),
+    ({"jobs": [{"workerz": 4}]}, "experiments[0].jobs[0].workerz: unknown key"),
+])
+def test_bad_training_specs_name_the_field(training, field):
+    with pytest.raises(SpecError) as err:
+        loads(spec(**training))
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_good_training_spec_and_placement():
+    s, topo = loads(spec(jobs=[{"sync": "ps", "workers": 8, "ps_shards": 2}], rates_mbps=[10]))
+    job = s.experiments[0].jobs[0]
+    p = place(topo, job, 8)
+    assert len(p.servers) == 2 and len(p.workers) == 8
+    assert not set(p.servers) & set(p.workers)
+    assert [r for r, _, _ in p.ranks] == list(range(10))
+    # workers spread over the pods, not packed on one edge switch
+    assert spread([f"h{i}" for i in range(1, 17)], 4) == ["h1", "h5", "h9", "h13"]
+    colo = place(topo, TrainingJob(sync="ps", workers=4, ps_shards=2,
+                                   ps_placement="colocated"), 4)
+    assert colo.servers == colo.workers[:2]
+    slow = at_rate(build("fattree", k=4), 50, "h1", 5)
+    rates = {(l.a, l.b): l.rate_mbps for l in slow.links}
+    assert all(r == (5 if "h1" in k else 50) for k, r in rates.items())
