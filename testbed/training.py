@@ -252,15 +252,19 @@ def _mem_total() -> int:
 
 
 def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, messages: float,
-            bandwidth_bps: float, latency_s: float) -> tuple[float, float]:
+            bandwidth_bps: float, latency_s: float,
+            server_bandwidth_bps: float | None = None) -> tuple[float, float]:
     """(model communication seconds per synchronisation, expected payload bytes a worker
-    sends per synchronisation)."""
+    sends per synchronisation). `bandwidth_bps`: the slowest worker's link;
+    `server_bandwidth_bps`: the slowest server's."""
     if job.sync == "ps":
         pull = grad_bytes + 4 * job.ps_shards  # dense fp32 shards and their versions
         # a colocated shard's own worker exchanges with it inside the host
         remote = n - 1 if job.ps_placement == "colocated" else n
         return (commmodel.parameter_server_s(payload_bytes, remote, job.ps_shards,
-                                             bandwidth_bps, latency_s, pull_bytes=pull),
+                                             server_bandwidth_bps or bandwidth_bps, latency_s,
+                                             pull_bytes=pull,
+                                             worker_bandwidth_bps=bandwidth_bps),
                 payload_bytes)
     if job.compression in ("topk", "qsgd", "sign"):
         return (commmodel.allgather_s(payload_bytes, n, bandwidth_bps, latency_s),
@@ -323,8 +327,9 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
     queue = _queue_stats(sampler, dp)
-    rate = min(host_link(topo, h).rate_mbps for h in placement.workers + placement.servers)
-    return summarise(exp, job, n, placement, job_dir, label, fabric_label, rate,
+    rate = min(host_link(topo, h).rate_mbps for h in placement.workers)
+    server_rate = min((host_link(topo, h).rate_mbps for h in placement.servers), default=rate)
+    return summarise(exp, job, n, placement, job_dir, label, fabric_label, (rate, server_rate),
                      fab.links.mtu_bytes, rtt, toward_sink, queue, measured, checks, experiment)
 
 
@@ -336,7 +341,7 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, mtu, rtt,
+def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, rtt,
               toward_sink, queue, measured, checks, experiment) -> tuple[dict, list[list]]:
     """One row for the job (medians over workers and iterations after the warm-up, the
     model's prediction beside them) and the per-iteration rows of every rank."""
@@ -351,12 +356,17 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, m
     grad_bytes = workers[0][0]["grad_bytes"]
     payload = _median([row.get("payload_bytes", grad_bytes) for row in steady]) or grad_bytes
     messages = _median([row["messages"] for row in synced]) or 1
+    rate_mbps, server_rate_mbps = rates
     bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu)
     latency = (rtt or 0.0) / 2
     model_s, expected_payload = predict(job, n, grad_bytes, payload, messages, bandwidth,
-                                        latency)
+                                        latency, server_rate_mbps * 1e6 * tcp_payload_fraction(mtu))
     comm = _median([row["comm_s"] for row in synced])
     iter_s = _median([row["iter_s"] for row in steady])
+    per_worker = sorted(_median([row["iter_s"] for row in rows[exp.warmup_iters:]]) or 0
+                        for rows in workers)
+    first_t = [rows[0]["t_end"] - rows[0]["iter_s"] for rows in workers if rows and "t_end" in rows[0]]
+    last_t = [rows[-1]["t_end"] for rows in workers if rows and "t_end" in rows[-1]]
     tx = _median([row["tx_bytes"] for row in synced])
     per_sync_iters = job.local_steps if job.sync == "local" else 1
     last = [rows[-1] for rows in workers if rows]
@@ -375,10 +385,14 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rate_mbps, m
         "background": "+".join(b.kind for b in exp.background),
         "straggler": (f"worker{exp.straggler.worker}@{exp.straggler.rate_mbps or ''}Mbps"
                       f"+{exp.straggler.compute_delay_ms:g}ms") if exp.straggler else "",
-        "host_rate_mbps": rate_mbps, "rtt_ms": round(rtt * 1000, 3) if rtt else None,
+        "host_rate_mbps": rate_mbps, "server_rate_mbps": server_rate_mbps if
+        placement.servers else None, "rtt_ms": round(rtt * 1000, 3) if rtt else None,
         "model": exp.model, "grad_bytes": grad_bytes, "payload_bytes": round(payload),
         "messages": messages, "iterations": exp.iters,
         "iter_s_median": round(iter_s, 4) if iter_s else None,
+        "iter_s_fastest_worker": round(per_worker[0], 4),
+        "iter_s_slowest_worker": round(per_worker[-1], 4),
+        "job_s": round(max(last_t) - min(first_t), 3) if first_t and last_t else None,
         "comm_s_median": round(comm, 4) if comm is not None else None,
         "model_comm_s": round(model_s, 4),
         "comm_over_model": round(comm / model_s, 3) if comm and model_s else None,

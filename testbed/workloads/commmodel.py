@@ -17,16 +17,21 @@ def ring_allreduce_s(size_bytes: float, workers: int, bandwidth_bps: float,
 
 
 def parameter_server_s(size_bytes: float, workers: int, shards: int, bandwidth_bps: float,
-                       latency_s: float = 0.0, pull_bytes: float | None = None) -> float:
+                       latency_s: float = 0.0, pull_bytes: float | None = None,
+                       worker_bandwidth_bps: float | None = None) -> float:
     """Push then pull with S bytes per worker split over k shards: each shard's link carries
     n*S/k bytes each way, so one direction takes n*S/(k*B); colocated or dedicated shards
     alike, the shard's link is the bottleneck when n > k. `pull_bytes`: when the pull
-    differs from the push (a compressed push, a dense pull)."""
+    differs from the push (a compressed push, a dense pull). `worker_bandwidth_bps`: the
+    slowest worker's link when it differs (a straggler), which must carry all of its own S."""
     if workers < 1 or shards < 1:
         raise ValueError("workers and shards must be >= 1")
     pull = size_bytes if pull_bytes is None else pull_bytes
+    worker_bps = worker_bandwidth_bps or bandwidth_bps
     push_s = workers * size_bytes * 8 / (shards * bandwidth_bps)
     pull_s = workers * pull * 8 / (shards * bandwidth_bps)
+    push_s = max(push_s, size_bytes * 8 / worker_bps)
+    pull_s = max(pull_s, pull * 8 / worker_bps)
     return push_s + pull_s + 2 * latency_s
 
 

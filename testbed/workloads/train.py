@@ -208,7 +208,7 @@ def run(args, out: Path) -> None:
 def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, rx0: int,
          tx0: int, loss: float, acc: float, **extra) -> dict:
     rx1, tx1 = iface_bytes(w.args.ifname)
-    row = {"iteration": it, "iter_s": t1 - t0, "compute_s": max(0.0, (t1 - t0) - exposed),
+    row = {"iteration": it, "t_end": time.time(), "iter_s": t1 - t0, "compute_s": max(0.0, (t1 - t0) - exposed),
            "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
            "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "loss": loss, "train_acc": acc,
