@@ -22,3 +22,16 @@ def test_one_parameter_server_is_slower_than_ring_at_8_workers():
 def test_ratio():
     assert ratio(2.8, 1.4) == pytest.approx(2.0)
     assert ratio(1.0, 0.0) is None
+
+
+def test_allgather_and_a_straggler_bound_the_parameter_server():
+    from testbed.workloads.commmodel import allgather_s, parameter_server_s
+    # every worker receives the 3 others' 1 MB payloads at 8 Mb/s: 3 s
+    assert allgather_s(1e6, 4, 8e6) == 3.0
+    assert allgather_s(1e6, 1, 8e6) == 0.0
+    # 4 workers, one shard at 80 Mb/s: 4 * 1 MB each way = 0.4 s + 0.4 s
+    assert parameter_server_s(1e6, 4, 1, 80e6) == 0.8
+    # a worker at 8 Mb/s needs 1 s each way for its own megabyte: it bounds the step
+    assert parameter_server_s(1e6, 4, 1, 80e6, worker_bandwidth_bps=8e6) == 2.0
+    # a compressed push, a dense pull
+    assert parameter_server_s(1e5, 4, 1, 80e6, pull_bytes=1e6) == 0.04 + 0.4

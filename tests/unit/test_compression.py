@@ -87,3 +87,13 @@ def test_parameters_out_of_range_are_refused(kwargs, msg):
     method = kwargs.pop("method")
     with pytest.raises(C.CompressionError, match=msg):
         C.make(method, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["none", "fp16", "topk", "qsgd", "sign"])
+def test_one_message_per_payload_round_trips(method):
+    from testbed.workloads.compression import from_bytes, make, to_bytes
+    comp = make(method, ratio=0.1, seed=3)
+    payload = comp.compress(torch.randn(1001), "g")
+    msg = to_bytes(payload)
+    assert msg.dtype == torch.uint8 and msg.numel() == payload.nbytes
+    assert torch.equal(comp.decompress(from_bytes(msg, payload)), comp.decompress(payload))
