@@ -160,6 +160,39 @@ QOS = (("ECN queue occupancy", "ecn_queue", ecn), ("Priority scheduling", "prior
        ("TCP incast", "incast", incast), ("PFC victim flow", "pfc_victim", victim))
 
 
+def _g(r: dict, key: str, fmt: str = "{:g}") -> str:
+    v = r.get(key, "")
+    if v in ("", "None"):
+        return "-"
+    try:
+        return fmt.format(float(v))
+    except ValueError:
+        return v
+
+
+def training(out: Path, name: str) -> None:
+    """One row per job: iteration and communication against the model, bytes, accuracy,
+    the sampled queue toward the busiest receiver, memory and CPU headroom."""
+    print("| fabric | job | bg | iteration (median) | comm | model | comm/model | bytes sent per sync "
+          "| wire/expected | test acc | queue p99 / max (pkts) | staleness | peak RSS/worker "
+          "| machine idle | CPU-bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows(out / name, "training.csv"):
+        print(f"| {r['fabric']} | {r['job']} | {r['background'] or '-'} "
+              f"| {_g(r, 'iter_s_median', '{:.3f}')} s "
+              f"| {_g(r, 'comm_s_median', '{:.3f}')} s | {_g(r, 'model_comm_s', '{:.3f}')} s "
+              f"| **{_g(r, 'comm_over_model', '{:.2f}')}** "
+              f"| {_g(r, 'tx_bytes_per_sync', '{:,.0f}')} | {_g(r, 'tx_over_expected', '{:.3f}')} "
+              f"| {_g(r, 'test_acc', '{:.3f}')} "
+              f"| {r['queue_p99_pkts']} / {r['queue_max_pkts']} "
+              f"| {_g(r, 'max_staleness')} | {_g(r, 'peak_rss_mb_max', '{:.0f}')} MB "
+              f"| {_g(r, 'machine_idle_mean', '{:.0%}')} | {r['cpu_bound']} |")
+
+
+TRAINING = ("training_priority", "training_compression", "training_consistency",
+            "training_16_cnn", "training_link_rate", "training_ring_vs_ps")
+
+
 def main(out: Path) -> None:
     for title, fn in (("Reachability", reachability), ("Link calibration", link),
                       ("Queue calibration", queue), ("Startup", startup)):
@@ -174,6 +207,10 @@ def main(out: Path) -> None:
         if (out / name).exists():
             print(f"\n### {title}\n")
             fn(out)
+    for name in TRAINING:
+        if (out / name / "metrics" / "training.csv").exists():
+            print(f"\n### {name}\n")
+            training(out, name)
 
 
 if __name__ == "__main__":
