@@ -259,8 +259,9 @@ def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, mes
     `server_bandwidth_bps`: the slowest server's."""
     if job.sync == "ps":
         pull = grad_bytes + 4 * job.ps_shards  # dense fp32 shards and their versions
-        # a colocated shard's own worker exchanges with it inside the host
-        remote = n - 1 if job.ps_placement == "colocated" else n
+        # A colocated shard's host link carries the n-1 other workers' slices and its own
+        # worker's slices to and from the k-1 other shards: (n + k - 2) slices each way.
+        remote = n + job.ps_shards - 2 if job.ps_placement == "colocated" else n
         return (commmodel.parameter_server_s(payload_bytes, remote, job.ps_shards,
                                              server_bandwidth_bps or bandwidth_bps, latency_s,
                                              pull_bytes=pull,
