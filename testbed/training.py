@@ -203,7 +203,7 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def run_processes(fab, placement: Placement, job_dir: Path, argv_of, timeout_s: float,
-                  label: str, log) -> dict:
+                  label: str) -> dict:
     """Start every rank in its host; fail fast when one dies (its error in the message, the
     others stopped). Returns the machine's peak memory in use while the job ran."""
     procs: list[tuple[int, str, subprocess.Popen]] = []
@@ -280,7 +280,7 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
             outcome: Outcome, experiment: int = 0) -> tuple[dict, list[list]]:
     topo = fab.topo
     placement = place(topo, job, n)
-    label = f"{fabric_label} {job.label() if not exp.workers else job_with(job, n).label()}"
+    label = f"{fabric_label} {job_with(job, n).label()}"
     slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
     job_dir = ctx.out_dir / "training" / f"{experiment}-{index:02d}-{slug}"  # unique per run
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +311,7 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     rtt = _ping_rtt_s(fab, placement.workers[0], placement.ranks[-1][1]
                       if world > 1 else placement.workers[0])
     sink = placement.servers[0] if placement.servers else placement.workers[0]
-    port_no, sw, sw_port = topo.ports_of(sink)[0]
+    _, sw, sw_port = topo.ports_of(sink)[0]
     toward_sink = ifname(sw, sw_port)
     sampler, dp = _queue_sampler(fab, toward_sink, exp.sample_hz)
     background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
@@ -323,7 +323,7 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
         sampler.start()
         try:
             measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
-                                     label, ctx.log))
+                                          label))
         finally:
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
@@ -377,8 +377,8 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
              for r, _, _ in placement.ranks if (job_dir / f"rank{r}.summary.json").exists()]
     cpu = checks["cpu"]
     summary = {
-        "experiment": experiment, "fabric": fabric_label, "job": job.label() if not exp.workers else
-        job_with(job, n).label(), "sync": job.sync, "workers": n,
+        "experiment": experiment, "fabric": fabric_label, "job": job_with(job, n).label(),
+        "sync": job.sync, "workers": n,
         "ps_shards": job.ps_shards if job.sync == "ps" else 0,
         "ps_placement": job.ps_placement if job.sync == "ps" else "",
         "consistency": job.consistency if job.sync == "ps" else "",
