@@ -174,7 +174,7 @@ def training(out: Path, name: str) -> None:
     """One row per job: iteration and communication against the model, bytes, accuracy,
     the sampled queue toward the busiest receiver, memory and CPU headroom."""
     print("| fabric | job | bg | iteration (median) | comm | model | comm/model | bytes sent per sync "
-          "| wire/expected | test acc | queue p99 / max (pkts) | staleness | peak RSS/worker "
+          "| wire/expected | test acc | queue to receiver p99 / max; deepest port max (pkts) | staleness | peak RSS/worker "
           "| machine idle | CPU-bound |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows(out / name, "training.csv"):
@@ -184,7 +184,9 @@ def training(out: Path, name: str) -> None:
               f"| **{_g(r, 'comm_over_model', '{:.2f}')}** "
               f"| {_g(r, 'tx_bytes_per_sync', '{:,.0f}')} | {_g(r, 'tx_over_expected', '{:.3f}')} "
               f"| {_g(r, 'test_acc', '{:.3f}')} "
-              f"| {r['queue_p99_pkts']} / {r['queue_max_pkts']} "
+              f"| {r['queue_p99_pkts']} / {r['queue_max_pkts']}"
+              + (f"; {r['deepest_port']} {r['deepest_max_pkts']}" if r.get("deepest_port") else "")
+              + " "
               f"| {_g(r, 'max_staleness')} | {_g(r, 'peak_rss_mb_max', '{:.0f}')} MB "
               f"| {_g(r, 'machine_idle_mean', '{:.0%}')} | {r['cpu_bound']} |")
 

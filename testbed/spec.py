@@ -246,7 +246,7 @@ class Training:
     straggler: Straggler | None = None
     fault: Fault | None = None
     p3_dscp: list[int] = field(default_factory=lambda: [46, 34, 26])  # highest level first
-    sample_hz: float = 500.0           # queue of the port toward the busiest receiver
+    sample_hz: float = 200.0           # every switch queue (BPF counters, shared memory)
 
 
 EXPERIMENTS = {cls.__dataclass_fields__["type"].default: cls

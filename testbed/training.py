@@ -80,6 +80,19 @@ def at_rate(topo: Topology, rate: float | None, slow_host: str | None = None,
     return dataclasses.replace(topo, links=tuple(links), _index={})
 
 
+def training_qos(ctx, exp: Training) -> QosConfig:
+    """The classes a training fabric runs with: the spec's when it has some; strict priority
+    for P3 jobs; otherwise one best-effort class. The class dataplane is always there, so
+    that every switch queue can be sampled (its counters are in shared memory)."""
+    if ctx.spec.qos is not None:
+        return ctx.spec.qos
+    if any(job.priority != "none" for job in exp.jobs):
+        return priority_qos(exp, ctx.spec.links.buffer_pkts)
+    return QosConfig(classes=[TrafficClass(name="best-effort", dscp=[0],
+                                           buffer_pkts=ctx.spec.links.buffer_pkts)],
+                     ecn_enabled=False)
+
+
 def priority_qos(exp: Training, buffer_pkts: int | None) -> QosConfig:
     """Strict priority: the P3 levels above best effort (background traffic and FIFO jobs)."""
     classes = [TrafficClass(name="best-effort", dscp=[0], priority=0, buffer_pkts=buffer_pkts)]
@@ -167,35 +180,43 @@ def _ping_rtt_s(fab, src: str, dst: str) -> float | None:
     return statistics.median(rtts[1:]) / 1000 if len(rtts) > 1 else None
 
 
-def _queue_sampler(fab, port_ifname: str, rate_hz: float):
-    """Samples the egress queue of one switch port toward the job's busiest receiver."""
-    if fab.qos_plane is not None:
-        from .dpapi import Dataplane
-        from .monitor import ClassQueueSampler
-        dp = Dataplane(fab.qos_plane.description)
-        port = dp.by_name[port_ifname]["id"]
-        return ClassQueueSampler(dp, [(port, c) for c in range(len(dp.classes))], rate_hz), dp
-    from .monitor import QueueSampler
-    return QueueSampler([port_ifname], rate_hz), None
+def _queue_sampler(fab, rate_hz: float):
+    """Samples every switch egress queue of the fabric (BPF counters in shared memory)."""
+    from .dpapi import Dataplane
+    from .qos_experiments import switch_queue_sampler
+    dp = Dataplane(fab.qos_plane.description)
+    return switch_queue_sampler(dp, rate_hz), dp
 
 
-def _queue_stats(sampler, dp) -> dict:
-    if dp is None:
-        pkts = [s.qlen_pkts for s in sampler.samples]
-        drops = sampler.samples[-1].drops - sampler.samples[0].drops if sampler.samples else 0
-    else:  # rows on change only, per class: the port's total at each change
-        current: dict[int, int] = {}
-        pkts, first, last = [], {}, {}
-        for s in sampler.samples:
-            current[s.cls] = s.pkts
-            pkts.append(sum(current.values()))
-            first.setdefault(s.cls, s.drops)
-            last[s.cls] = s.drops
-        drops = sum(last[c] - first[c] for c in last)
-        dp.close()
-    pkts = sorted(pkts) or [0]
-    return {"queue_p50_pkts": pkts[len(pkts) // 2], "queue_p99_pkts": pkts[int(len(pkts) * 0.99)],
-            "queue_max_pkts": pkts[-1], "queue_drops_pkts": drops}
+def _queue_stats(sampler, dp, sink_port: str) -> dict:
+    """Per switch port (all classes together): the deepest queue sampled and the 99th
+    percentile of the samples (taken when a queue changed); the port toward the job's
+    busiest receiver, and the port whose queue got deepest."""
+    current: dict[tuple[int, int], int] = {}
+    series: dict[int, list[int]] = {}
+    first_drops: dict[tuple[int, int], int] = {}
+    last_drops: dict[tuple[int, int], int] = {}
+    for s in sampler.samples:
+        current[(s.port, s.cls)] = s.pkts
+        series.setdefault(s.port, []).append(sum(v for (p, _), v in current.items()
+                                                 if p == s.port))
+        first_drops.setdefault((s.port, s.cls), s.drops)
+        last_drops[(s.port, s.cls)] = s.drops
+    names = {p["id"]: p["ifname"] for p in dp.ports}
+    dp.close()
+
+    def stats(values: list[int]) -> tuple[int, int]:
+        values = sorted(values) or [0]
+        return values[int(len(values) * 0.99)], values[-1]
+    sink_id = next((i for i, n in names.items() if n == sink_port), None)
+    sink_p99, sink_max = stats(series.get(sink_id, []))
+    hottest = max(series, key=lambda p: max(series[p]), default=None)
+    hot_p99, hot_max = stats(series.get(hottest, []))
+    return {"queue_port": sink_port, "queue_p99_pkts": sink_p99, "queue_max_pkts": sink_max,
+            "deepest_port": names.get(hottest, ""), "deepest_p99_pkts": hot_p99,
+            "deepest_max_pkts": hot_max,
+            "switch_drops_pkts": sum(last_drops[k] - first_drops[k] for k in last_drops),
+            "sample_rate_hz": round(sampler.achieved_rate_hz(), 1)}
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -313,7 +334,7 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     sink = placement.servers[0] if placement.servers else placement.workers[0]
     _, sw, sw_port = topo.ports_of(sink)[0]
     toward_sink = ifname(sw, sw_port)
-    sampler, dp = _queue_sampler(fab, toward_sink, exp.sample_hz)
+    sampler, dp = _queue_sampler(fab, exp.sample_hz)
     background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
     ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
             f"{', '.join(h for _, h, _ in placement.ranks)}")
@@ -327,7 +348,7 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
         finally:
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
-    queue = _queue_stats(sampler, dp)
+    queue = _queue_stats(sampler, dp, toward_sink)
     rate = min(host_link(topo, h).rate_mbps for h in placement.workers)
     server_rate = min((host_link(topo, h).rate_mbps for h in placement.servers), default=rate)
     return summarise(exp, job, n, placement, job_dir, label, fabric_label, (rate, server_rate),
@@ -408,7 +429,7 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
                              default=None),
         "max_reply_lead": max((lead for rows in servers for row in rows
                                for lead in row["replied"].values()), default=None),
-        "queue_port": toward_sink, **queue,
+        **queue,
         "peak_rss_mb_max": max(peaks, default=None),
         "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
@@ -442,8 +463,7 @@ def training(ctx, exp: Training) -> Outcome:
     position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
     experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Training))
     rows, iter_rows = [], []
-    needs_priority = any(job.priority != "none" for job in exp.jobs)
-    qos = priority_qos(exp, ctx.spec.links.buffer_pkts) if needs_priority else None
+    qos = training_qos(ctx, exp)
     routing = ctx.spec.controller.routing
     index = 0
     for topo in training_topologies(exp, ctx.topo):

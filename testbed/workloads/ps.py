@@ -18,6 +18,8 @@ knows how stale what it computes on is. Servers log one JSON line per push.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -100,15 +102,36 @@ class Server:
         self.pending_sends.append(self.dist.isend(msg, dst=w))
         self.pending_sends = [s for s in self.pending_sends if not s.is_completed()]
 
+    def _receiver(self, w: int, size: int, arrivals: queue.Queue) -> None:
+        """One per worker: keeps a receive posted for that worker's next push."""
+        try:
+            for _ in range(self.iters):
+                buf = torch.empty(size, dtype=torch.uint8)
+                self.dist.irecv(buf, src=w).wait()
+                arrivals.put((w, buf))
+        except Exception as exc:  # a dead worker or a timeout: the main loop raises it
+            arrivals.put((w, exc))
+
     def serve(self) -> None:
-        inbuf = torch.empty(self.template.nbytes, dtype=torch.uint8)
+        """A receive is posted for every worker at once (one receiving thread each), so that
+        pushes arrive together as they do at a real parameter server: the incast at its
+        port. Gloo's any-source receive would not do: a sender transmits only once a
+        matching receive is posted, so it would pull the pushes in one at a time, and a
+        receive's completion is only seen by waiting on it."""
         n = len(self.workers)
+        size = self.template.nbytes
+        arrivals: queue.Queue = queue.Queue()
+        for w in self.workers:
+            threading.Thread(target=self._receiver, args=(w, size, arrivals), daemon=True,
+                             name=f"push-from-{w}").start()
         round_sum, round_count = torch.zeros_like(self.params), 0
         for push in range(n * self.iters):
             t0 = time.perf_counter()
-            w = self.dist.recv(inbuf)  # from any worker
+            w, msg = arrivals.get()
+            if isinstance(msg, Exception):
+                raise msg
             t1 = time.perf_counter()
-            grad = self.comp.decompress(compression.from_bytes(inbuf, self.template))
+            grad = self.comp.decompress(compression.from_bytes(msg, self.template))
             staleness = self.version - self.sent_version[w]
             self.gate.push(w)
             lead = self.gate.lead(w)
@@ -129,7 +152,7 @@ class Server:
                 self._reply(r)
             self.log({"role": "server", "shard": self.rank, "push": push, "worker": w,
                       "clock": self.gate.clock[w], "lead_at_push": lead, "staleness": staleness,
-                      "version": self.version, "wait_s": t1 - t0, "bytes": inbuf.numel(),
+                      "version": self.version, "wait_s": t1 - t0, "bytes": size,
                       "replied": reply_leads})
         for s in self.pending_sends:
             s.wait()
