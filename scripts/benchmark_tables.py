@@ -175,20 +175,22 @@ def training(out: Path, name: str) -> None:
     the sampled queue toward the busiest receiver, memory and CPU headroom."""
     print("| fabric | job | bg | iteration (median) | comm | model | comm/model | bytes sent per sync "
           "| wire/expected | test acc | queue to receiver p99 / max; deepest port max (pkts) | staleness | peak RSS/worker "
-          "| machine idle | CPU-bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| machine idle | workers' CPU wait / iteration | CPU-bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows(out / name, "training.csv"):
         print(f"| {r['fabric']} | {r['job']} | {r['background'] or '-'} "
               f"| {_g(r, 'iter_s_median', '{:.3f}')} s "
               f"| {_g(r, 'comm_s_median', '{:.3f}')} s | {_g(r, 'model_comm_s', '{:.3f}')} s "
               f"| **{_g(r, 'comm_over_model', '{:.2f}')}** "
-              f"| {_g(r, 'tx_bytes_per_sync', '{:,.0f}')} | {_g(r, 'tx_over_expected', '{:.3f}')} "
+              f"| {_g(r, 'tx_bytes_per_sync', '{:,.0f}')} | {_g(r, 'tx_over_expected', '{:.3f}')}"
+              + (" (relayed)" if r.get("hosts_relay") == "True" else "") + " "
               f"| {_g(r, 'test_acc', '{:.3f}')} "
               f"| {r['queue_p99_pkts']} / {r['queue_max_pkts']}"
               + (f"; {r['deepest_port']} {r['deepest_max_pkts']}" if r.get("deepest_port") else "")
               + " "
               f"| {_g(r, 'max_staleness')} | {_g(r, 'peak_rss_mb_max', '{:.0f}')} MB "
-              f"| {_g(r, 'machine_idle_mean', '{:.0%}')} | {r['cpu_bound']} |")
+              f"| {_g(r, 'machine_idle_mean', '{:.0%}')} "
+              f"| {_g(r, 'worker_cpu_wait_share', '{:.0%}')} | {r['cpu_bound']} |")
 
 
 TRAINING = ("training_priority", "training_compression", "training_consistency",

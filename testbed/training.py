@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from topologies.graph import distances_to
 from topologies.model import Topology, ifname
 
 from .phases import Outcome, _traffic_phase, tcp_payload_fraction
@@ -25,8 +26,13 @@ from .workloads import commmodel
 from .workloads.launch import train_argv
 
 MASTER_PORT = 29500
-ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "tx_bytes", "rx_bytes",
-               "payload_bytes", "loss", "train_acc", "test_acc"]
+ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "cpu_wait_s", "tx_bytes",
+               "rx_bytes", "payload_bytes", "loss", "train_acc", "test_acc"]
+
+
+# a synchronous job whose workers wait for a core longer than this share of an iteration is
+# CPU-bound: its iteration time measures the 2-core machine, not the network
+CPU_WAIT_SHARE_LIMIT = 0.2
 
 
 # ---- placement and fabric ------------------------------------------------------------------
@@ -66,6 +72,26 @@ def place(topo: Topology, job: TrainingJob, n: int) -> Placement:
 def host_link(topo: Topology, host: str):
     port, _, _ = topo.ports_of(host)[0]
     return topo.link_at(host, port)
+
+
+def ingress_spread(topo: Topology, host: str, senders: list[str]) -> float:
+    """How many of `host`'s links the traffic from `senders` arrives on, as a capacity factor
+    (1.0 for a single-port host). A BCube server has one port per level: a sender reaches it
+    on each port whose switch lies on a shortest path, split evenly (a fluid view of the
+    hash-based multipath), and the busiest port sets the pace: factor = senders / the
+    busiest port's share."""
+    ports = topo.ports_of(host)
+    others = [s for s in senders if s != host]
+    if len(ports) < 2 or not others:
+        return 1.0
+    load = {port: 0.0 for port, _, _ in ports}
+    for sender in others:
+        dist = distances_to(topo, sender)
+        hops = dist[host]
+        eligible = [port for port, switch, _ in ports if dist.get(switch) == hops - 1]
+        for port in eligible:
+            load[port] += 1 / len(eligible)
+    return len(others) / max(load.values())
 
 
 def at_rate(topo: Topology, rate: float | None, slow_host: str | None = None,
@@ -275,19 +301,26 @@ def _mem_total() -> int:
 def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, messages: float,
             bandwidth_bps: float, latency_s: float,
             server_bandwidth_bps: float | None = None) -> tuple[float, float]:
-    """(model communication seconds per synchronisation, expected payload bytes a worker
-    sends per synchronisation). `bandwidth_bps`: the slowest worker's link;
+    """(model communication seconds per synchronisation, expected payload bytes a worker's
+    host sends per synchronisation, mean over the worker hosts). `bandwidth_bps`: the slowest worker's link;
     `server_bandwidth_bps`: the slowest server's."""
     if job.sync == "ps":
         pull = grad_bytes + 4 * job.ps_shards  # dense fp32 shards and their versions
         # A colocated shard's host link carries the n-1 other workers' slices and its own
         # worker's slices to and from the k-1 other shards: (n + k - 2) slices each way.
-        remote = n + job.ps_shards - 2 if job.ps_placement == "colocated" else n
-        return (commmodel.parameter_server_s(payload_bytes, remote, job.ps_shards,
+        k = job.ps_shards
+        remote = n + k - 2 if job.ps_placement == "colocated" else n
+        sent = payload_bytes
+        if job.ps_placement == "colocated":
+            # a shard's host also sends the replies to the n-1 other workers, and its worker
+            # pushes only the k-1 remote slices: the mean over the n worker hosts
+            sent = ((n - k) * payload_bytes
+                    + k * ((k - 1) / k * payload_bytes + (n - 1) * pull / k)) / n
+        return (commmodel.parameter_server_s(payload_bytes, remote, k,
                                              server_bandwidth_bps or bandwidth_bps, latency_s,
                                              pull_bytes=pull,
                                              worker_bandwidth_bps=bandwidth_bps),
-                payload_bytes)
+                sent)
     if job.compression in ("topk", "qsgd", "sign"):
         return (commmodel.allgather_s(payload_bytes, n, bandwidth_bps, latency_s),
                 (n - 1) * payload_bytes)
@@ -338,7 +371,8 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
     ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
             f"{', '.join(h for _, h, _ in placement.ranks)}")
-    measured: dict = {}  # peak memory, background rate
+    # a BCube host relays other hosts' packets: its interface counters include them
+    measured: dict = {"hosts_relay": any(h.relay for h in topo.hosts)}  # + background rate
     with _traffic_phase(ctx, fab, outcome, label) as checks:
         background.start()
         sampler.start()
@@ -350,9 +384,20 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
             measured["background_sent_mbps"] = background.stop()
     queue = _queue_stats(sampler, dp, toward_sink)
     rate = min(host_link(topo, h).rate_mbps for h in placement.workers)
-    server_rate = min((host_link(topo, h).rate_mbps for h in placement.servers), default=rate)
-    return summarise(exp, job, n, placement, job_dir, label, fabric_label, (rate, server_rate),
-                     fab.links.mtu_bytes, rtt, toward_sink, queue, measured, checks, experiment)
+    # a server's ingress: its link, or several of them on a multi-port (BCube) server
+    hosts = [h for _, h, _ in placement.ranks]
+    server_rate = min((host_link(topo, h).rate_mbps * ingress_spread(topo, h, hosts)
+                       for h in placement.servers), default=rate)
+    summary, iter_rows = summarise(exp, job, n, placement, job_dir, label, fabric_label,
+                                   (rate, server_rate), fab.links.mtu_bytes, rtt, toward_sink,
+                                   queue, measured, checks, experiment)
+    share = summary["worker_cpu_wait_share"]
+    if share is not None and share > CPU_WAIT_SHARE_LIMIT:
+        outcome.warnings.append(
+            f"{label}: CPU-bound (a worker waited {summary['worker_cpu_wait_s'] * 1000:.0f} ms "
+            f"for a core per iteration, {share:.0%} of it); its iteration time is not the "
+            "network's")
+    return summary, iter_rows
 
 
 def job_with(job: TrainingJob, n: int) -> TrainingJob:
@@ -389,7 +434,14 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
                         for rows in workers)
     first_t = [rows[0]["t_end"] - rows[0]["iter_s"] for rows in workers if rows and "t_end" in rows[0]]
     last_t = [rows[-1]["t_end"] for rows in workers if rows and "t_end" in rows[-1]]
-    tx = _median([row["tx_bytes"] for row in synced])
+    # the mean: with colocated shards, a shard's host sends more than the other hosts
+    tx = statistics.mean(row["tx_bytes"] for row in synced) if synced else None
+    # CPU contention: how long a worker's threads waited for a core per iteration (the
+    # worker with the most waiting; everyone waits for the slowest in a synchronous job)
+    waits = [_median([row["cpu_wait_s"] for row in rows[exp.warmup_iters:]
+                      if "cpu_wait_s" in row]) for rows in workers]
+    wait = max((w for w in waits if w is not None), default=None)
+    wait_share = wait / iter_s if wait is not None and iter_s else None
     per_sync_iters = job.local_steps if job.sync == "local" else 1
     last = [rows[-1] for rows in workers if rows]
     accs = [row["test_acc"] for row in last if "test_acc" in row]
@@ -433,7 +485,11 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
         "peak_rss_mb_max": max(peaks, default=None),
         "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
-        "ovs_added_delay_p50_ms": cpu["ovs_added_delay_p50_ms"], "cpu_bound": cpu["cpu_bound"],
+        "ovs_added_delay_p50_ms": cpu["ovs_added_delay_p50_ms"],
+        "worker_cpu_wait_s": round(wait, 4) if wait is not None else None,
+        "worker_cpu_wait_share": round(wait_share, 3) if wait_share is not None else None,
+        "cpu_bound": bool(cpu["cpu_bound"] or (wait_share or 0) > CPU_WAIT_SHARE_LIMIT),
+
         "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
     }
     iter_rows = []
@@ -493,7 +549,8 @@ def training(ctx, exp: Training) -> Outcome:
                             f"{summary['comm_s_median']} s (model {summary['model_comm_s']} s,"
                             f" x{summary['comm_over_model']}), test accuracy "
                             f"{summary['test_acc']}, machine idle "
-                            f"{summary['machine_idle_mean']:.0%}")
+                            f"{summary['machine_idle_mean']:.0%}, workers waited for a core "
+                            f"{summary['worker_cpu_wait_share'] or 0:.0%} of an iteration")
     # a spec may hold several training experiments: their rows follow each other
     ctx.write_csv("training.csv", list(rows[0]),
                   _earlier(ctx, "training.csv") + [list(r.values()) for r in rows])

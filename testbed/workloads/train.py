@@ -47,6 +47,25 @@ def iface_bytes(ifname: str | None) -> tuple[int, int]:
     return rx, tx
 
 
+def cpu_wait_s() -> float:
+    """Seconds this process's threads (the trainer and Gloo's) have spent runnable but
+    waiting for a CPU, from the scheduler's /proc/<pid>/task/<tid>/schedstat (second field,
+    nanoseconds). Time a worker waits for a core stretches its iteration; on a 2-core machine
+    with many workers this is what makes a run CPU-bound rather than network-bound."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that just exited
+            continue
+    return total / 1e9
+
+
+def counters(ifname: str | None) -> tuple[int, int, float]:
+    """(rx bytes, tx bytes, CPU wait seconds) now; an iteration's row is the difference."""
+    return (*iface_bytes(ifname), cpu_wait_s())
+
+
 class Timeline:
     """Chrome trace events (complete events, microseconds)."""
 
@@ -205,13 +224,14 @@ def run(args, out: Path) -> None:
     dist.destroy_process_group()
 
 
-def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, rx0: int,
-         tx0: int, loss: float, acc: float, **extra) -> dict:
-    rx1, tx1 = iface_bytes(w.args.ifname)
+def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, base,
+         loss: float, acc: float, **extra) -> dict:
+    (rx0, tx0, wait0), (rx1, tx1, wait1) = base, counters(w.args.ifname)
     row = {"iteration": it, "t_end": time.time(), "iter_s": t1 - t0, "compute_s": max(0.0, (t1 - t0) - exposed),
            "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
            "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
-           "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "loss": loss, "train_acc": acc,
+           "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": wait1 - wait0,
+           "loss": loss, "train_acc": acc,
            **extra}
     w.evaluate(row, it)
     return row
@@ -271,7 +291,7 @@ def run_ring(w: Worker) -> None:
     ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     for it in range(args.iters):
-        rx0, tx0 = iface_bytes(args.ifname)
+        base = counters(args.ifname)
         comm.clear()
         wire.clear()
         t0 = time.perf_counter()
@@ -285,7 +305,7 @@ def run_ring(w: Worker) -> None:
         exposed = t_bwd - max(s for s, _, _ in comm) if comm else 0.0
         w.timeline.span("forward+backward", "compute", t0, t_bwd, iteration=it)
         w.timeline.span("step", "compute", t_bwd, t1, iteration=it)
-        w.write(_row(w, it, t0, t1, comm, exposed, rx0, tx0, loss, acc,
+        w.write(_row(w, it, t0, t1, comm, exposed, base, loss, acc,
                      payload_bytes=sum(wire)))
 
 
@@ -304,19 +324,19 @@ def run_layerwise(w: Worker) -> None:
     for it in range(args.iters + 1):
         t0 = time.perf_counter()
         if prev is not None:  # the previous iteration ends where this one can start
-            pit, pt0, rx0, tx0, loss, acc, waited0 = prev
-            row = _row(w, pit, pt0, t0, sync.take_spans(), sync.waited_s - waited0, rx0, tx0,
+            pit, pt0, base, loss, acc, waited0 = prev
+            row = _row(w, pit, pt0, t0, sync.take_spans(), sync.waited_s - waited0, base,
                        loss, acc, levels=len(groups), sockets_marked=marked)
             w.write(row)
         if it == args.iters:
             break
-        rx0, tx0 = iface_bytes(args.ifname)
+        base = counters(args.ifname)
         waited0 = sync.waited_s
         loss, acc = w.forward_backward(w.model, it)  # forward waits for each layer's update
         w.timeline.span("forward+backward", "compute", t0, time.perf_counter(), iteration=it)
         if it == args.iters - 1:
             sync.flush()
-        prev = (it, t0, rx0, tx0, loss, acc, waited0)
+        prev = (it, t0, base, loss, acc, waited0)
     dist.barrier()
 
 
@@ -337,7 +357,7 @@ def run_ps(w: Worker) -> None:
     client = Client(shards, flat.numel(), w.comp)
     params = flat.clone()
     for it in range(args.iters):
-        rx0, tx0 = iface_bytes(args.ifname)
+        base = counters(args.ifname)
         t0 = time.perf_counter()
         w.model.zero_grad()
         loss, acc = w.forward_backward(w.model, it)
@@ -349,7 +369,7 @@ def run_ps(w: Worker) -> None:
         vector_to_parameters(params, w.model.parameters())
         w.timeline.span("forward+backward", "compute", t0, t_c, iteration=it)
         w.timeline.span("push+pull", "comm", t_c, t1, tid=1, bytes=pushed)
-        w.write(_row(w, it, t0, t1, [(t_c, t1)], t1 - t_c, rx0, tx0, loss, acc,
+        w.write(_row(w, it, t0, t1, [(t_c, t1)], t1 - t_c, base, loss, acc,
                      payload_bytes=pushed, versions=client.versions,
                      version_gain=sum(a - b for a, b in zip(client.versions, versions_before))))
 
@@ -361,7 +381,7 @@ def run_local(w: Worker) -> None:
     args = w.args
     opt = torch.optim.SGD(w.model.parameters(), lr=args.lr, momentum=args.momentum)
     for it in range(args.iters):
-        rx0, tx0 = iface_bytes(args.ifname)
+        base = counters(args.ifname)
         t0 = time.perf_counter()
         opt.zero_grad()
         loss, acc = w.forward_backward(w.model, it)
@@ -377,7 +397,7 @@ def run_local(w: Worker) -> None:
         t1 = time.perf_counter()
         exposed = sum(e - s for s, e in spans)
         w.timeline.span("iteration", "compute", t0, t1, iteration=it)
-        w.write(_row(w, it, t0, t1, spans, exposed, rx0, tx0, loss, acc,
+        w.write(_row(w, it, t0, t1, spans, exposed, base, loss, acc,
                      synchronised=bool(spans)))
 
 

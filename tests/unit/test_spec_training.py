@@ -58,3 +58,28 @@ def test_good_training_spec_and_placement():
     slow = at_rate(build("fattree", k=4), 50, "h1", 5)
     rates = {(l.a, l.b): l.rate_mbps for l in slow.links}
     assert all(r == (5 if "h1" in k else 50) for k, r in rates.items())
+
+
+def test_a_bcube_server_receives_on_each_of_its_ports():
+    from testbed.training import ingress_spread
+    bc = build("bcube", n=4, k=1)
+    hosts = [h.name for h in bc.hosts]
+    # BCube(4,1): 3 senders share h's level-0 switch, 3 its level-1 switch, and 9 reach it
+    # through a relay on either level (4.5 each): the busiest port carries 7.5 of 15
+    assert ingress_spread(bc, hosts[0], hosts) == pytest.approx(15 / 7.5)
+    # senders that all share the level-0 switch arrive on that one port
+    assert ingress_spread(bc, hosts[0], hosts[:4]) == pytest.approx(1.0)
+    ft = build("fattree", k=4)
+    assert ingress_spread(ft, "h1", [h.name for h in ft.hosts]) == 1.0
+
+
+def test_colocated_shards_send_replies_too():
+    from testbed.training import predict
+    S, n, k = 1000.0, 8, 4
+    job = TrainingJob(sync="ps", workers=n, ps_shards=k, ps_placement="colocated")
+    _, sent = predict(job, n, int(S), S, 1, 1e6, 0.0)
+    pull = S + 4 * k
+    # 4 plain hosts push S; 4 shard hosts push 3/4 S and reply (n-1) slices of S/k
+    assert sent == pytest.approx((4 * S + 4 * (0.75 * S + 7 * pull / 4)) / 8)
+    ded = TrainingJob(sync="ps", workers=n, ps_shards=1)
+    assert predict(ded, n, int(S), S, 1, 1e6, 0.0)[1] == S
