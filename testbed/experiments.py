@@ -9,13 +9,14 @@ import time
 
 from topologies import dumbbell, nonblocking
 from topologies.graph import host_rate_sum
+from topologies.patterns import random_bijection, stride
 
 from . import qos_experiments, training
 from .monitor import QueueSampler, percentile
 from .phases import Outcome, _check_cc, _traffic_phase, tcp_payload_fraction
 from .spec import LinkCalibration, Permutation, QueueCalibration, Reachability, parse_pattern
 from .system import in_netns
-from .traffic import FlowRunner, assign_ports, random_bijection, stride
+from .traffic import FlowRunner, assign_ports
 
 # ---- reachability ------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import time
 from dataclasses import dataclass
@@ -50,24 +49,6 @@ class FlowResult:
     sender_cc: str
     receiver_cc: str
     error: str = ""
-
-
-def stride(hosts: list[str], step: int) -> list[tuple[str, str]]:
-    """Host i sends to host (i + step) mod N."""
-    n = len(hosts)
-    if not 0 < step < n:
-        raise ValueError(f"stride must be in 1..{n - 1} (got {step})")
-    return [(hosts[i], hosts[(i + step) % n]) for i in range(n)]
-
-
-def random_bijection(hosts: list[str], seed: int) -> list[tuple[str, str]]:
-    """A random permutation with no host sending to itself (a derangement), seeded."""
-    rng = random.Random(seed)
-    while True:
-        perm = hosts[:]
-        rng.shuffle(perm)
-        if all(a != b for a, b in zip(hosts, perm)):
-            return list(zip(hosts, perm))
 
 
 def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:

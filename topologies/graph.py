@@ -73,6 +73,18 @@ def count_shortest_paths(topo: Topology, src: str, dst: str) -> int:
     return paths(src)
 
 
+def shortest_paths(topo: Topology, src: str, dst: str) -> list[tuple[str, ...]]:
+    """Every shortest path from `src` to `dst` as a node sequence, in port order (the order
+    a first-fit scheduler tries them in)."""
+    if src == dst:
+        return [(src,)]
+    out: list[tuple[str, ...]] = []
+    for port in next_hops(topo, src, dst):
+        peer = topo.peer(src, port)[0]
+        out.extend((src, *rest) for rest in shortest_paths(topo, peer, dst))
+    return out
+
+
 def to_networkx(topo: Topology) -> nx.DiGraph:
     """Directed graph with one arc per link direction, capacity = link rate in Mb/s."""
     g = nx.DiGraph()

@@ -4,7 +4,8 @@ import pytest
 
 from testbed.monitor import ConservationSnapshot, SwitchCounters, conservation_report
 from testbed.ovs import needed_buffer_bytes
-from testbed.traffic import assign_ports, parse_iperf3, random_bijection, stride
+from testbed.traffic import assign_ports, parse_iperf3
+from topologies.patterns import random_bijection, stride
 
 HOSTS = [f"h{i}" for i in range(1, 17)]
 

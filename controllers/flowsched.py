@@ -1,0 +1,130 @@
+"""Flow scheduling decisions, pure (no Ryu, no switch): Hedera's elephant detection, its
+max-min natural-demand estimation and Global First Fit placement (Al-Fares et al., "Hedera:
+Dynamic Flow Scheduling for Data Center Networks", NSDI 2010, sections 4.1-4.3).
+
+Demands are fractions of a host's NIC rate (1.0 = the whole link), as in the paper. The
+Ryu app (controllers/apps/hedera.py) measures flows, calls these functions each scheduling
+period and installs what they return; a user's own scheduler can reuse them the same way.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+ELEPHANT_FRACTION = 0.1  # Hedera: a flow above 10% of its host's NIC rate is an elephant
+CONVERGENCE = 1e-9
+
+
+def is_elephant(rate_bps: float, nic_bps: float, fraction: float = ELEPHANT_FRACTION) -> bool:
+    """A flow whose measured rate exceeds `fraction` of its source host's NIC rate."""
+    return rate_bps > fraction * nic_bps
+
+
+def estimate_demands(flows: Sequence[tuple[Hashable, Hashable]],
+                     max_rounds: int = 1000) -> list[float]:
+    """Natural demand of each flow (src, dst) as a fraction of a NIC, by the paper's
+    iteration (its Figure 5): senders share their NIC equally among their not yet converged
+    flows; a receiver whose incoming demand exceeds its NIC gives receiver-limited flows an
+    equal share of what the sender-limited ones leave, and marks them converged. Repeated
+    until no demand changes: the max-min fair rates a non-blocking fabric would give to TCP
+    flows limited only by the hosts' NICs. Flows may repeat a (src, dst) pair."""
+    n = len(flows)
+    demand = [0.0] * n
+    converged = [False] * n
+    by_src: dict[Hashable, list[int]] = {}
+    by_dst: dict[Hashable, list[int]] = {}
+    for i, (s, d) in enumerate(flows):
+        by_src.setdefault(s, []).append(i)
+        by_dst.setdefault(d, []).append(i)
+    for _ in range(max_rounds):
+        before = demand[:]
+        for idx in by_src.values():
+            _est_src(idx, demand, converged)
+        for idx in by_dst.values():
+            _est_dst(idx, demand, converged)
+        if all(abs(a - b) <= CONVERGENCE for a, b in zip(before, demand)):
+            break
+    return demand
+
+
+def _est_src(idx: list[int], demand: list[float], converged: list[bool]) -> None:
+    done = sum(demand[i] for i in idx if converged[i])
+    open_ = [i for i in idx if not converged[i]]
+    if open_:
+        share = (1.0 - done) / len(open_)
+        for i in open_:
+            demand[i] = share
+
+
+def _est_dst(idx: list[int], demand: list[float], converged: list[bool]) -> None:
+    total = sum(demand[i] for i in idx)
+    if total <= 1.0 + CONVERGENCE:
+        return
+    limited = set(idx)  # receiver-limited until shown sender-limited
+    sender_limited = 0.0
+    share = 1.0 / len(limited)
+    while True:
+        below = {i for i in limited if demand[i] < share - CONVERGENCE}
+        if not below:
+            break
+        limited -= below
+        sender_limited += sum(demand[i] for i in below)
+        share = (1.0 - sender_limited) / len(limited)
+    for i in limited:
+        demand[i] = share
+        converged[i] = True
+
+
+Link = tuple[str, str]  # a direction of a link: (from node, to node)
+
+
+def links_of(path: Sequence[str]) -> list[Link]:
+    return list(zip(path, path[1:]))
+
+
+@dataclass
+class Reservations:
+    """Capacity reserved on each directed link, in NIC fractions (1.0 = a full link; links
+    faster than the hosts' NICs have a capacity above 1)."""
+    capacity: dict[Link, float] = field(default_factory=dict)
+    default_capacity: float = 1.0
+    used: dict[Link, float] = field(default_factory=dict)
+
+    def fits(self, path: Sequence[str], demand: float) -> bool:
+        return all(self.used.get(l, 0.0) + demand
+                   <= self.capacity.get(l, self.default_capacity) + CONVERGENCE
+                   for l in links_of(path))
+
+    def reserve(self, path: Sequence[str], demand: float) -> None:
+        for l in links_of(path):
+            self.used[l] = self.used.get(l, 0.0) + demand
+
+    def release(self, path: Sequence[str], demand: float) -> None:
+        for l in links_of(path):
+            self.used[l] = max(0.0, self.used.get(l, 0.0) - demand)
+
+
+@dataclass(frozen=True)
+class Placement:
+    flow: Hashable
+    path: tuple[str, ...] | None  # None: no path had room; the flow stays where it is
+    demand: float
+
+
+def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequence[str]]]],
+                     reservations: Reservations) -> list[Placement]:
+    """Global First Fit (section 4.3): each elephant in turn, given its estimated demand and
+    its equal-cost paths in a fixed order, goes on the first path whose every link still
+    has room for the demand, and that capacity is reserved. A flow no path can hold keeps
+    its current (hash) path. `reservations` is updated, so that it carries over to the next
+    scheduling period for the flows already placed."""
+    out = []
+    for flow, demand, paths in elephants:
+        chosen = None
+        for path in paths:
+            if reservations.fits(path, demand):
+                chosen = tuple(path)
+                reservations.reserve(chosen, demand)
+                break
+        out.append(Placement(flow, chosen, demand))
+    return out

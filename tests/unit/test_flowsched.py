@@ -1,0 +1,64 @@
+"""Hedera's pure scheduling core: demand estimation worked by hand, Global First Fit."""
+import pytest
+
+from controllers.flowsched import (Reservations, estimate_demands, global_first_fit,
+                                   is_elephant)
+from topologies import build
+from topologies.graph import shortest_paths
+
+
+def test_elephants_are_flows_above_a_tenth_of_the_nic():
+    assert is_elephant(1.1e6, 10e6) and not is_elephant(1.0e6, 10e6)
+
+
+def test_demands_worked_by_hand_in_the_form_of_the_papers_figure_7():
+    # A sends to B, C and D; B sends two flows to A; C sends one to A; D one to C.
+    flows = [("A", "B"), ("A", "C"), ("A", "D"), ("B", "A"), ("B", "A"), ("C", "A"),
+             ("D", "C")]
+    # Round 1, senders: A's flows 1/3 each, B's 1/2 each, C->A 1, D->C 1.
+    # Receivers: C gets 1/3 + 1 > 1; A->C (1/3) is below the equal share 1/2, so it is
+    # sender-limited and D->C gets the rest, 2/3 (converged). A gets 1/2 + 1/2 + 1 > 1 and
+    # none is below 1/3: all three get 1/3 (converged). Round 2 changes nothing.
+    d = estimate_demands(flows)
+    assert d == pytest.approx([1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 2 / 3])
+
+
+def test_a_sender_takes_back_what_a_congested_receiver_cannot_use():
+    # S1 splits between R1 and R2; R2 also receives from S2, S3, S4 (each alone on its NIC).
+    flows = [("S1", "R1"), ("S1", "R2"), ("S2", "R2"), ("S3", "R2"), ("S4", "R2")]
+    # Round 1: S1's flows 1/2, the others 1. R2 receives 3.5: all four receiver-limited at
+    # 1/4. Round 2: S1 has 1/4 converged, so S1->R1 rises to 3/4. Round 3: no change.
+    assert estimate_demands(flows) == pytest.approx([3 / 4, 1 / 4, 1 / 4, 1 / 4, 1 / 4])
+
+
+def test_demand_estimation_on_patterns():
+    assert estimate_demands([("a", "x"), ("b", "x"), ("c", "x"), ("d", "x")]) == \
+        pytest.approx([0.25] * 4)  # incast: the receiver's NIC split four ways
+    assert estimate_demands([(i, (i + 1) % 8) for i in range(8)]) == pytest.approx([1.0] * 8)
+    assert estimate_demands([]) == []
+
+
+def test_global_first_fit_moves_the_second_elephant_off_a_full_uplink():
+    ft = build("fattree", k=4)
+    res = Reservations()
+    p1, p2 = shortest_paths(ft, "h1", "h13"), shortest_paths(ft, "h2", "h14")
+    placed = global_first_fit([("f1", 1.0, p1), ("f2", 1.0, p2)], res)
+    assert placed[0].path == p1[0]  # e1 -> a1 -> c1
+    # f2's first two paths climb e1 -> a1, which f1 fills; the third goes through a2
+    assert placed[1].path == p2[2] and placed[1].path[2] == "a2"
+    assert res.used[("e1", "a1")] == pytest.approx(1.0)
+
+
+def test_global_first_fit_leaves_a_flow_no_path_can_hold():
+    ft = build("fattree", k=4)
+    res = Reservations()
+    paths = shortest_paths(ft, "h1", "h13")
+    placed = global_first_fit([("a", 0.6, paths), ("b", 0.6, paths), ("c", 0.6, paths)], res)
+    # h1's own link (h1 -> e1) holds only one 0.6 flow: the others cannot be placed
+    assert placed[0].path == paths[0]
+    assert [p.path for p in placed[1:]] == [None, None]
+    res.release(placed[0].path, 0.6)
+    assert all(v == pytest.approx(0.0) for v in res.used.values())
+    # capacity per link is configurable (a core link twice a NIC's rate)
+    fast = Reservations(capacity={("a1", "c1"): 2.0})
+    assert fast.fits(paths[0], 1.0)
