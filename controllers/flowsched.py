@@ -128,3 +128,92 @@ def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequenc
                 break
         out.append(Placement(flow, chosen, demand))
     return out
+
+
+# ---- the scheduler's state between periods (still pure: no Ryu, no clock) ---------------
+
+FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A decision: put `flow` (src host -> dst host) on `path`."""
+    flow: FlowKey
+    src: str
+    dst: str
+    demand: float
+    rate_bps: float
+    path: tuple[str, ...]
+
+
+@dataclass
+class _Tracked:
+    src: str
+    dst: str
+    bytes: int
+    seen: float
+    rate_bps: float = 0.0
+    path: tuple[str, ...] | None = None  # where the scheduler put it (None: hash path)
+    demand: float = 0.0
+
+
+class HederaScheduler:
+    """Hedera's control loop without the switch: feed it the byte counters of the flows seen
+    at the edge switches each period (`observe`), then `schedule` returns the flows to move.
+
+    Elephants (rate > `fraction` of the source NIC) get a natural demand from
+    `estimate_demands` over all current elephants; already placed elephants keep their path
+    and their reservation follows their new demand; new elephants are placed by Global First
+    Fit over `paths(src, dst)`. Flows not seen for `expire_s` release their reservation."""
+
+    def __init__(self, paths, nic_bps, fraction: float = ELEPHANT_FRACTION,
+                 capacity: dict[Link, float] | None = None, expire_s: float = 10.0):
+        self.paths = paths          # (src host, dst host) -> equal-cost paths, in order
+        self.nic_bps = nic_bps      # host -> its NIC rate in bit/s
+        self.fraction = fraction
+        self.expire_s = expire_s
+        self.reservations = Reservations(capacity=dict(capacity or {}))
+        self.flows: dict[FlowKey, _Tracked] = {}
+
+    def observe(self, now: float, counters: dict[FlowKey, tuple[str, str, int]]) -> None:
+        """Byte counters per flow key at time `now`: key -> (src host, dst host, bytes)."""
+        for key, (src, dst, nbytes) in counters.items():
+            t = self.flows.get(key)
+            if t is None:
+                self.flows[key] = _Tracked(src, dst, nbytes, now)
+                continue
+            if now > t.seen and nbytes >= t.bytes:
+                t.rate_bps = (nbytes - t.bytes) * 8 / (now - t.seen)
+            t.bytes, t.seen = nbytes, now
+        for key in [k for k, t in self.flows.items() if now - t.seen > self.expire_s]:
+            t = self.flows.pop(key)
+            if t.path is not None:
+                self.reservations.release(t.path, t.demand)
+
+    def elephants(self) -> list[FlowKey]:
+        return [k for k, t in self.flows.items()
+                if is_elephant(t.rate_bps, self.nic_bps[t.src], self.fraction)]
+
+    def schedule(self) -> list[Move]:
+        big = self.elephants()
+        demands = estimate_demands([(self.flows[k].src, self.flows[k].dst) for k in big])
+        todo = []
+        for key, demand in zip(big, demands):
+            t = self.flows[key]
+            if t.path is not None:  # placed earlier: its reservation follows its demand
+                self.reservations.release(t.path, t.demand)
+                self.reservations.reserve(t.path, demand)
+                t.demand = demand
+            else:
+                todo.append((key, demand))
+        moves = []
+        placed = global_first_fit(
+            ((k, d, self.paths(self.flows[k].src, self.flows[k].dst)) for k, d in todo),
+            self.reservations)
+        for p in placed:
+            if p.path is None:
+                continue
+            t = self.flows[p.flow]
+            t.path, t.demand = p.path, p.demand
+            moves.append(Move(p.flow, t.src, t.dst, p.demand, t.rate_bps, p.path))
+        return moves

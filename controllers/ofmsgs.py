@@ -24,25 +24,36 @@ def group_mod(dp, group: Group) -> object:
                               group_id=group.group_id, buckets=buckets)
 
 
-def flow_mod(dp, rule: Rule) -> object:
+def flow_mod(dp, rule: Rule, modify: bool = False) -> object:
+    """Add `rule` (or, `modify`, change the actions of the entry with its exact match and
+    priority, keeping its counters)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    if rule.to_controller:
-        actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
-    elif rule.group_id is not None:
-        actions = [parser.OFPActionGroup(rule.group_id)]
-    elif rule.out_port is not None:
-        actions = [parser.OFPActionOutput(rule.out_port)]
-    else:
-        actions = []  # drop, but counted
-    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions(dp, rule))]
     return parser.OFPFlowMod(dp, cookie=COOKIE, priority=rule.priority,
+                             command=ofp.OFPFC_MODIFY_STRICT if modify else ofp.OFPFC_ADD,
+                             idle_timeout=rule.idle_timeout,
                              match=parser.OFPMatch(**dict(rule.match)), instructions=inst)
 
 
-def packet_out(dp, port: int, data: bytes) -> object:
+def actions(dp, rule: Rule) -> list:
+    """The OpenFlow actions of a rule (empty: drop, but counted)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                               actions=[parser.OFPActionOutput(port)], data=data)
+    if rule.to_controller:
+        return [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+    if rule.group_id is not None:
+        return [parser.OFPActionGroup(rule.group_id)]
+    if rule.out_port is not None:
+        return [parser.OFPActionOutput(rule.out_port)]
+    return []
+
+
+def packet_out(dp, port: int, data: bytes, acts: list | None = None,
+               in_port: int | None = None) -> object:
+    """Send `data` out of `port` (or through `acts`, e.g. a rule's group)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
+                               in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
+                               actions=acts or [parser.OFPActionOutput(port)], data=data)
 
 
 def arp_reply_frame(request: "arp.arp", answer_mac: str) -> bytes:

@@ -9,6 +9,11 @@ Modes:
   sends to an OpenFlow 1.3 select group whose buckets are those ports (the switch hashes
   each flow's 5-tuple). Relay hosts get kernel multipath routes over every neighbour that
   corrects one BCube digit (hashed on the 5-tuple with fib_multipath_hash_policy=1).
+- ``hedera``: ``ecmp``, plus what Hedera's scheduler needs (controllers/flowsched.py): the
+  first packets of every TCP flow entering at an edge switch come to the controller, which
+  gives the flow its own entry there (same action as the hash route, so its counters
+  can be polled), and elephants the scheduler places get an exact entry per switch of their
+  path. Switched fabrics only.
 - ``single``: one deterministic path per destination, like a spanning tree: the
   lowest-numbered next-hop port at every switch, so all traffic climbs through the first
   aggregation/core/spine switch. In BCube, BCube's own routing: correct the highest
@@ -21,14 +26,18 @@ from dataclasses import dataclass, field
 from topologies.graph import distances_to, next_hops
 from topologies.model import Topology
 
-MODES = ("ecmp", "single")
+MODES = ("ecmp", "single", "hedera")
 
 PRIORITY_ROUTE = 100
+PRIORITY_DETECT = 110   # hedera: new TCP flows from a host port -> controller
+PRIORITY_FLOW = 120     # hedera: one flow's counting entry at its ingress edge switch
+PRIORITY_PLACED = 130   # hedera: a scheduled elephant's entry on each switch of its path
 PRIORITY_ARP = 200
 PRIORITY_MISS = 0
 
 ETH_TYPE_IP = 0x0800
 ETH_TYPE_ARP = 0x0806
+IP_PROTO_TCP = 6
 
 
 MAX_BUCKETS = 64  # OVS's dp_hash selection handles at most 64 hash slots
@@ -57,6 +66,7 @@ class Rule:
     out_port: int | None = None
     group_id: int | None = None
     to_controller: bool = False
+    idle_timeout: int = 0  # seconds without a packet before the switch removes it (0: never)
 
     @property
     def is_drop(self) -> bool:
@@ -88,13 +98,69 @@ class Plan:
         return self._by_dpid.get(dpid, ([], []))
 
 
-def plan(topo: Topology, mode: str = "ecmp") -> Plan:
-    """Proactive routing for the whole fabric."""
+def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp") -> Plan:
+    """Proactive routing for the whole fabric. `base`: for ``hedera``, the routing new flows
+    start on (``ecmp``; ``single`` makes every collision certain)."""
     if mode not in MODES:
         raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
     if any(h.relay for h in topo.hosts):
+        if mode == "hedera":
+            raise ValueError("routing mode hedera needs a switched fabric (not BCube's "
+                             "server relays)")
         return _relay_plan(topo, mode)
+    if mode == "hedera":
+        if base not in ("ecmp", "single"):
+            raise ValueError(f"hedera's base routing must be ecmp or single (got {base!r})")
+        start = _switched_plan(topo, base)
+        return Plan(mode=mode, groups=start.groups,
+                    rules=start.rules + tuple(_detect_rules(topo)))
     return _switched_plan(topo, mode)
+
+
+def _detect_rules(topo: Topology) -> list[Rule]:
+    rules = []
+    for sw in topo.switches:
+        for port, peer, _ in topo.ports_of(sw.name):
+            if topo.is_host(peer):
+                rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_DETECT, to_controller=True,
+                                  match=(("eth_type", ETH_TYPE_IP), ("in_port", port),
+                                         ("ip_proto", IP_PROTO_TCP))))
+    return rules
+
+
+def flow_match(key: tuple) -> tuple[tuple[str, object], ...]:
+    """The exact match of one TCP flow, key = (ip_src, ip_dst, 6, src_port, dst_port)."""
+    src, dst, proto, sport, dport = key
+    return (("eth_type", ETH_TYPE_IP), ("ip_proto", proto), ("ipv4_dst", dst),
+            ("ipv4_src", src), ("tcp_dst", dport), ("tcp_src", sport))
+
+
+def flow_entry(plan_: Plan, dpid: int, key: tuple, idle_timeout: int) -> Rule | None:
+    """A flow's own entry at its ingress switch, doing what the destination route there does
+    (the ECMP group or the port): the packets keep their hash path, the entry counts them."""
+    dst = key[1]
+    for rule in plan_.for_switch(dpid)[1]:
+        if rule.priority == PRIORITY_ROUTE and ("ipv4_dst", dst) in rule.match:
+            return Rule(dpid=dpid, priority=PRIORITY_FLOW, match=flow_match(key),
+                        out_port=rule.out_port, group_id=rule.group_id,
+                        idle_timeout=idle_timeout)
+    return None
+
+
+def path_rules(topo: Topology, path: tuple[str, ...], key: tuple,
+               idle_timeout: int) -> list[Rule]:
+    """Entries that pin one flow to `path` (host, switch, ..., switch, host), in the order
+    to install them: from the last switch back to the first, so that no switch sends the
+    flow to a neighbour that does not know it yet. The first switch's entry has the
+    counting entry's priority (`flow_entry`): it is meant to modify that entry."""
+    rules = []
+    for i, (here, nxt) in enumerate(zip(path[1:-1], path[2:])):
+        port = next(p for p, peer, _ in topo.ports_of(here) if peer == nxt)
+        # at the ingress switch the flow already has its counting entry: that one changes
+        rules.append(Rule(dpid=topo.node(here).dpid,
+                          priority=PRIORITY_FLOW if i == 0 else PRIORITY_PLACED,
+                          match=flow_match(key), out_port=port, idle_timeout=idle_timeout))
+    return rules[::-1]
 
 
 def _base_rules(dpid: int) -> list[Rule]:

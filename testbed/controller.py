@@ -15,6 +15,7 @@ from .system import TestbedError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_APP = "controllers.apps.routing_app"
+HEDERA_APP = "controllers.apps.hedera_app"  # the routing app with Hedera's scheduler
 
 
 def free_port() -> int:
@@ -33,11 +34,14 @@ class ControllerSpec:
     qos_apps: tuple[str, ...] = ()  # names of controllers/apps/<name>_app.py to load
     dataplane_json: Path | None = None
     status_dir: Path | None = None
+    hedera: dict | None = None  # HederaSpec fields, for routing hedera
+    hedera_dir: Path | None = None  # where the scheduler logs its decisions
 
     def argv(self) -> list[str]:
+        routing_app = HEDERA_APP if self.routing == "hedera" else BUILTIN_APP
         return [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.port),
-                BUILTIN_APP, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
+                routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
                 *self.plugins]
 
     def env(self) -> dict[str, str]:
@@ -48,7 +52,13 @@ class ControllerSpec:
                 "TESTBED_STATE": str(self.state_json),
                 "TESTBED_ROUTING": self.routing,
                 **({"TESTBED_DATAPLANE": str(self.dataplane_json),
-                    "TESTBED_APP_STATUS": str(self.status_dir)} if self.dataplane_json else {})}
+                    "TESTBED_APP_STATUS": str(self.status_dir)} if self.dataplane_json else {}),
+                **({"TESTBED_HEDERA_PERIOD_S": str(self.hedera["period_s"]),
+                    "TESTBED_HEDERA_ELEPHANT": str(self.hedera["elephant_fraction"]),
+                    "TESTBED_HEDERA_IDLE_S": str(self.hedera["idle_timeout_s"]),
+                    "TESTBED_HEDERA_BASE": self.hedera["base"],
+                    "TESTBED_HEDERA_DIR": str(self.hedera_dir)}
+                   if self.routing == "hedera" and self.hedera else {})}
 
 
 class ControllerProcess:

@@ -3,13 +3,13 @@ throughput. Each writes CSV files with units in their headers and returns headli
 and fidelity warnings; plots are drawn later from those files only."""
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import time
 
-from topologies import dumbbell, nonblocking
+from topologies import dumbbell, nonblocking, patterns
 from topologies.graph import host_rate_sum
-from topologies.patterns import random_bijection, stride
 
 from . import qos_experiments, training
 from .monitor import QueueSampler, percentile
@@ -140,6 +140,14 @@ def queue_calibration(ctx, exp: QueueCalibration) -> Outcome:
 
 # ---- permutation throughput --------------------------------------------------------------
 
+def _save_pattern(ctx, routing: str, pattern: str, rep: int, seed: int, pairs) -> None:
+    """The flows of one phase, so that it can be replayed exactly (patterns/*.json)."""
+    d = ctx.out_dir / "patterns"
+    d.mkdir(parents=True, exist_ok=True)
+    name = f"{routing}-{pattern.replace(':', '_')}-{rep}.json"
+    (d / name).write_text(json.dumps({"pattern": pattern, "seed": seed, "repeat": rep,
+                                      "flows": [list(p) for p in pairs]}))
+
 def permutation(ctx, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
@@ -149,10 +157,10 @@ def permutation(ctx, exp: Permutation) -> Outcome:
     for routing in exp.routings:
         with ctx.fabric(topo, routing, f"permutation {routing}") as fab:
             for pattern in exp.patterns:
-                kind, arg = parse_pattern(pattern, len(hosts))
+                parsed = parse_pattern(pattern, len(hosts))
                 for rep in range(exp.repeats):
-                    pairs = stride(hosts, arg) if kind == "stride" else \
-                        random_bijection(hosts, arg + rep)
+                    pairs = patterns.generate(parsed, topo, exp.seed + rep)
+                    _save_pattern(ctx, routing, pattern, rep, exp.seed + rep, pairs)
                     label = f"{routing} {pattern} #{rep}"
                     ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
                     with _traffic_phase(ctx, fab, out, label) as checks:

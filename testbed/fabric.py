@@ -62,6 +62,7 @@ class Fabric:
     out_dir: Path
     record: RunRecord
     plugins: tuple[str, ...] = ()
+    hedera: dict | None = None  # the scheduler's settings, for routing hedera
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
@@ -156,7 +157,8 @@ class Fabric:
         self.controller = ControllerProcess(
             ControllerSpec(topology_json=topo_json, state_json=self.out_dir / "controller_state.json",
                            routing=self.routing, port=free_port(), plugins=self.plugins,
-                           qos_apps=QOS_APPS if self.qos_plane else (), **qos_env),
+                           qos_apps=QOS_APPS if self.qos_plane else (), **qos_env,
+                           hedera=self.hedera, hedera_dir=self.hedera_dir),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
@@ -275,6 +277,12 @@ class Fabric:
                 hops = [hops[0].replace("nexthop ", "")]
             lines.append(f"route replace {route.dst_ip}/32 " + " ".join(hops))
         ip_batch(lines, pid)
+
+    @property
+    def hedera_dir(self) -> Path:
+        """Where Hedera's scheduler logs its periods and decisions for this fabric."""
+        return self.out_dir / "hedera" / (self.topology_json.stem if self.topology_json
+                                          else "fabric")
 
     @property
     def qos_status_dir(self) -> Path:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from topologies import TopologyError, build
+from topologies import TopologyError, build, patterns
 from topologies.model import Topology
 
 from .fabric import HostConfig, LinkConfig
@@ -34,9 +34,21 @@ class TopologySpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HederaSpec:
+    """Hedera's scheduler (routing: hedera): its period, the elephant threshold as a fraction
+    of the host NIC, the idle timeout of per-flow entries, and the routing new flows start
+    on (ecmp as in the paper; single makes every collision certain, for tests)."""
+    period_s: float = 5.0
+    elephant_fraction: float = 0.1
+    idle_timeout_s: int = 10
+    base: Literal["ecmp", "single"] = "ecmp"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ControllerSpec:
-    routing: Literal["ecmp", "single"] = "ecmp"
+    routing: Literal["ecmp", "single", "hedera"] = "ecmp"
     plugins: list[str] = field(default_factory=list)
+    hedera: HederaSpec = field(default_factory=HederaSpec)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +79,10 @@ class QueueCalibration:
 @dataclass(frozen=True, kw_only=True)
 class Permutation:
     type: Literal["permutation"] = "permutation"
-    patterns: list[str] = field(default_factory=lambda: ["stride:8", "random:1"])
-    routings: list[Literal["ecmp", "single"]] = field(default_factory=lambda: ["single", "ecmp"])
+    patterns: list[str] = field(default_factory=lambda: ["stride:8", "randbij"])
+    seed: int = 1  # repeat r of a seeded pattern uses seed + r
+    routings: list[Literal["ecmp", "single", "hedera"]] = field(
+        default_factory=lambda: ["single", "ecmp"])
     duration_s: float = 20.0
     omit_s: float = 3.0
     repeats: int = 1
@@ -396,6 +410,19 @@ def check(spec: Spec) -> Topology:
             validate_qos(spec.qos, "qos", links.mtu_bytes, links.buffer_pkts, links.buffer_bytes)
         except QosError as exc:
             raise SpecError(str(exc)) from None
+    relay = any(host.relay for host in topo.hosts)
+    if relay and spec.controller.routing == "hedera":
+        raise SpecError("controller.routing: hedera needs a switched fabric; BCube's servers "
+                        "route for themselves")
+    h = spec.controller.hedera
+    if not h.period_s > 0:
+        raise SpecError(f"controller.hedera.period_s: must be > 0 (got {h.period_s:g})")
+    if not 0 < h.elephant_fraction <= 1:
+        raise SpecError(f"controller.hedera.elephant_fraction: must be in (0, 1] "
+                        f"(got {h.elephant_fraction:g})")
+    if h.idle_timeout_s < 1:
+        raise SpecError(f"controller.hedera.idle_timeout_s: must be >= 1 "
+                        f"(got {h.idle_timeout_s})")
     for i, plugin in enumerate(spec.controller.plugins):
         if plugin.endswith(".py") and not Path(plugin).exists():
             raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
@@ -489,6 +516,9 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.repeats: must be >= 1")
         if not exp.routings:
             raise SpecError(f"{path}.routings: at least one routing mode")
+        if "hedera" in exp.routings and any(h.relay for h in topo.hosts):
+            raise SpecError(f"{path}.routings: hedera needs a switched fabric; BCube's servers "
+                            "route for themselves")
         for j, pattern in enumerate(exp.patterns):
             parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
 
@@ -649,18 +679,14 @@ def _victim_qos(exp: "PfcVictim", phase: str) -> QosConfig:
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 
-def parse_pattern(text: str, n_hosts: int, path: str = "pattern") -> tuple[str, int]:
-    """'stride:N' or 'random:SEED'."""
-    kind, _, arg = text.partition(":")
-    if kind not in ("stride", "random") or not arg.lstrip("-").isdigit():
-        raise SpecError(f"{path}: expected 'stride:N' or 'random:SEED' (got {text!r})")
-    value = int(arg)
-    if kind == "stride" and not 0 < value < n_hosts:
-        raise SpecError(f"{path}: stride must be in 1..{n_hosts - 1} for {n_hosts} hosts "
-                        f"(got {value})")
+def parse_pattern(text: str, n_hosts: int, path: str = "pattern"):
+    """A traffic pattern name (topologies/patterns.py), checked against the fabric."""
     if n_hosts < 2:
-        raise SpecError(f"{path}: a permutation needs at least 2 hosts")
-    return kind, value
+        raise SpecError(f"{path}: a traffic pattern needs at least 2 hosts")
+    try:
+        return patterns.parse(text, n_hosts, path)
+    except patterns.PatternError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def load(path: str | Path) -> tuple[Spec, Topology]:

@@ -7,7 +7,8 @@ its Mininet-HiFi reproduction:
 - ``random``          every host sends to a host chosen uniformly among the others (a
                       receiver may be picked by several senders);
 - ``randbij``         a random permutation without fixed points: every host sends to one
-                      host and receives from one;
+                      host and receives from one (``random:SEED`` in specs before the
+                      pattern families, which is ``randbij`` with that seed);
 - ``stag:pe:pp``      staggered: with probability pe to a host under the same edge switch,
                       with probability pp to a host in the same pod (another edge switch),
                       otherwise to a host in another pod;
@@ -63,7 +64,7 @@ def parse(text: str, n_hosts: int, field: str = "pattern") -> Pattern:
                            f"(got {text!r})")
     if family == "stride":
         if params[0] != int(params[0]) or not 0 < params[0] < n_hosts:
-            raise PatternError(f"{field}: stride must be an integer in 1..{n_hosts - 1} for "
+            raise PatternError(f"{field}: stride must be in 1..{n_hosts - 1} (an integer) for "
                                f"{n_hosts} hosts (got {params[0]:g})")
     if family == "stag":
         pe, pp = params
@@ -93,8 +94,8 @@ def generate(pattern: Pattern | str, topo: Topology, seed: int) -> list[Flow]:
         return stride(hosts, int(p[0]))
     if f == "random":
         return [(h, rng.choice([d for d in hosts if d != h])) for h in hosts]
-    if f == "randbij":
-        return random_bijection(hosts, rng)
+    if f == "randbij":  # seeded by the seed alone: the same permutations as before patterns
+        return random_bijection(hosts, seed)
     if f == "stag":
         return staggered(topo, p[0], p[1], rng)
     if f == "hotspot":

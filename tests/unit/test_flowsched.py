@@ -62,3 +62,59 @@ def test_global_first_fit_leaves_a_flow_no_path_can_hold():
     # capacity per link is configurable (a core link twice a NIC's rate)
     fast = Reservations(capacity={("a1", "c1"): 2.0})
     assert fast.fits(paths[0], 1.0)
+
+
+def test_hedera_plan_detects_new_tcp_flows_at_host_ports_only():
+    from controllers import routing
+    ft = build("fattree", k=4)
+    p = routing.plan(ft, "hedera")
+    detect = [r for r in p.rules if r.priority == routing.PRIORITY_DETECT]
+    assert len(detect) == 16 and all(r.to_controller for r in detect)
+    e1 = ft.node("e1").dpid
+    # a flow's counting entry does what the ECMP route does there: the select group
+    entry = routing.flow_entry(p, e1, ("10.0.0.1", ft.node("h13").ip, 6, 40000, 5201), 10)
+    assert entry.group_id is not None and entry.priority == routing.PRIORITY_FLOW
+    assert dict(entry.match)["tcp_src"] == 40000
+    with pytest.raises(ValueError):
+        routing.plan(build("bcube", n=4, k=1), "hedera")
+
+
+def test_path_rules_install_from_the_last_switch_back():
+    from controllers import routing
+    ft = build("fattree", k=4)
+    path = shortest_paths(ft, "h1", "h13")[2]  # h1 e1 a2 c3 a? e? h13
+    rules = routing.path_rules(ft, path, ("a", "b", 6, 1, 2), 10)
+    assert [r.dpid for r in rules] == [ft.node(n).dpid for n in reversed(path[1:-1])]
+    # each switch sends towards the next node of the path
+    for rule, (here, nxt) in zip(reversed(rules), zip(path[1:-1], path[2:])):
+        assert ft.peer(here, rule.out_port)[0] == nxt
+    # the ingress switch's entry is the flow's counting entry, modified in place
+    assert rules[-1].priority == routing.PRIORITY_FLOW
+    assert {r.priority for r in rules[:-1]} == {routing.PRIORITY_PLACED}
+
+
+def test_scheduler_places_two_colliding_elephants_on_disjoint_uplinks():
+    from controllers.flowsched import HederaScheduler
+    ft = build("fattree", k=4)
+    nic = {h.name: 10e6 for h in ft.hosts}
+    sched = HederaScheduler(lambda s, d: shortest_paths(ft, s, d), nic, expire_s=3)
+    f1, f2, mouse = ("ip1", "ip13", 6, 1, 5201), ("ip2", "ip14", 6, 2, 5201), \
+        ("ip3", "ip4", 6, 3, 80)
+    sched.observe(0.0, {f1: ("h1", "h13", 0), f2: ("h2", "h14", 0), mouse: ("h3", "h4", 0)})
+    assert sched.schedule() == []  # no rates yet
+    # both share one uplink under the hash path: 5 Mb/s each; the mouse sends 0.5 Mb/s
+    sched.observe(2.0, {f1: ("h1", "h13", 1_250_000), f2: ("h2", "h14", 1_250_000),
+                        mouse: ("h3", "h4", 125_000)})
+    assert sorted(sched.elephants()) == sorted([f1, f2])
+    moves = {m.flow: m for m in sched.schedule()}
+    assert set(moves) == {f1, f2}
+    assert moves[f1].demand == pytest.approx(1.0)  # each NIC-limited: a whole link
+    assert moves[f1].path[2] != moves[f2].path[2]  # different aggregation switches
+    # next period: already placed, nothing moves; their reservations stay
+    sched.observe(4.0, {f1: ("h1", "h13", 3_600_000), f2: ("h2", "h14", 3_600_000)})
+    assert sched.schedule() == []
+    assert sched.reservations.used[("e1", moves[f1].path[2])] == pytest.approx(1.0)
+    # a flow that stops being seen releases its path
+    sched.observe(8.0, {f2: ("h2", "h14", 6_000_000)})
+    assert f1 not in sched.flows
+    assert sched.reservations.used[("e1", moves[f1].path[2])] == pytest.approx(0.0)
