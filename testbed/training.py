@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from topologies.graph import distances_to
+from topologies.graph import distances_to, shortest_paths
 from topologies.model import Topology, ifname
 
 from .phases import Outcome, _traffic_phase, tcp_payload_fraction
@@ -94,6 +94,25 @@ def ingress_spread(topo: Topology, host: str, senders: list[str]) -> float:
         for port in eligible:
             load[port] += 1 / len(eligible)
     return len(others) / max(load.values())
+
+
+def ring_link_load(topo: Topology, hosts: list[str]) -> float:
+    """The busiest link's load when every host of the ring sends one unit to the next
+    (rank order), each flow split evenly over its shortest paths, in units of the slowest
+    host link's rate: 1.0 when every ring flow has its links to itself. More than 1 when
+    ring flows share links, as BCube's relayed flows share their relay servers' links."""
+    if len(hosts) < 2:
+        return 1.0
+    base = min(host_link(topo, h).rate_mbps for h in hosts)
+    load: dict[tuple[str, str], float] = {}
+    for a, b in zip(hosts, hosts[1:] + hosts[:1]):
+        paths = shortest_paths(topo, a, b)
+        for path in paths:
+            for u, v in zip(path, path[1:]):
+                rate = next(topo.link_at(u, port).rate_mbps
+                            for port, peer, _ in topo.ports_of(u) if peer == v)
+                load[(u, v)] = load.get((u, v), 0.0) + base / rate / len(paths)
+    return max(1.0, max(load.values()))
 
 
 def at_rate(topo: Topology, rate: float | None, slow_host: str | None = None,
@@ -390,6 +409,9 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     hosts = [h for _, h, _ in placement.ranks]
     server_rate = min((host_link(topo, h).rate_mbps * ingress_spread(topo, h, hosts)
                        for h in placement.servers), default=rate)
+    if job.sync != "ps":  # ring flows that share a link (BCube's relays) share its rate
+        measured["ring_link_load"] = round(ring_link_load(topo, placement.workers), 3)
+        rate /= measured["ring_link_load"]
     summary, iter_rows = summarise(exp, job, n, placement, job_dir, label, fabric_label,
                                    (rate, server_rate), fab.links.mtu_bytes, rtt, toward_sink,
                                    queue, measured, checks, experiment)

@@ -83,3 +83,18 @@ def test_colocated_shards_send_replies_too():
     assert sent == pytest.approx((4 * S + 4 * (0.75 * S + 7 * pull / 4)) / 8)
     ded = TrainingJob(sync="ps", workers=n, ps_shards=1)
     assert predict(ded, n, int(S), S, 1, 1e6, 0.0)[1] == S
+
+
+def test_ring_flows_sharing_an_uplink_share_its_rate():
+    from testbed.training import ring_link_load
+    ls = build("leafspine", spines=1, leaves=2, hosts_per_leaf=4)
+    h = [x.name for x in ls.hosts]
+    # ring alternating leaves: two ring flows leave each leaf through its one uplink
+    assert ring_link_load(ls, [h[0], h[4], h[1], h[5]]) == pytest.approx(2.0)
+    # the same hosts in leaf order: one flow per uplink and direction
+    assert ring_link_load(ls, [h[0], h[1], h[4], h[5]]) == pytest.approx(1.0)
+    # a faster uplink carries two host-rate flows without sharing
+    fast = build("leafspine", spines=1, leaves=2, hosts_per_leaf=4, uplink_rate=200)
+    assert ring_link_load(fast, [h[0], h[4], h[1], h[5]]) == pytest.approx(1.0)
+    ft = build("fattree", k=4)
+    assert ring_link_load(ft, spread([x.name for x in ft.hosts], 8)) == pytest.approx(1.0)
