@@ -38,22 +38,20 @@ def flow_mod(dp, rule: Rule, modify: bool = False) -> object:
 def actions(dp, rule: Rule) -> list:
     """The OpenFlow actions of a rule (empty: drop, but counted)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    if rule.to_controller:
-        return [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+    acts = []
+    if rule.to_controller:  # alone: to the controller; with a forward: a copy
+        acts.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
     if rule.group_id is not None:
-        return [parser.OFPActionGroup(rule.group_id)]
-    if rule.out_port is not None:
-        return [parser.OFPActionOutput(rule.out_port)]
-    return []
+        acts.append(parser.OFPActionGroup(rule.group_id))
+    elif rule.out_port is not None:
+        acts.append(parser.OFPActionOutput(rule.out_port))
+    return acts
 
 
-def packet_out(dp, port: int, data: bytes, acts: list | None = None,
-               in_port: int | None = None) -> object:
-    """Send `data` out of `port` (or through `acts`, e.g. a rule's group)."""
+def packet_out(dp, port: int, data: bytes) -> object:
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
-                               in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
-                               actions=acts or [parser.OFPActionOutput(port)], data=data)
+    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                               actions=[parser.OFPActionOutput(port)], data=data)
 
 
 def arp_reply_frame(request: "arp.arp", answer_mac: str) -> bytes:

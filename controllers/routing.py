@@ -9,9 +9,9 @@ Modes:
   sends to an OpenFlow 1.3 select group whose buckets are those ports (the switch hashes
   each flow's 5-tuple). Relay hosts get kernel multipath routes over every neighbour that
   corrects one BCube digit (hashed on the 5-tuple with fib_multipath_hash_policy=1).
-- ``hedera``: ``ecmp``, plus what Hedera's scheduler needs (controllers/flowsched.py): the
-  first packets of every TCP flow entering at an edge switch come to the controller, which
-  gives the flow its own entry there (same action as the hash route, so its counters
+- ``hedera``: ``ecmp``, plus what Hedera's scheduler needs (controllers/flowsched.py): a
+  copy of the first packets of every TCP flow entering at an edge switch comes to the
+  controller (the packets themselves go on), which gives the flow its own entry there (same action as the hash route, so its counters
   can be polled), and elephants the scheduler places get an exact entry per switch of their
   path. Switched fabrics only.
 - ``single``: one deterministic path per destination, like a spanning tree: the
@@ -59,7 +59,8 @@ class Group:
 @dataclass(frozen=True, kw_only=True)
 class Rule:
     """A flow entry. `match` is a sorted tuple of OXM field/value pairs (Ryu's names);
-    exactly one of `out_port`, `group_id`, `to_controller`, or none (drop) applies."""
+    one of `out_port` or `group_id` forwards, `to_controller` alone sends to the controller,
+    with one of them sends a copy there; none of them drops."""
     dpid: int
     priority: int
     match: tuple[tuple[str, object], ...]
@@ -113,18 +114,29 @@ def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp") -> Plan:
             raise ValueError(f"hedera's base routing must be ecmp or single (got {base!r})")
         start = _switched_plan(topo, base)
         return Plan(mode=mode, groups=start.groups,
-                    rules=start.rules + tuple(_detect_rules(topo)))
+                    rules=start.rules + tuple(_detect_rules(topo, start)))
     return _switched_plan(topo, mode)
 
 
-def _detect_rules(topo: Topology) -> list[Rule]:
+def _detect_rules(topo: Topology, start: Plan) -> list[Rule]:
+    """Per host port and destination: TCP packets take their route as usual and a copy goes
+    to the controller, which then gives the flow its own (counting) entry. Nothing waits for
+    the controller and nothing is re-injected (no packet-out)."""
     rules = []
     for sw in topo.switches:
+        routes = {dict(r.match).get("ipv4_dst"): r for r in start.for_switch(sw.dpid)[1]
+                  if r.priority == PRIORITY_ROUTE}
         for port, peer, _ in topo.ports_of(sw.name):
-            if topo.is_host(peer):
+            if not topo.is_host(peer):
+                continue
+            for host in topo.hosts:
+                route = routes.get(host.ip)
+                if host.name == peer or route is None:
+                    continue
                 rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_DETECT, to_controller=True,
+                                  out_port=route.out_port, group_id=route.group_id,
                                   match=(("eth_type", ETH_TYPE_IP), ("in_port", port),
-                                         ("ip_proto", IP_PROTO_TCP))))
+                                         ("ip_proto", IP_PROTO_TCP), ("ipv4_dst", host.ip))))
     return rules
 
 

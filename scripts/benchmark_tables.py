@@ -175,8 +175,8 @@ def training(out: Path, name: str) -> None:
     the sampled queue toward the busiest receiver, memory and CPU headroom."""
     print("| fabric | job | bg | iteration (median) | comm | model | comm/model | bytes sent per sync "
           "| wire/expected | test acc | queue to receiver p99 / max; deepest port max (pkts) | staleness | peak RSS/worker "
-          "| machine idle | workers' CPU wait / iteration | CPU-bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| link busy in comm | machine idle | workers' CPU wait / iteration | CPU-bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows(out / name, "training.csv"):
         print(f"| {r['fabric']} | {r['job']} | {r['background'] or '-'} "
               f"| {_g(r, 'iter_s_median', '{:.3f}')} s "
@@ -189,6 +189,7 @@ def training(out: Path, name: str) -> None:
               + (f"; {r['deepest_port']} {r['deepest_max_pkts']}" if r.get("deepest_port") else "")
               + " "
               f"| {_g(r, 'max_staleness')} | {_g(r, 'peak_rss_mb_max', '{:.0f}')} MB "
+              f"| {_g(r, 'link_busy_in_comm', '{:.0%}')} "
               f"| {_g(r, 'machine_idle_mean', '{:.0%}')} "
               f"| {_g(r, 'worker_cpu_wait_share', '{:.0%}')} | {_training_cpu_bound(r)} |")
 

@@ -152,10 +152,10 @@ def permutation(ctx, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]
-    ideal = host_rate_sum(topo)
     rows, flow_rows = [], []
     for routing in exp.routings:
         with ctx.fabric(topo, routing, f"permutation {routing}") as fab:
+            ideal = host_rate_sum(fab.topo)  # links.rate_mbps, when set, is in fab.topo
             for pattern in exp.patterns:
                 parsed = parse_pattern(pattern, len(hosts))
                 for rep in range(exp.repeats):

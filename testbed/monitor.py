@@ -261,6 +261,8 @@ def conservation_snapshot(fabric) -> ConservationSnapshot:
             flows = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw.name], check=False).stdout
             for m in _FLOW_RE.finditer(flows):
                 if m.group(2).startswith("CONTROLLER"):
+                    if "," in m.group(2):
+                        continue  # forwarded, with a copy to the controller (hedera)
                     c.to_controller += int(m.group(1))
                 elif m.group(2) == "drop":
                     c.table_drops += int(m.group(1))

@@ -18,7 +18,7 @@ from typing import Callable
 
 
 
-from topologies.model import Topology
+from topologies.model import Topology, at_rate
 
 from . import ovs
 from .experiments import RUNNERS, Outcome
@@ -72,6 +72,8 @@ class RunContext:
                **link_overrides):
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase."""
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
+        if links.rate_mbps:  # one rate for every link: the controller and the
+            topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
         slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
         qos = qos if qos is not None else self.spec.qos
         if qos is not None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from topologies.graph import distances_to, shortest_paths
-from topologies.model import Topology, ifname
+from topologies.model import Topology, at_rate, ifname
 
 from .phases import Outcome, _traffic_phase, tcp_payload_fraction
 from .qos import QosConfig, TrafficClass
@@ -113,18 +113,6 @@ def ring_link_load(topo: Topology, hosts: list[str]) -> float:
                             for port, peer, _ in topo.ports_of(u) if peer == v)
                 load[(u, v)] = load.get((u, v), 0.0) + base / rate / len(paths)
     return max(1.0, max(load.values()))
-
-
-def at_rate(topo: Topology, rate: float | None, slow_host: str | None = None,
-            slow_rate: float | None = None) -> Topology:
-    """The topology with every link at `rate` (None: as built) and one host's link slower."""
-    links = []
-    for link in topo.links:
-        r = rate or link.rate_mbps
-        if slow_host and slow_rate and slow_host in (link.a, link.b):
-            r = slow_rate
-        links.append(dataclasses.replace(link, rate_mbps=r))
-    return dataclasses.replace(topo, links=tuple(links), _index={})
 
 
 def training_qos(ctx, exp: Training) -> QosConfig:
@@ -498,6 +486,11 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
         "expected_wire_bytes_per_sync": round(expected_payload / tcp_payload_fraction(mtu)),
         "tx_over_expected": round(tx / (expected_payload / tcp_payload_fraction(mtu)), 3)
         if tx and expected_payload else None,
+        # how busy the busiest worker link was while the job communicated: near 1 when the
+        # network is the bottleneck; well below 1 when something else (CPU, latency) is.
+        # The PS's bottleneck is the server's link, which this does not see.
+        "link_busy_in_comm": round(tx * 8 / (comm * rate_mbps * 1e6), 3)
+        if job.sync != "ps" and tx and comm else None,
         "iterations_per_sync": per_sync_iters,
         "final_loss": round(statistics.mean(row["loss"] for row in last), 4) if last else None,
         "test_acc": round(statistics.mean(accs), 4) if accs else None,

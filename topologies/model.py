@@ -13,6 +13,7 @@ Conventions (the same for every kind of topology):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -220,3 +221,15 @@ class Builder:
         return Topology(kind=self.kind, params=tuple(sorted(self.params.items())),
                         hosts=tuple(self.hosts), switches=tuple(self.switches),
                         links=tuple(self.links))
+
+
+def at_rate(topo: Topology, rate: float | None, slow_host: str | None = None,
+            slow_rate: float | None = None) -> Topology:
+    """The topology with every link at `rate` (None: as built) and one host's link slower."""
+    links = []
+    for link in topo.links:
+        r = rate or link.rate_mbps
+        if slow_host and slow_rate and slow_host in (link.a, link.b):
+            r = slow_rate
+        links.append(dataclasses.replace(link, rate_mbps=r))
+    return dataclasses.replace(topo, links=tuple(links), _index={})

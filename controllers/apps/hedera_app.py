@@ -3,9 +3,10 @@
 Thin shell around controllers/flowsched.py (the decisions) and controllers/routing.py (the
 entries):
 
-- a new TCP flow's first packet at its ingress edge switch comes here (the plan's detect
-  entries); the flow gets its own entry on that switch with the hash route's action, so it
-  keeps its ECMP path and its bytes are counted, and the packet is sent on;
+- a copy of a new TCP flow's first packet at its ingress edge switch comes here (the plan's
+  detect entries forward the packet and copy it to the controller); the flow gets its own
+  entry on that switch with the hash route's action, so it keeps its ECMP path and its
+  bytes are counted;
 - every ``period`` seconds the edge switches' flow entries are read (flow stats), rates are
   computed, and the scheduler estimates the elephants' natural demands and places new
   elephants with Global First Fit; a placed flow gets an exact entry on every switch of its
@@ -92,11 +93,7 @@ class HederaRouting(FabricRouting):
         if rule is None:
             self._count(dp.id, "unroutable")
             return
-        dp.send_msg(ofmsgs.flow_mod(dp, rule))
-        dp.send_msg(ofmsgs.packet_out(dp, 0, msg.data, ofmsgs.actions(dp, rule),
-                                      in_port=msg.match["in_port"]))
-        self._count(dp.id, "packet_out")
-        self._write_state()  # packet accounting: the count must not lag the packet
+        dp.send_msg(ofmsgs.flow_mod(dp, rule))  # the packet itself went on: a copy came
 
     # ---- the scheduling loop ----------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)

@@ -69,8 +69,16 @@ def test_hedera_plan_detects_new_tcp_flows_at_host_ports_only():
     ft = build("fattree", k=4)
     p = routing.plan(ft, "hedera")
     detect = [r for r in p.rules if r.priority == routing.PRIORITY_DETECT]
-    assert len(detect) == 16 and all(r.to_controller for r in detect)
+    # per host port and destination: the packet takes its route and a copy is sent up
+    assert len(detect) == 16 * 15 and all(r.to_controller for r in detect)
     e1 = ft.node("e1").dpid
+    routes = {dict(r.match)["ipv4_dst"]: r for r in p.for_switch(e1)[1]
+              if r.priority == routing.PRIORITY_ROUTE}
+    for r in detect:
+        if r.dpid == e1:
+            route = routes[dict(r.match)["ipv4_dst"]]
+            assert (r.group_id, r.out_port) == (route.group_id, route.out_port)
+            assert not r.is_drop
     # a flow's counting entry does what the ECMP route does there: the select group
     entry = routing.flow_entry(p, e1, ("10.0.0.1", ft.node("h13").ip, 6, 40000, 5201), 10)
     assert entry.group_id is not None and entry.priority == routing.PRIORITY_FLOW

@@ -2,7 +2,8 @@
 import pytest
 
 from testbed.spec import SpecError, loads
-from testbed.training import at_rate, place, spread
+from testbed.training import place, spread
+from topologies.model import at_rate
 from testbed.spec import TrainingJob
 from topologies import build
 
