@@ -13,15 +13,10 @@ from pathlib import Path
 
 from .system import TestbedError
 
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_APP = "controllers.apps.routing_app"
 HEDERA_APP = "controllers.apps.hedera_app"  # the routing app with Hedera's scheduler
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True, kw_only=True)

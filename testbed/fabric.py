@@ -16,7 +16,8 @@ from topologies.model import Topology, ifname
 
 from . import dataplane, ovs, qos
 from .qosplane import QOS_APPS, QosPlane, build_object
-from .controller import ControllerProcess, ControllerSpec, free_port
+from .controller import ControllerProcess, ControllerSpec
+from .workloads.launch import free_port
 from .resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
 from .resources import RunRecord
 from .system import (TestbedError, congestion_controls, in_netns, ip_batch, is_root,

@@ -399,7 +399,6 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
                        for h in placement.servers), default=rate)
     if job.sync != "ps":  # ring flows that share a link (BCube's relays) share its rate
         measured["ring_link_load"] = round(ring_link_load(topo, placement.workers), 3)
-        rate /= measured["ring_link_load"]
     summary, iter_rows = summarise(exp, job, n, placement, job_dir, label, fabric_label,
                                    (rate, server_rate), fab.links.mtu_bytes, rtt, toward_sink,
                                    queue, measured, checks, experiment)
@@ -436,7 +435,8 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
     payload = _median([row.get("payload_bytes", grad_bytes) for row in steady]) or grad_bytes
     messages = _median([row["messages"] for row in synced]) or 1
     rate_mbps, server_rate_mbps = rates
-    bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu)
+    # ring flows that share a link (ring_link_load > 1) share its rate
+    bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / measured.get("ring_link_load", 1)
     latency = (rtt or 0.0) / 2
     model_s, expected_payload = predict(job, n, grad_bytes, payload, messages, bandwidth,
                                         latency, server_rate_mbps * 1e6 * tcp_payload_fraction(mtu))
@@ -489,7 +489,8 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
         # how busy the busiest worker link was while the job communicated: near 1 when the
         # network is the bottleneck; well below 1 when something else (CPU, latency) is.
         # The PS's bottleneck is the server's link, which this does not see.
-        "link_busy_in_comm": round(tx * 8 / (comm * rate_mbps * 1e6), 3)
+        "link_busy_in_comm": round(tx * 8 * measured.get("ring_link_load", 1)
+                                   / (comm * rate_mbps * 1e6), 3)
         if job.sync != "ps" and tx and comm else None,
         "iterations_per_sync": per_sync_iters,
         "final_loss": round(statistics.mean(row["loss"] for row in last), 4) if last else None,
