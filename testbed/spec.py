@@ -81,7 +81,8 @@ class Permutation:
     type: Literal["permutation"] = "permutation"
     patterns: list[str] = field(default_factory=lambda: ["stride:8", "randbij"])
     seed: int = 1  # repeat r of a seeded pattern uses seed + r
-    routings: list[Literal["ecmp", "single", "hedera"]] = field(
+    # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference)
+    routings: list[Literal["nonblocking", "ecmp", "single", "hedera"]] = field(
         default_factory=lambda: ["single", "ecmp"])
     duration_s: float = 20.0
     omit_s: float = 3.0

@@ -20,9 +20,12 @@ its Mininet-HiFi reproduction:
 "Same edge" and "same pod" come from hop distances (2 and 4 hops between hosts), so the
 staggered family works on any two- or three-tier tree, not only on a Fat-Tree's names.
 A pattern is a list of (src, dst) host names; flows may repeat a pair (random, randx).
+A name may end in ``@SEED`` to fix its seed (``stag:0.2:0.3@1`` is Hedera's "stag1(0.2,0.3)");
+without it the experiment's seed is used.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -43,15 +46,24 @@ class Pattern:
     """A parsed pattern name: family and parameters (``stag:0.2:0.3`` -> stag, (0.2, 0.3))."""
     family: str
     params: tuple[float, ...] = ()
+    seed: int | None = None  # fixed by the name (@SEED), else the experiment's
 
     @property
     def name(self) -> str:
-        return ":".join([self.family] + [f"{p:g}" for p in self.params])
+        base = ":".join([self.family] + [f"{p:g}" for p in self.params])
+        return base if self.seed is None else f"{base}@{self.seed}"
 
 
 def parse(text: str, n_hosts: int, field: str = "pattern") -> Pattern:
     """Parse and check a pattern name against a fabric of `n_hosts` hosts."""
-    family, *args = str(text).split(":")
+    text, _, seed_text = str(text).partition("@")
+    seed = None
+    if seed_text:
+        if not seed_text.isdigit():
+            raise PatternError(f"{field}: the seed after @ must be a non-negative integer "
+                               f"(got {seed_text!r})")
+        seed = int(seed_text)
+    family, *args = text.split(":")
     if family not in FAMILIES:
         raise PatternError(f"{field}: unknown pattern {family!r}; one of {', '.join(FAMILIES)}")
     try:
@@ -80,7 +92,7 @@ def parse(text: str, n_hosts: int, field: str = "pattern") -> Pattern:
     if family == "randx" and (params[0] != int(params[0]) or params[0] < 1):
         raise PatternError(f"{field}: randx flows per host must be an integer >= 1 "
                            f"(got {params[0]:g})")
-    return Pattern(family, params)
+    return Pattern(family, params, seed)
 
 
 def generate(pattern: Pattern | str, topo: Topology, seed: int) -> list[Flow]:
@@ -88,7 +100,9 @@ def generate(pattern: Pattern | str, topo: Topology, seed: int) -> list[Flow]:
     hosts = [h.name for h in topo.hosts]
     if isinstance(pattern, str):
         pattern = parse(pattern, len(hosts))
-    rng = random.Random(f"{pattern.name}/{seed}")
+    if pattern.seed is not None:
+        seed = pattern.seed
+    rng = random.Random(f"{dataclasses.replace(pattern, seed=None).name}/{seed}")
     f, p = pattern.family, pattern.params
     if f == "stride":
         return stride(hosts, int(p[0]))

@@ -53,3 +53,10 @@ def test_bad_patterns_name_the_field(name, msg):
         parse(name, 16, field="flow_scheduling.patterns[0]")
     assert str(err.value).startswith("flow_scheduling.patterns[0]: ")
     assert msg in str(err.value)
+
+
+def test_a_seed_in_the_name_fixes_the_pattern():
+    assert generate("stag:0.2:0.3@1", FT, 99) == generate("stag:0.2:0.3", FT, 1)
+    assert parse("randbij@2", 16).name == "randbij@2"
+    with pytest.raises(PatternError):
+        parse("random@x", 16)
