@@ -148,11 +148,16 @@ def _save_pattern(ctx, routing: str, pattern: str, rep: int, seed: int, pairs) -
     (d / name).write_text(json.dumps({"pattern": pattern, "seed": seed, "repeat": rep,
                                       "flows": [list(p) for p in pairs]}))
 
+def _pct(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 4) if values else None
+
+
 def permutation(ctx, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]
     rows, flow_rows = [], []
+    ideal_fcts: dict[str, float | None] = {}
     for routing in exp.routings:
         fabric_topo, fabric_routing = topo, routing
         if routing == "nonblocking":  # the reference: the same hosts on one ideal switch
@@ -160,6 +165,15 @@ def permutation(ctx, exp: Permutation) -> Outcome:
             fabric_topo, fabric_routing = nonblocking(len(hosts), rate), "single"
         with ctx.fabric(fabric_topo, fabric_routing, f"permutation {routing}") as fab:
             ideal = host_rate_sum(fab.topo)  # links.rate_mbps, when set, is in fab.topo
+            ideal_fct = None
+            if exp.flow_bytes:  # one flow of that size alone, across the whole fabric
+                alone = FlowRunner(fab, ctx.out_dir / "flows").run(
+                    assign_ports([(hosts[0], hosts[-1])], exp.duration_s, 0, exp.flow_bytes),
+                    f"perm-{routing}-alone")[0]
+                ideal_fct = alone.seconds or None
+                ideal_fcts[routing] = ideal_fct
+                ctx.log(f"  {routing}: one {exp.flow_bytes}-byte flow alone "
+                        f"{hosts[0]}->{hosts[-1]} took {alone.seconds:.3f} s")
             for pattern in exp.patterns:
                 parsed = parse_pattern(pattern, len(hosts))
                 for rep in range(exp.repeats):
@@ -169,26 +183,38 @@ def permutation(ctx, exp: Permutation) -> Outcome:
                     ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
                     with _traffic_phase(ctx, fab, out, label) as checks:
                         res = FlowRunner(fab, ctx.out_dir / "flows").run(
-                            assign_ports(pairs, exp.duration_s, exp.omit_s),
+                            assign_ports(pairs, exp.duration_s,
+                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes),
                             f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
                     _check_cc(res, ctx.spec.hosts.congestion_control, out, label)
                     agg = sum(r.goodput_mbps for r in res)
+                    fcts = sorted(r.seconds for r in res) if exp.flow_bytes else []
+                    slow = [f / ideal_fct for f in fcts] if ideal_fct else []
                     rows.append([routing, pattern, rep, round(agg, 3), round(agg / ideal, 4),
                                  checks["cpu"]["ovs_added_delay_p50_ms"],
                                  checks["cpu"]["ovs_thread_p90"], checks["cpu"]["machine_idle_mean"],
                                  checks["cpu"]["cpu_bound"],
-                                 checks["conservation"]["lost_in_switches"]])
+                                 checks["conservation"]["lost_in_switches"],
+                                 _pct(fcts, 50), _pct(fcts, 99), _pct(slow, 50), _pct(slow, 99)])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
-                                   r.retransmits, r.sender_cc] for r in res]
+                                   r.retransmits, r.sender_cc,
+                                   round(r.seconds, 4) if exp.flow_bytes else None,
+                                   round(ideal_fct, 4) if ideal_fct else None,
+                                   round(r.seconds / ideal_fct, 3) if ideal_fct else None]
+                                  for r in res]
     ctx.write_csv("permutation.csv", ["routing", "pattern", "repeat", "aggregate_mbps",
                                       "normalised_to_ideal", "ovs_added_delay_p50_ms",
                                       "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
-                                      "lost_in_switches_pkts"],
+                                      "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
+                                      "slowdown_p50", "slowdown_p99"],
                   rows)
     ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
-                                            "goodput_mbps", "retransmits_pkts", "sender_cc"],
+                                            "goodput_mbps", "retransmits_pkts", "sender_cc",
+                                            "fct_s", "ideal_fct_s", "slowdown"],
                   flow_rows)
     out.headline = {"ideal_mbps": ideal}
+    if ideal_fcts:
+        out.headline["ideal_fct_s"] = {k: round(v, 4) for k, v in ideal_fcts.items() if v}
     for pattern in exp.patterns:
         means = {}
         for routing in exp.routings:

@@ -81,6 +81,10 @@ class Permutation:
     type: Literal["permutation"] = "permutation"
     patterns: list[str] = field(default_factory=lambda: ["stride:8", "randbij"])
     seed: int = 1  # repeat r of a seeded pattern uses seed + r
+    # finite flows of this many bytes instead of long ones: their completion times are
+    # measured, against one flow of the same size alone on the idle fabric (slowdown);
+    # duration_s is then the budget they must finish within
+    flow_bytes: int | None = None
     # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference)
     routings: list[Literal["nonblocking", "ecmp", "single", "hedera"]] = field(
         default_factory=lambda: ["single", "ecmp"])
@@ -517,6 +521,8 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.repeats: must be >= 1")
         if not exp.routings:
             raise SpecError(f"{path}.routings: at least one routing mode")
+        if exp.flow_bytes is not None and exp.flow_bytes < 1:
+            raise SpecError(f"{path}.flow_bytes: must be >= 1 (got {exp.flow_bytes})")
         if "hedera" in exp.routings and any(h.relay for h in topo.hosts):
             raise SpecError(f"{path}.routings: hedera needs a switched fabric; BCube's servers "
                             "route for themselves")

@@ -28,9 +28,14 @@ class Flow:
     port: int = BASE_PORT
     dscp: int = 0  # marked by the sender's socket (iperf3 --dscp); selects a traffic class
     udp_mbps: float | None = None  # UDP at this rate instead of TCP
+    nbytes: int | None = None  # a finite flow of this size (its completion time is measured);
+    #                            duration_s is then only the budget it must finish within
 
     def client_args(self) -> list[str]:
-        args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
+        if self.nbytes:
+            args = ["-n", str(self.nbytes)]
+        else:
+            args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
         if self.dscp:
             args += ["--dscp", str(self.dscp)]
         if self.udp_mbps is not None:
@@ -49,6 +54,7 @@ class FlowResult:
     sender_cc: str
     receiver_cc: str
     error: str = ""
+    seconds: float = 0.0  # what the receiver measured: a finite flow's completion time
 
 
 def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
@@ -71,7 +77,8 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         retransmits=int(end.get("sum_sent", {}).get("retransmits", 0)),
         max_cwnd_bytes=int(streams[0].get("sender", {}).get("max_snd_cwnd", 0)),
         sender_cc=end.get("sender_tcp_congestion", ""),
-        receiver_cc=end.get("receiver_tcp_congestion", ""))
+        receiver_cc=end.get("receiver_tcp_congestion", ""),
+        seconds=float(end.get("sum_received", {}).get("seconds", 0.0)))
 
 
 def _host_env() -> dict[str, str]:
@@ -183,12 +190,15 @@ def stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
             proc.wait()
 
 
-def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float) -> list[Flow]:
-    """One flow per pair, each receiver's servers on distinct ports."""
+def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float,
+                 nbytes: int | None = None) -> list[Flow]:
+    """One flow per pair, each receiver's servers on distinct ports (finite flows of
+    `nbytes` when given)."""
     used: dict[str, int] = {}
     flows = []
     for src, dst in pairs:
         port = BASE_PORT + used.get(dst, 0)
         used[dst] = used.get(dst, 0) + 1
-        flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port))
+        flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port,
+                          nbytes=nbytes))
     return flows

@@ -2,6 +2,8 @@
 switches' flow counters and moved apart, and throughput follows."""
 import json
 
+import pytest
+
 from .helpers import rows, run
 
 
@@ -30,3 +32,25 @@ def test_hedera_moves_colliding_elephants(tmp_path):
     # first packets go on and only a copy goes to the controller: no packet lost in OVS
     assert int(table["hedera"]["lost_in_switches_pkts"]) == 0, table
     assert table["hedera"]["cpu_bound"] == "False", table  # else the numbers mean little
+
+
+def test_finite_flows_have_completion_times_and_slowdowns(tmp_path):
+    out, summary = run(tmp_path, {
+        "name": "it-fct", "topology": {"kind": "fattree", "params": {"k": 4}},
+        "links": {"rate_mbps": 10, "mtu_bytes": 9000},
+        "experiments": [{"type": "permutation", "patterns": ["stride:8"], "routings": ["ecmp"],
+                         "duration_s": 30, "flow_bytes": 2_000_000}]})
+    assert summary["status"] == "ok", summary
+    flows = rows(out, "permutation_flows.csv")
+    assert len(flows) == 16
+    ideal = float(flows[0]["ideal_fct_s"])
+    # alone on the idle fabric: 2 MB at the 10 Mb/s link's TCP payload rate (~1.6 s), plus
+    # the handshake and slow start: within 25% of that
+    payload_s = 2_000_000 * 8 / (10e6 * (9000 - 52) / (9000 + 14))
+    assert payload_s <= ideal <= 1.25 * payload_s, ideal
+    for f in flows:
+        fct = float(f["fct_s"])
+        assert fct > 0 and float(f["slowdown"]) == pytest.approx(fct / ideal, rel=1e-2)
+        assert float(f["slowdown"]) >= 0.9  # no flow beats one alone (10% measurement noise)
+    perm = rows(out, "permutation.csv")[0]
+    assert float(perm["slowdown_p99"]) >= float(perm["slowdown_p50"]) >= 0.9

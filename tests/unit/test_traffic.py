@@ -100,3 +100,14 @@ def test_parse_ping_summary():
             "rtt min/avg/max/mdev = 0.512/10.250/19.988/9.738 ms\n")
     assert _parse_ping(text, 3) == [3, 2, 33.33, 10.25, 19.988, 0.512]
     assert _parse_ping("", 3) == [3, 0, 100.0, None, None, None]
+
+
+def test_finite_flows_report_their_completion_time():
+    from testbed.traffic import Flow
+    f = Flow(src="h1", dst="h2", duration_s=30, nbytes=2_000_000)
+    assert f.client_args() == ["-n", "2000000"]  # no -t, no omitted seconds
+    assert assign_ports([("h1", "h2")], 30, 5, 1000)[0].nbytes == 1000
+    doc = {"end": {"sum_received": {"bits_per_second": 8e6, "seconds": 2.0},
+                   "sum_sent": {"bits_per_second": 8.1e6, "retransmits": 0}}}
+    r = parse_iperf3("h1", "h2", json.dumps(doc))
+    assert r.seconds == 2.0 and r.goodput_mbps == 8.0
