@@ -70,6 +70,28 @@ def permutation(out: Path, name: str) -> None:
                                                        for k, v in ratios.items()))
 
 
+def hedera(out: Path, name: str) -> None:
+    """One row per pattern, one column per routing (fraction of the bisection; CPU-bound
+    phases marked), then the means without CPU-bound phases."""
+    table = rows(out / name, "permutation.csv")
+    routings = list(dict.fromkeys(r["routing"] for r in table))
+    print("| pattern | " + " | ".join(routings) + " |")
+    print("|---|" + "---|" * len(routings))
+    for pattern in dict.fromkeys(r["pattern"] for r in table):
+        cells = []
+        for routing in routings:
+            sel = [r for r in table if r["pattern"] == pattern and r["routing"] == routing]
+            cells.append(" / ".join(f"{float(r['normalised_to_ideal']):.3f}"
+                                    + (" (CPU-bound)" if r["cpu_bound"] == "True" else "")
+                                    for r in sel) or "-")
+        print(f"| {pattern} | " + " | ".join(cells) + " |")
+    h = headline(out / name)
+    print("| **mean** | " + " | ".join(f"**{h.get(f'mean_{r}_normalised')}**"
+                                       for r in routings) + " |")
+    print("\nCPU-bound phases (left out of the means): " + ", ".join(
+        f"{r} {h.get(f'cpu_bound_phases_{r}', 0)}" for r in routings))
+
+
 def startup(out: Path) -> None:
     print("| fabric | net up | controller connected | paths installed | teardown "
           "| machine idle (min / mean) | OVS thread p90 |")
@@ -215,6 +237,9 @@ def main(out: Path) -> None:
         if (out / name).exists():
             print(f"\n### {name}\n")
             permutation(out, name)
+    if (out / "hedera_fattree").exists():
+        print("\n### hedera_fattree\n")
+        hedera(out, "hedera_fattree")
     for title, name, fn in QOS:
         if (out / name).exists():
             print(f"\n### {title}\n")
