@@ -39,6 +39,8 @@ def actions(dp, rule: Rule) -> list:
     """The OpenFlow actions of a rule (empty: drop, but counted)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     acts = []
+    if rule.set_dscp is not None:
+        acts.append(parser.OFPActionSetField(ip_dscp=rule.set_dscp))
     if rule.to_controller:  # alone: to the controller; with a forward: a copy
         acts.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
     if rule.group_id is not None:

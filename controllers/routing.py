@@ -68,6 +68,7 @@ class Rule:
     group_id: int | None = None
     to_controller: bool = False
     idle_timeout: int = 0  # seconds without a packet before the switch removes it (0: never)
+    set_dscp: int | None = None  # re-mark the packet's DSCP before forwarding
 
     @property
     def is_drop(self) -> bool:
@@ -99,23 +100,27 @@ class Plan:
         return self._by_dpid.get(dpid, ([], []))
 
 
-def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp") -> Plan:
+def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False) -> Plan:
     """Proactive routing for the whole fabric. `base`: for ``hedera``, the routing new flows
-    start on (``ecmp``; ``single`` makes every collision certain)."""
+    start on (``ecmp``; ``single`` makes every collision certain). `track`: give every TCP
+    flow its own entry at its ingress edge (``hedera`` always does; a flow priority policy
+    needs it too)."""
     if mode not in MODES:
         raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
     if any(h.relay for h in topo.hosts):
-        if mode == "hedera":
-            raise ValueError("routing mode hedera needs a switched fabric (not BCube's "
-                             "server relays)")
+        if mode == "hedera" or track:
+            raise ValueError("routing mode hedera and flow priorities need a switched fabric "
+                             "(not BCube's server relays)")
         return _relay_plan(topo, mode)
     if mode == "hedera":
         if base not in ("ecmp", "single"):
             raise ValueError(f"hedera's base routing must be ecmp or single (got {base!r})")
-        start = _switched_plan(topo, base)
-        return Plan(mode=mode, groups=start.groups,
-                    rules=start.rules + tuple(_detect_rules(topo, start)))
-    return _switched_plan(topo, mode)
+        track = True
+    start = _switched_plan(topo, base if mode == "hedera" else mode)
+    if not track:
+        return start
+    return Plan(mode=mode, groups=start.groups,
+                rules=start.rules + tuple(_detect_rules(topo, start)))
 
 
 def _detect_rules(topo: Topology, start: Plan) -> list[Rule]:

@@ -16,7 +16,7 @@ from .system import TestbedError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_APP = "controllers.apps.routing_app"
-HEDERA_APP = "controllers.apps.hedera_app"  # the routing app with Hedera's scheduler
+FLOW_APP = "controllers.apps.flow_app"  # the routing app + Hedera and/or flow priorities
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,9 +31,16 @@ class ControllerSpec:
     status_dir: Path | None = None
     hedera: dict | None = None  # HederaSpec fields, for routing hedera
     hedera_dir: Path | None = None  # where the scheduler logs its decisions
+    flow_priority: dict | None = None  # FlowPriority fields (policy "none": off)
+
+    @property
+    def per_flow(self) -> bool:
+        """Hedera or a priority policy: flows get their own entries (the flow app)."""
+        return self.routing == "hedera" or bool(
+            self.flow_priority and self.flow_priority.get("policy", "none") != "none")
 
     def argv(self) -> list[str]:
-        routing_app = HEDERA_APP if self.routing == "hedera" else BUILTIN_APP
+        routing_app = FLOW_APP if self.per_flow else BUILTIN_APP
         return [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.port),
                 routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
@@ -48,12 +55,19 @@ class ControllerSpec:
                 "TESTBED_ROUTING": self.routing,
                 **({"TESTBED_DATAPLANE": str(self.dataplane_json),
                     "TESTBED_APP_STATUS": str(self.status_dir)} if self.dataplane_json else {}),
-                **({"TESTBED_HEDERA_PERIOD_S": str(self.hedera["period_s"]),
-                    "TESTBED_HEDERA_ELEPHANT": str(self.hedera["elephant_fraction"]),
-                    "TESTBED_HEDERA_IDLE_S": str(self.hedera["idle_timeout_s"]),
-                    "TESTBED_HEDERA_BASE": self.hedera["base"],
-                    "TESTBED_HEDERA_DIR": str(self.hedera_dir)}
-                   if self.routing == "hedera" and self.hedera else {})}
+                **(self._flow_env() if self.per_flow else {})}
+
+    def _flow_env(self) -> dict[str, str]:
+        hedera = self.hedera or {}
+        period = hedera.get("period_s", 5.0)
+        if self.routing != "hedera" and self.flow_priority:
+            period = self.flow_priority.get("period_s", 1.0)
+        return {"TESTBED_HEDERA_PERIOD_S": str(period),
+                "TESTBED_HEDERA_ELEPHANT": str(hedera.get("elephant_fraction", 0.1)),
+                "TESTBED_HEDERA_IDLE_S": str(hedera.get("idle_timeout_s", 10)),
+                "TESTBED_HEDERA_BASE": hedera.get("base", "ecmp"),
+                "TESTBED_HEDERA_DIR": str(self.hedera_dir),
+                "TESTBED_FLOW_PRIORITY": json.dumps(self.flow_priority or {})}
 
 
 class ControllerProcess:

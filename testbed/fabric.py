@@ -64,6 +64,7 @@ class Fabric:
     record: RunRecord
     plugins: tuple[str, ...] = ()
     hedera: dict | None = None  # the scheduler's settings, for routing hedera
+    flow_priority: dict | None = None  # the priority policy (controller.flow_priority)
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
@@ -159,7 +160,8 @@ class Fabric:
             ControllerSpec(topology_json=topo_json, state_json=self.out_dir / "controller_state.json",
                            routing=self.routing, port=free_port(), plugins=self.plugins,
                            qos_apps=QOS_APPS if self.qos_plane else (), **qos_env,
-                           hedera=self.hedera, hedera_dir=self.hedera_dir),
+                           hedera=self.hedera, hedera_dir=self.hedera_dir,
+                           flow_priority=self.flow_priority),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()

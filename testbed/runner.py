@@ -86,6 +86,7 @@ class RunContext:
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=dataclasses.asdict(self.spec.controller.hedera),
+                     flow_priority=dataclasses.asdict(self.spec.controller.flow_priority),
                      topology_json=self.out_dir / "topologies" / f"{slug}.json", log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")

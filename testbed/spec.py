@@ -45,10 +45,32 @@ class HederaSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FlowPriority:
+    """Priority flow scheduling: the controller gives each TCP flow a DSCP at its ingress
+    edge (which the switches' traffic classes act on), from a policy: by_port (`ports`:
+    {tcp port: dscp}, `default`), by_hosts (flows among `hosts` get `dscp`, the rest
+    `default`), small_first (a flow is `high` until it has sent `threshold_bytes`, then
+    `low`), or plugin (`plugin`: "file.py:Class" or "module:Class", built with `args`, whose
+    dscp(flow) decides). controllers/flowsched.py has the policies."""
+    policy: Literal["none", "by_port", "by_hosts", "small_first", "plugin"] = "none"
+    ports: dict[int, int] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    dscp: int = 46
+    default: int | None = None
+    threshold_bytes: int = 100_000
+    high: int = 46
+    low: int = 0
+    plugin: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    period_s: float = 1.0  # how often flows' bytes are read for the policy (without hedera)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ControllerSpec:
     routing: Literal["ecmp", "single", "hedera"] = "ecmp"
     plugins: list[str] = field(default_factory=list)
     hedera: HederaSpec = field(default_factory=HederaSpec)
+    flow_priority: FlowPriority = field(default_factory=FlowPriority)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,6 +438,7 @@ def check(spec: Spec) -> Topology:
         except QosError as exc:
             raise SpecError(str(exc)) from None
     relay = any(host.relay for host in topo.hosts)
+    _check_flow_priority(spec.controller.flow_priority, topo, relay)
     if relay and spec.controller.routing == "hedera":
         raise SpecError("controller.routing: hedera needs a switched fabric; BCube's servers "
                         "route for themselves")
@@ -684,6 +707,43 @@ def _victim_qos(exp: "PfcVictim", phase: str) -> QosConfig:
         pfc = PfcConfig(xoff_bytes=exp.xoff_bytes, xon_bytes=exp.xon_bytes,
                         headroom_bytes=exp.headroom_bytes)
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
+
+
+def _check_flow_priority(fp: FlowPriority, topo: Topology, relay: bool) -> None:
+    path = "controller.flow_priority"
+    if fp.policy == "none":
+        return
+    if relay:
+        raise SpecError(f"{path}.policy: flow priorities need a switched fabric; BCube's "
+                        "servers route for themselves")
+    dscps = {"dscp": fp.dscp, "high": fp.high, "low": fp.low,
+             **({"default": fp.default} if fp.default is not None else {}),
+             **{f"ports[{p}]": d for p, d in fp.ports.items()}}
+    for name, d in dscps.items():
+        if not isinstance(d, int) or not 0 <= d <= 63:
+            raise SpecError(f"{path}.{name}: a DSCP must be an integer in 0-63 (got {d!r})")
+    for p in fp.ports:
+        if not isinstance(p, int) or not 0 < p < 65536:
+            raise SpecError(f"{path}.ports: {p!r} is not a TCP port")
+    if fp.policy == "by_port" and not fp.ports:
+        raise SpecError(f"{path}.ports: by_port needs at least one port")
+    if fp.policy == "by_hosts":
+        names = {h.name for h in topo.hosts}
+        unknown = [h for h in fp.hosts if h not in names]
+        if not fp.hosts or unknown:
+            raise SpecError(f"{path}.hosts: by_hosts needs hosts of the topology "
+                            f"(unknown: {unknown})")
+    if fp.policy == "small_first" and fp.threshold_bytes < 1:
+        raise SpecError(f"{path}.threshold_bytes: must be >= 1 (got {fp.threshold_bytes})")
+    if fp.policy == "plugin":
+        where, _, cls = fp.plugin.rpartition(":")
+        if not where or not cls:
+            raise SpecError(f"{path}.plugin: expected 'file.py:Class' or 'module:Class' "
+                            f"(got {fp.plugin!r})")
+        if where.endswith(".py") and not Path(where).exists():
+            raise SpecError(f"{path}.plugin: file {where} does not exist")
+    if not fp.period_s > 0:
+        raise SpecError(f"{path}.period_s: must be > 0 (got {fp.period_s:g})")
 
 
 def parse_pattern(text: str, n_hosts: int, path: str = "pattern"):

@@ -54,3 +54,34 @@ def test_finite_flows_have_completion_times_and_slowdowns(tmp_path):
         assert float(f["slowdown"]) >= 0.9  # no flow beats one alone (10% measurement noise)
     perm = rows(out, "permutation.csv")[0]
     assert float(perm["slowdown_p99"]) >= float(perm["slowdown_p50"]) >= 0.9
+
+
+def test_a_priority_policy_remarks_flows_at_the_edge(tmp_path):
+    # hotspot:1 on three hosts: two flows into the hot host share its link. The hosts mark
+    # nothing; the controller's by_port policy gives the flow to port 5201 DSCP 46, and the
+    # strict-priority class for 46 lets it through while the other flow starves.
+    out, summary = run(tmp_path, {
+        "name": "it-prio", "topology": {"kind": "nonblocking", "params": {"hosts": 3}},
+        "links": {"rate_mbps": 20},
+        "qos": {"scheduler": "strict", "classes": [
+            {"name": "bulk", "dscp": [0], "priority": 0, "buffer_pkts": 100},
+            {"name": "high", "dscp": [46], "priority": 1, "buffer_pkts": 100}]},
+        "controller": {"flow_priority": {"policy": "by_port", "ports": {5201: 46},
+                                         "default": 0}},
+        "experiments": [{"type": "permutation", "patterns": ["hotspot:1"],
+                         "routings": ["single"], "duration_s": 15, "omit_s": 4}]})
+    assert summary["status"] == "ok", summary
+    flows = json.loads(next((out / "patterns").glob("*.json")).read_text())["flows"]
+    hot = max({d for _, d in flows}, key=lambda h: sum(d == h for _, d in flows))
+    into = [f for f in rows(out, "permutation_flows.csv") if f["dst"] == hot]
+    assert len(into) == 2
+    # the first flow into the hot host got port 5201 (ports are assigned in flow order)
+    first = next(s for s, d in flows if d == hot)
+    high = next(f for f in into if f["src"] == first)
+    low = next(f for f in into if f["src"] != first)
+    line = 20 * (1500 - 52) / (1500 + 14)  # the link's TCP payload rate, Mb/s
+    assert float(high["goodput_mbps"]) >= 0.9 * line, into
+    assert float(low["goodput_mbps"]) <= 0.1 * line, into
+    marks = [json.loads(l) for f in (out / "hedera").glob("*/priority.jsonl")
+             for l in f.read_text().splitlines()]
+    assert {m["dscp"] for m in marks if m["flow"].endswith("/5201")} == {46}, marks

@@ -126,3 +126,48 @@ def test_scheduler_places_two_colliding_elephants_on_disjoint_uplinks():
     sched.observe(8.0, {f2: ("h2", "h14", 6_000_000)})
     assert f1 not in sched.flows
     assert sched.reservations.used[("e1", moves[f1].path[2])] == pytest.approx(0.0)
+
+
+def test_priority_policies():
+    from controllers.flowsched import FlowInfo, make_policy
+    f = FlowInfo(("10.0.0.1", "10.0.0.2", 6, 40000, 5201), "h1", "h2")
+    assert make_policy({"policy": "none"}) is None
+    by_port = make_policy({"policy": "by_port", "ports": {"5201": 46}, "default": 0})
+    assert by_port.dscp(f) == 46
+    assert by_port.dscp(FlowInfo(("a", "b", 6, 1, 80), "h1", "h2")) == 0
+    job = make_policy({"policy": "by_hosts", "hosts": ["h1", "h2"], "dscp": 34})
+    assert job.dscp(f) == 34 and job.dscp(FlowInfo(f.key, "h1", "h3")) == 0
+    small = make_policy({"policy": "small_first", "threshold_bytes": 100_000, "high": 46})
+    assert small.dscp(f) == 46  # new flows start high
+    assert small.dscp(FlowInfo(f.key, "h1", "h2", bytes=100_000)) == 0  # then demoted
+
+
+def test_a_plugin_supplies_its_own_policy(tmp_path):
+    from controllers.flowsched import FlowInfo, make_policy
+    plugin = tmp_path / "mypolicy.py"
+    plugin.write_text(
+        "from controllers.flowsched import PriorityPolicy\n"
+        "class EvenPorts(PriorityPolicy):\n"
+        "    def __init__(self, dscp):\n"
+        "        self.value = dscp\n"
+        "    def dscp(self, flow):\n"
+        "        return self.value if flow.ports[1] % 2 == 0 else None\n")
+    policy = make_policy({"policy": "plugin", "plugin": f"{plugin}:EvenPorts",
+                          "args": {"dscp": 26}})
+    assert policy.dscp(FlowInfo(("a", "b", 6, 1, 5202), "h1", "h2")) == 26
+    assert policy.dscp(FlowInfo(("a", "b", 6, 1, 5201), "h1", "h2")) is None
+
+
+def test_a_dscp_marking_rule_renders_set_field_first():
+    from controllers import ofmsgs, routing
+    from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+
+    class DP:
+        ofproto, ofproto_parser = ofp, parser
+    rule = routing.Rule(dpid=1, priority=120, match=(), group_id=3, set_dscp=46)
+    acts = ofmsgs.actions(DP(), rule)
+    assert acts[0].key == "ip_dscp" and acts[0].value == 46
+    assert acts[1].group_id == 3
+    copy = routing.Rule(dpid=1, priority=110, match=(), to_controller=True, out_port=2)
+    assert [type(a).__name__ for a in ofmsgs.actions(DP(), copy)] == \
+        ["OFPActionOutput", "OFPActionOutput"]  # the controller's copy, then the route

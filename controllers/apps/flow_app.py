@@ -1,30 +1,33 @@
-"""Hedera as a Ryu app: the routing controller in mode ``hedera`` plus the scheduling loop.
+"""Per-flow control as a Ryu app: the routing controller plus Hedera's scheduler (routing
+``hedera``) and/or a priority policy that re-marks flows' DSCP at their edge.
 
 Thin shell around controllers/flowsched.py (the decisions) and controllers/routing.py (the
 entries):
 
 - a copy of a new TCP flow's first packet at its ingress edge switch comes here (the plan's
   detect entries forward the packet and copy it to the controller); the flow gets its own
-  entry on that switch with the hash route's action, so it keeps its ECMP path and its
-  bytes are counted;
-- every ``period`` seconds the edge switches' flow entries are read (flow stats), rates are
-  computed, and the scheduler estimates the elephants' natural demands and places new
+  entry on that switch with the hash route's action (and the DSCP the priority policy
+  gives it), so it keeps its path and its bytes are counted;
+- every ``period`` seconds the edge switches' flow entries are read (flow stats) and rates
+  computed. Hedera: the scheduler estimates the elephants' natural demands and places new
   elephants with Global First Fit; a placed flow gets an exact entry on every switch of its
   path, installed from the last switch back, each switch confirmed by a barrier before the
-  one upstream of it, so packets are never sent towards a switch that does not know the flow.
-  Moving a flow can reorder a few of its packets (the new path may be shorter in queueing),
-  which TCP absorbs with a duplicate ACK or two; nothing is dropped by the move itself;
-- every decision is logged with its time in hedera_decisions.jsonl and
-  each period's summary in hedera_periods.jsonl (TESTBED_HEDERA_DIR).
+  one upstream of it, so packets are never sent towards a switch that does not know the
+  flow. Moving a flow can reorder a few of its packets, which TCP absorbs; nothing is
+  dropped by the move itself. Priority: the policy sees each flow's bytes and rate, and a
+  flow whose DSCP changes (a long flow demoted) has its ingress entry modified;
+- decisions are logged with their time in hedera_decisions.jsonl and priority.jsonl, each
+  period's summary in hedera_periods.jsonl (TESTBED_HEDERA_DIR).
 
 Configuration (environment, set by the runner): TESTBED_HEDERA_PERIOD_S (default 5, the
 paper's), TESTBED_HEDERA_ELEPHANT (fraction of the host NIC, default 0.1),
 TESTBED_HEDERA_IDLE_S (idle timeout of the per-flow entries, default 10),
 TESTBED_HEDERA_BASE (the routing new flows start on: ecmp, or single), TESTBED_HEDERA_DIR
-(where the logs go).
+(where the logs go), TESTBED_FLOW_PRIORITY (the policy, JSON; flowsched.make_policy).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -37,12 +40,16 @@ from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, hub, ipv4, o
 from topologies.graph import shortest_paths
 
 
-class HederaRouting(FabricRouting):
+class FlowRouting(FabricRouting):
     def __init__(self, *args, **kwargs):
-        os.environ["TESTBED_ROUTING"] = "hedera"
         super().__init__(*args, **kwargs)
-        self.plan = routing.plan(self.topo, "hedera",
-                                 base=os.environ.get("TESTBED_HEDERA_BASE", "ecmp"))
+        self.hedera = self.mode == "hedera"
+        self.policy = flowsched.make_policy(
+            json.loads(os.environ.get("TESTBED_FLOW_PRIORITY", "{}") or "{}"))
+        self.plan = routing.plan(self.topo, self.mode,
+                                 base=os.environ.get("TESTBED_HEDERA_BASE", "ecmp"),
+                                 track=True)
+        self.flow_dscp: dict[tuple, int | None] = {}
         self.period = float(os.environ.get("TESTBED_HEDERA_PERIOD_S", "5"))
         fraction = float(os.environ.get("TESTBED_HEDERA_ELEPHANT",
                                         str(flowsched.ELEPHANT_FRACTION)))
@@ -67,6 +74,7 @@ class HederaRouting(FabricRouting):
         status = Path(os.environ.get("TESTBED_HEDERA_DIR", self.state_path.parent))
         status.mkdir(parents=True, exist_ok=True)
         self.decisions = (status / "hedera_decisions.jsonl").open("a", buffering=1)
+        self.priority_log = (status / "priority.jsonl").open("a", buffering=1)
         self.periods = (status / "hedera_periods.jsonl").open("a", buffering=1)
         self.pending_barriers: dict[int, object] = {}
         self.stats_done: set[int] = set()
@@ -93,6 +101,10 @@ class HederaRouting(FabricRouting):
         if rule is None:
             self._count(dp.id, "unroutable")
             return
+        if self.policy is not None and key not in self.flow_dscp:
+            src, dst = self.host_of_ip.get(key[0]), self.host_of_ip.get(key[1])
+            self._set_dscp(key, self.policy.dscp(flowsched.FlowInfo(key, src, dst)), "new")
+        rule = dataclasses.replace(rule, set_dscp=self.flow_dscp.get(key))
         dp.send_msg(ofmsgs.flow_mod(dp, rule))  # the packet itself went on: a copy came
 
     # ---- the scheduling loop ----------------------------------------------------
@@ -125,7 +137,7 @@ class HederaRouting(FabricRouting):
         deadline = time.time() + min(2.0, self.period / 2)
         while len(self.stats_done) < len(self.edges) and time.time() < deadline:
             hub.sleep(0.01)
-        counters = {}
+        counters, ingress = {}, {}
         for dpid, entries in self.stats.items():
             for entry in entries:
                 if entry.priority != routing.PRIORITY_FLOW:
@@ -135,11 +147,14 @@ class HederaRouting(FabricRouting):
                 src, dst = self.host_of_ip.get(key[0]), self.host_of_ip.get(key[1])
                 if src and dst:
                     counters[key] = (src, dst, entry.byte_count)
+                    ingress[key] = dpid
         now = time.time()
         self.scheduler.observe(now, counters)
-        moves = self.scheduler.schedule()
+        moves = self.scheduler.schedule() if self.hedera else []
         for move in moves:
             self._install(move)
+        if self.policy is not None:
+            self._reprioritise(counters, ingress)
         elephants = self.scheduler.elephants()
         self.periods.write(json.dumps({
             "t": now, "flows": len(counters), "elephants": len(elephants), "moved": len(moves),
@@ -147,8 +162,35 @@ class HederaRouting(FabricRouting):
             "demands": {"/".join(map(str, k)): round(self.scheduler.flows[k].demand, 4)
                         for k in elephants}}) + "\n")
 
+    def _set_dscp(self, key, dscp, why: str) -> None:
+        self.flow_dscp[key] = dscp
+        self.priority_log.write(json.dumps({"t": time.time(), "flow": "/".join(map(str, key)),
+                                            "dscp": dscp, "why": why}) + "\n")
+
+    def _reprioritise(self, counters, ingress) -> None:
+        """The policy sees every flow's bytes and rate; a changed DSCP re-marks the flow by
+        modifying its ingress entry (counters kept)."""
+        for key, (src, dst, nbytes) in counters.items():
+            tracked = self.scheduler.flows.get(key)
+            info = flowsched.FlowInfo(key, src, dst, nbytes,
+                                      tracked.rate_bps if tracked else 0.0)
+            dscp = self.policy.dscp(info)
+            if dscp == self.flow_dscp.get(key):
+                continue
+            self._set_dscp(key, dscp, f"{nbytes} bytes")
+            dp = self.datapaths.get(ingress[key])
+            rule = routing.flow_entry(self.plan, ingress[key], key, self.idle_s)
+            placed = tracked.path if tracked else None
+            if placed is not None:  # a placed flow keeps its scheduled output port
+                rule = routing.path_rules(self.topo, placed, key, self.idle_s)[-1]
+            if dp is not None and rule is not None:
+                dp.send_msg(ofmsgs.flow_mod(dp, dataclasses.replace(rule, set_dscp=dscp),
+                                            modify=True))
+
     def _install(self, move: flowsched.Move):
         rules = routing.path_rules(self.topo, move.path, move.flow, self.idle_s)
+        # the ingress entry keeps the DSCP the priority policy gave the flow
+        rules[-1] = dataclasses.replace(rules[-1], set_dscp=self.flow_dscp.get(move.flow))
         for rule in rules:  # last switch first, each confirmed before the next upstream
             dp = self.datapaths.get(rule.dpid)
             if dp is None:
