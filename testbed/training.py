@@ -397,8 +397,9 @@ def run_job(ctx, fab, exp: Training, job: TrainingJob, n: int, index: int, fabri
     hosts = [h for _, h, _ in placement.ranks]
     server_rate = min((host_link(topo, h).rate_mbps * ingress_spread(topo, h, hosts)
                        for h in placement.servers), default=rate)
-    if job.sync != "ps":  # ring flows that share a link (BCube's relays) share its rate
-        measured["ring_link_load"] = round(ring_link_load(topo, placement.workers), 3)
+    # ring flows that share a link share its rate (None for a parameter server)
+    measured["ring_link_load"] = (round(ring_link_load(topo, placement.workers), 3)
+                                  if job.sync != "ps" else None)
     summary, iter_rows = summarise(exp, job, n, placement, job_dir, label, fabric_label,
                                    (rate, server_rate), fab.links.mtu_bytes, rtt, toward_sink,
                                    queue, measured, checks, experiment)
@@ -436,7 +437,8 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
     messages = _median([row["messages"] for row in synced]) or 1
     rate_mbps, server_rate_mbps = rates
     # ring flows that share a link (ring_link_load > 1) share its rate
-    bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / measured.get("ring_link_load", 1)
+    load = measured.get("ring_link_load") or 1
+    bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / load
     latency = (rtt or 0.0) / 2
     model_s, expected_payload = predict(job, n, grad_bytes, payload, messages, bandwidth,
                                         latency, server_rate_mbps * 1e6 * tcp_payload_fraction(mtu))
@@ -489,8 +491,7 @@ def summarise(exp, job, n, placement, job_dir, label, fabric_label, rates, mtu, 
         # how busy the busiest worker link was while the job communicated: near 1 when the
         # network is the bottleneck; well below 1 when something else (CPU, latency) is.
         # The PS's bottleneck is the server's link, which this does not see.
-        "link_busy_in_comm": round(tx * 8 * measured.get("ring_link_load", 1)
-                                   / (comm * rate_mbps * 1e6), 3)
+        "link_busy_in_comm": round(tx * 8 * load / (comm * rate_mbps * 1e6), 3)
         if job.sync != "ps" and tx and comm else None,
         "iterations_per_sync": per_sync_iters,
         "final_loss": round(statistics.mean(row["loss"] for row in last), 4) if last else None,
@@ -570,8 +571,9 @@ def training(ctx, exp: Training) -> Outcome:
                             f"{summary['machine_idle_mean']:.0%}, workers waited for a core "
                             f"{summary['worker_cpu_wait_share'] or 0:.0%} of an iteration")
     # a spec may hold several training experiments: their rows follow each other
-    ctx.write_csv("training.csv", list(rows[0]),
-                  _earlier(ctx, "training.csv") + [list(r.values()) for r in rows])
+    header = list(dict.fromkeys(k for r in rows for k in r))  # every job's fields, in order
+    ctx.write_csv("training.csv", header,
+                  _earlier(ctx, "training.csv") + [[r.get(k) for k in header] for r in rows])
     ctx.write_csv("training_iterations.csv",
                   ["experiment", "fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS,
                   _earlier(ctx, "training_iterations.csv") + iter_rows)
