@@ -186,7 +186,11 @@ def permutation(ctx, exp: Permutation) -> Outcome:
                             assign_ports(pairs, exp.duration_s,
                                          0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes),
                             f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
-                    _check_cc(res, ctx.spec.hosts.congestion_control, out, label)
+                    if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
+                        _check_cc(res, ctx.spec.hosts.congestion_control, out, label)
+                    for r in res:
+                        if r.error:
+                            out.warnings.append(f"{label}: {r.src}->{r.dst}: {r.error}")
                     agg = sum(r.goodput_mbps for r in res)
                     fcts = sorted(r.seconds for r in res) if exp.flow_bytes else []
                     slow = [f / ideal_fct for f in fcts] if ideal_fct else []

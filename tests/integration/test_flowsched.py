@@ -45,9 +45,10 @@ def test_finite_flows_have_completion_times_and_slowdowns(tmp_path):
     assert len(flows) == 16
     ideal = float(flows[0]["ideal_fct_s"])
     # alone on the idle fabric: 2 MB at the 10 Mb/s link's TCP payload rate (~1.6 s), plus
-    # the handshake and slow start: within 25% of that
+    # the request's trip and slow start: within 25% of that (2% below: the switch ports'
+    # 10 ms burst allowance lets the first milliseconds through faster)
     payload_s = 2_000_000 * 8 / (10e6 * (9000 - 52) / (9000 + 14))
-    assert payload_s <= ideal <= 1.25 * payload_s, ideal
+    assert 0.98 * payload_s <= ideal <= 1.25 * payload_s, ideal
     for f in flows:
         fct = float(f["fct_s"])
         assert fct > 0 and float(f["slowdown"]) == pytest.approx(fct / ideal, rel=1e-2)

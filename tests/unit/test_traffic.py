@@ -103,11 +103,10 @@ def test_parse_ping_summary():
 
 
 def test_finite_flows_report_their_completion_time():
-    from testbed.traffic import Flow
+    from testbed.traffic import Flow, parse_finite
     f = Flow(src="h1", dst="h2", duration_s=30, nbytes=2_000_000)
-    assert f.client_args() == ["-n", "2000000"]  # no -t, no omitted seconds
     assert assign_ports([("h1", "h2")], 30, 5, 1000)[0].nbytes == 1000
-    doc = {"end": {"sum_received": {"bits_per_second": 8e6, "seconds": 2.0},
-                   "sum_sent": {"bits_per_second": 8.1e6, "retransmits": 0}}}
-    r = parse_iperf3("h1", "h2", json.dumps(doc))
-    assert r.seconds == 2.0 and r.goodput_mbps == 8.0
+    r = parse_finite(f, json.dumps({"servers": 1, "part_bytes": 2_000_000,
+                                    "block_bytes": 2_000_000, "round_s": [2.0]}))
+    assert r.seconds == 2.0 and r.goodput_mbps == 8.0 and not r.error
+    assert parse_finite(f, "Traceback ... TimeoutError").error
