@@ -218,9 +218,16 @@ def training(out: Path, name: str) -> None:
 
 def _training_cpu_bound(r: dict) -> bool:
     """The run's verdict, with the workers' CPU-wait limit of the current code."""
-    from testbed.training import CPU_WAIT_SHARE_LIMIT
-    share = float(r.get("worker_cpu_wait_share") or 0)
-    return r["cpu_bound"] == "True" or share > CPU_WAIT_SHARE_LIMIT
+    from testbed.monitor import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
+    from testbed.training import cpu_bound_verdict
+
+    def num(key):
+        v = r.get(key)
+        return float(v) if v not in (None, "", "None") else None
+    monitor = r.get("ovs_added_delay_p50_ms") not in (None, "", "None") and (
+        float(r["ovs_added_delay_p50_ms"]) > OVS_DELAY_LIMIT_MS
+        or float(r["machine_idle_mean"]) < MACHINE_IDLE_MEAN_MIN)
+    return cpu_bound_verdict(monitor, num("worker_cpu_wait_share"), num("link_busy_in_comm"))
 
 
 TRAINING = ("training_priority", "training_compression", "training_consistency",
