@@ -158,16 +158,28 @@ def test_a_plugin_supplies_its_own_policy(tmp_path):
     assert policy.dscp(FlowInfo(("a", "b", 6, 1, 5201), "h1", "h2")) is None
 
 
-def test_a_dscp_marking_rule_renders_set_field_first():
-    from controllers import ofmsgs, routing
-    from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+RYU_CHECK = """
+from controllers import ofmsgs, routing
+from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
 
-    class DP:
-        ofproto, ofproto_parser = ofp, parser
-    rule = routing.Rule(dpid=1, priority=120, match=(), group_id=3, set_dscp=46)
-    acts = ofmsgs.actions(DP(), rule)
-    assert acts[0].key == "ip_dscp" and acts[0].value == 46
-    assert acts[1].group_id == 3
-    copy = routing.Rule(dpid=1, priority=110, match=(), to_controller=True, out_port=2)
-    assert [type(a).__name__ for a in ofmsgs.actions(DP(), copy)] == \
-        ["OFPActionOutput", "OFPActionOutput"]  # the controller's copy, then the route
+class DP:
+    ofproto, ofproto_parser = ofp, parser
+rule = routing.Rule(dpid=1, priority=120, match=(), group_id=3, set_dscp=46)
+acts = ofmsgs.actions(DP(), rule)
+assert acts[0].key == "ip_dscp" and acts[0].value == 46, acts
+assert acts[1].group_id == 3, acts
+copy = routing.Rule(dpid=1, priority=110, match=(), to_controller=True, out_port=2)
+names = [type(a).__name__ for a in ofmsgs.actions(DP(), copy)]
+assert names == ["OFPActionOutput", "OFPActionOutput"], names  # the controller's copy, then the route
+"""
+
+
+def test_a_dscp_marking_rule_renders_set_field_first():
+    # In a child process: importing Ryu monkey-patches this process with eventlet, which
+    # removes select.poll that Mininet needs in the integration tests run after this one.
+    import subprocess
+    import sys
+    from pathlib import Path
+    done = subprocess.run([sys.executable, "-c", RYU_CHECK], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]  # the controller's copy, then the route
