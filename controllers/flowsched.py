@@ -164,7 +164,9 @@ class HederaScheduler:
     Elephants (rate > `fraction` of the source NIC) get a natural demand from
     `estimate_demands` over all current elephants; already placed elephants keep their path
     and their reservation follows their new demand; new elephants are placed by Global First
-    Fit over `paths(src, dst)`. Flows not seen for `expire_s` release their reservation."""
+    Fit over `paths(src, dst)`. A placed flow that is no longer an elephant (it ended, or
+    its entries timed out) releases its reservation at once, so that the next flows can have
+    its capacity; flows not seen for `expire_s` are forgotten."""
 
     def __init__(self, paths, nic_bps, fraction: float = ELEPHANT_FRACTION,
                  capacity: dict[Link, float] | None = None, expire_s: float = 10.0):
@@ -185,6 +187,9 @@ class HederaScheduler:
             if now > t.seen and nbytes >= t.bytes:
                 t.rate_bps = (nbytes - t.bytes) * 8 / (now - t.seen)
             t.bytes, t.seen = nbytes, now
+        for key, t in self.flows.items():
+            if key not in counters:  # its entries timed out: it sends nothing any more
+                t.rate_bps = 0.0
         for key in [k for k, t in self.flows.items() if now - t.seen > self.expire_s]:
             t = self.flows.pop(key)
             if t.path is not None:
@@ -196,6 +201,11 @@ class HederaScheduler:
 
     def schedule(self) -> list[Move]:
         big = self.elephants()
+        for key in set(self.flows) - set(big):  # ended or slowed down: its reservation goes
+            t = self.flows[key]
+            if t.path is not None and t.demand:
+                self.reservations.release(t.path, t.demand)
+                t.demand = 0.0
         demands = estimate_demands([(self.flows[k].src, self.flows[k].dst) for k in big])
         todo = []
         for key, demand in zip(big, demands):

@@ -128,6 +128,27 @@ def test_scheduler_places_two_colliding_elephants_on_disjoint_uplinks():
     assert sched.reservations.used[("e1", moves[f1].path[2])] == pytest.approx(0.0)
 
 
+def test_an_ended_elephant_frees_its_path_for_the_next_one_at_once():
+    """The next traffic pattern's elephants must not wait for the last one's flows to
+    expire: a placed flow that no longer sends releases its reservation in the next period."""
+    from controllers.flowsched import HederaScheduler
+    ls = build("leafspine", spines=1, leaves=3, hosts_per_leaf=2, host_rate=10, uplink_rate=10)
+    nic = {h.name: 10e6 for h in ls.hosts}
+    sched = HederaScheduler(lambda s, d: shortest_paths(ls, s, d), nic, expire_s=60)
+    old, new = ("ip1", "ip3", 6, 1, 5201), ("ip2", "ip5", 6, 2, 5201)  # both up l1 -> sp1
+    sched.observe(0.0, {old: ("h1", "h3", 0)})
+    sched.observe(2.0, {old: ("h1", "h3", 2_500_000)})
+    assert [m.flow for m in sched.schedule()] == [old]  # the one uplink reserved in full
+    # old's entries timed out (it is no longer in the counters); new starts on the uplink
+    sched.observe(4.0, {new: ("h2", "h5", 0)})
+    assert sched.schedule() == []
+    sched.observe(6.0, {new: ("h2", "h5", 2_500_000)})
+    assert old in sched.flows  # not expired yet, but no longer an elephant
+    moves = sched.schedule()
+    assert [m.flow for m in moves] == [new]  # placed now: old's reservation was released
+    assert sched.reservations.used[("l1", "sp1")] == pytest.approx(1.0)
+
+
 def test_priority_policies():
     from controllers.flowsched import FlowInfo, make_policy
     f = FlowInfo(("10.0.0.1", "10.0.0.2", 6, 40000, 5201), "h1", "h2")
