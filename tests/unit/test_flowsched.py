@@ -203,4 +203,4 @@ def test_a_dscp_marking_rule_renders_set_field_first():
     from pathlib import Path
     done = subprocess.run([sys.executable, "-c", RYU_CHECK], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]  # the controller's copy, then the route
+    assert done.returncode == 0, done.stderr[-2000:]
