@@ -1,6 +1,7 @@
 """Flow scheduling decisions, pure (no Ryu, no switch): Hedera's elephant detection, its
-max-min natural-demand estimation and Global First Fit placement (Al-Fares et al., "Hedera:
-Dynamic Flow Scheduling for Data Center Networks", NSDI 2010, sections 4.1-4.3).
+max-min natural-demand estimation, Global First Fit and Simulated Annealing placement
+(Al-Fares et al., "Hedera: Dynamic Flow Scheduling for Data Center Networks", NSDI 2010,
+sections 4.1-4.4).
 
 Demands are fractions of a host's NIC rate (1.0 = the whole link), as in the paper. The
 Ryu app (controllers/apps/hedera.py) measures flows, calls these functions each scheduling
@@ -8,6 +9,8 @@ period and installs what they return; a user's own scheduler can reuse them the 
 """
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -130,6 +133,70 @@ def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequenc
     return out
 
 
+def overload(used: dict[Link, float], capacity: dict[Link, float],
+             default_capacity: float = 1.0) -> float:
+    """Simulated annealing's energy: the capacity exceeded, summed over every link."""
+    return sum(max(0.0, u - capacity.get(l, default_capacity)) for l, u in used.items())
+
+
+def simulated_annealing(flows: Sequence[tuple[float, Sequence[Sequence[str]], int]],
+                        capacity: dict[Link, float] | None = None,
+                        default_capacity: float = 1.0, iterations: int = 1000,
+                        seed: int = 0, t0: float = 0.5) -> tuple[list[int], float]:
+    """Simulated Annealing placement (section 4.4): `flows` are (demand, equal-cost paths,
+    index of the path it starts on). The state is a path per flow; the energy is the link
+    capacity the demands exceed, summed over all links (`overload`); a neighbour moves one
+    random flow to another of its paths; a worse state is accepted with probability
+    exp(-increase / T), T falling linearly from `t0` (NIC fractions) to 0 over `iterations`.
+    Returns the best state seen and its energy; between equally good states the one moving
+    fewest flows from where they started wins, so that flows are not moved for nothing.
+
+    The paper's state is a core switch per destination host (Fat-Tree specific, which also
+    makes the down paths into a pod disjoint); a path per flow is the same search on any
+    fabric with equal-cost paths (Leaf-Spine too), over a larger space."""
+    capacity = capacity or {}
+    rng = random.Random(seed)
+    state = [start for _, _, start in flows]
+    links = [[links_of(p) for p in paths] for _, paths, _ in flows]
+    used: dict[Link, float] = {}
+    for i, (demand, _, _) in enumerate(flows):
+        for l in links[i][state[i]]:
+            used[l] = used.get(l, 0.0) + demand
+
+    def over(l: Link, u: float) -> float:
+        return max(0.0, u - capacity.get(l, default_capacity))
+
+    energy = overload(used, capacity, default_capacity)
+    moved = 0
+    best, best_key = state[:], (energy, moved)
+    movable = [i for i, (_, paths, _) in enumerate(flows) if len(paths) > 1]
+    if not movable:
+        return best, energy
+    for step in range(iterations):
+        temp = t0 * (1 - step / iterations)
+        i = rng.choice(movable)
+        demand, paths, start = flows[i]
+        new = rng.randrange(len(paths) - 1)
+        new += new >= state[i]  # any path but the current one
+        delta: dict[Link, float] = {}
+        for l in links[i][state[i]]:
+            delta[l] = delta.get(l, 0.0) - demand
+        for l in links[i][new]:
+            delta[l] = delta.get(l, 0.0) + demand
+        change = sum(over(l, used.get(l, 0.0) + d) - over(l, used.get(l, 0.0))
+                     for l, d in delta.items())
+        if change > 0 and (temp <= 0 or rng.random() >= math.exp(-change / temp)):
+            continue
+        for l, d in delta.items():
+            used[l] = used.get(l, 0.0) + d
+        moved += (new != start) - (state[i] != start)
+        state[i] = new
+        energy += change
+        if (round(energy, 9), moved) < (round(best_key[0], 9), best_key[1]):
+            best, best_key = state[:], (energy, moved)
+    return best, max(0.0, best_key[0])
+
+
 # ---- the scheduler's state between periods (still pure: no Ryu, no clock) ---------------
 
 FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
@@ -166,14 +233,28 @@ class HederaScheduler:
     and their reservation follows their new demand; new elephants are placed by Global First
     Fit over `paths(src, dst)`. A placed flow that is no longer an elephant (it ended, or
     its entries timed out) releases its reservation at once, so that the next flows can have
-    its capacity; flows not seen for `expire_s` are forgotten."""
+    its capacity; flows not seen for `expire_s` are forgotten.
+
+    With `placement="annealing"` every elephant, placed or not, is re-placed each period by
+    `simulated_annealing`, starting from where the flows are (new ones from Global First
+    Fit's choice, as a good first state) and seeded by `seed` and the period's number, so a
+    run is repeatable; a placed flow moves only when that lowers the exceeded capacity.
+    `last_energy` holds the period's exceeded capacity before and after."""
 
     def __init__(self, paths, nic_bps, fraction: float = ELEPHANT_FRACTION,
-                 capacity: dict[Link, float] | None = None, expire_s: float = 10.0):
+                 capacity: dict[Link, float] | None = None, expire_s: float = 10.0,
+                 placement: str = "gff", iterations: int = 1000, seed: int = 0):
+        if placement not in ("gff", "annealing"):
+            raise ValueError(f"unknown placement {placement!r} (gff or annealing)")
         self.paths = paths          # (src host, dst host) -> equal-cost paths, in order
         self.nic_bps = nic_bps      # host -> its NIC rate in bit/s
         self.fraction = fraction
         self.expire_s = expire_s
+        self.placement = placement
+        self.iterations = iterations
+        self.seed = seed
+        self.period = 0
+        self.last_energy: tuple[float, float] | None = None
         self.reservations = Reservations(capacity=dict(capacity or {}))
         self.flows: dict[FlowKey, _Tracked] = {}
 
@@ -207,6 +288,9 @@ class HederaScheduler:
                 self.reservations.release(t.path, t.demand)
                 t.demand = 0.0
         demands = estimate_demands([(self.flows[k].src, self.flows[k].dst) for k in big])
+        self.period += 1
+        if self.placement == "annealing":
+            return self._anneal(big, demands)
         todo = []
         for key, demand in zip(big, demands):
             t = self.flows[key]
@@ -226,6 +310,41 @@ class HederaScheduler:
             t = self.flows[p.flow]
             t.path, t.demand = p.path, p.demand
             moves.append(Move(p.flow, t.src, t.dst, p.demand, t.rate_bps, p.path))
+        return moves
+
+    def _anneal(self, big: list[FlowKey], demands: list[float]) -> list[Move]:
+        res = self.reservations
+        res.used = {}  # rebuilt below: only elephants hold reservations
+        starts: dict[FlowKey, int] = {}
+        new = []
+        for key, demand in zip(big, demands):
+            t = self.flows[key]
+            paths = [tuple(p) for p in self.paths(t.src, t.dst)]
+            if t.path in paths:
+                starts[key] = paths.index(t.path)
+                res.reserve(t.path, demand)
+            else:
+                new.append((key, demand, paths))
+        for (key, _, paths), p in zip(new, global_first_fit(new, res)):
+            starts[key] = paths.index(p.path) if p.path is not None else 0
+        items = [(d, self.paths(self.flows[k].src, self.flows[k].dst), starts[k])
+                 for k, d in zip(big, demands)]
+        res.used = {}
+        for demand, paths, start in items:
+            res.reserve(paths[start], demand)
+        before = overload(res.used, res.capacity, res.default_capacity)
+        state, energy = simulated_annealing(items, res.capacity, res.default_capacity,
+                                            self.iterations, seed=self.seed + self.period)
+        self.last_energy = (before, energy)
+        res.used = {}
+        moves = []
+        for key, demand, (_, paths, _), i in zip(big, demands, items, state):
+            t = self.flows[key]
+            path = tuple(paths[i])
+            res.reserve(path, demand)
+            if path != t.path:
+                moves.append(Move(key, t.src, t.dst, demand, t.rate_bps, path))
+            t.path, t.demand = path, demand
         return moves
 
 

@@ -66,6 +66,9 @@ class ControllerSpec:
                 "TESTBED_HEDERA_ELEPHANT": str(hedera.get("elephant_fraction", 0.1)),
                 "TESTBED_HEDERA_IDLE_S": str(hedera.get("idle_timeout_s", 10)),
                 "TESTBED_HEDERA_BASE": hedera.get("base", "ecmp"),
+                "TESTBED_HEDERA_PLACEMENT": hedera.get("placement", "gff"),
+                "TESTBED_HEDERA_SA_ITERATIONS": str(hedera.get("annealing_iterations", 1000)),
+                "TESTBED_HEDERA_SA_SEED": str(hedera.get("annealing_seed", 0)),
                 "TESTBED_HEDERA_DIR": str(self.hedera_dir),
                 "TESTBED_FLOW_PRIORITY": json.dumps(self.flow_priority or {})}
 

@@ -159,11 +159,14 @@ def permutation(ctx, exp: Permutation) -> Outcome:
     rows, flow_rows = [], []
     ideal_fcts: dict[str, float | None] = {}
     for routing in exp.routings:
-        fabric_topo, fabric_routing = topo, routing
+        fabric_topo, fabric_routing, hedera = topo, routing, None
         if routing == "nonblocking":  # the reference: the same hosts on one ideal switch
             rate = min(l.rate_mbps for l in topo.links if topo.is_host(l.a) or topo.is_host(l.b))
             fabric_topo, fabric_routing = nonblocking(len(hosts), rate), "single"
-        with ctx.fabric(fabric_topo, fabric_routing, f"permutation {routing}") as fab:
+        if routing == "hedera_sa":  # Hedera placing by Simulated Annealing
+            fabric_routing, hedera = "hedera", {"placement": "annealing"}
+        with ctx.fabric(fabric_topo, fabric_routing, f"permutation {routing}",
+                        hedera=hedera) as fab:
             ideal = host_rate_sum(fab.topo)  # links.rate_mbps, when set, is in fab.topo
             ideal_fct = None
             if exp.flow_bytes:  # one flow of that size alone, across the whole fabric

@@ -69,8 +69,9 @@ class RunContext:
 
     @contextlib.contextmanager
     def fabric(self, topo: Topology, routing: str, label: str, *, qos=None, hosts=None,
-               **link_overrides):
-        """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase."""
+               hedera: dict | None = None, **link_overrides):
+        """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
+        `hedera` changes some of the scheduler's settings."""
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
@@ -85,7 +86,8 @@ class RunContext:
                      qos=qos,
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
-                     hedera=dataclasses.asdict(self.spec.controller.hedera),
+                     hedera={**dataclasses.asdict(self.spec.controller.hedera),
+                             **(hedera or {})},
                      flow_priority=dataclasses.asdict(self.spec.controller.flow_priority),
                      topology_json=self.out_dir / "topologies" / f"{slug}.json", log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "

@@ -36,12 +36,17 @@ class TopologySpec:
 @dataclass(frozen=True, kw_only=True)
 class HederaSpec:
     """Hedera's scheduler (routing: hedera): its period, the elephant threshold as a fraction
-    of the host NIC, the idle timeout of per-flow entries, and the routing new flows start
-    on (ecmp as in the paper; single makes every collision certain, for tests)."""
+    of the host NIC, the idle timeout of per-flow entries, the routing new flows start on
+    (ecmp as in the paper; single makes every collision certain, for tests), and the
+    placement: Global First Fit (gff) or Simulated Annealing (annealing, with its number of
+    iterations per period and its seed)."""
     period_s: float = 5.0
     elephant_fraction: float = 0.1
     idle_timeout_s: int = 10
     base: Literal["ecmp", "single"] = "ecmp"
+    placement: Literal["gff", "annealing"] = "gff"
+    annealing_iterations: int = 1000
+    annealing_seed: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,8 +112,10 @@ class Permutation:
     # measured, against one flow of the same size alone on the idle fabric (slowdown);
     # duration_s is then the budget they must finish within
     flow_bytes: int | None = None
-    # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference)
-    routings: list[Literal["nonblocking", "ecmp", "single", "hedera"]] = field(
+    # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference);
+    # hedera places elephants as controller.hedera.placement says, hedera_sa with Simulated
+    # Annealing whatever it says (to compare both in one run)
+    routings: list[Literal["nonblocking", "ecmp", "single", "hedera", "hedera_sa"]] = field(
         default_factory=lambda: ["single", "ecmp"])
     duration_s: float = 20.0
     omit_s: float = 3.0
@@ -451,6 +458,9 @@ def check(spec: Spec) -> Topology:
     if h.idle_timeout_s < 1:
         raise SpecError(f"controller.hedera.idle_timeout_s: must be >= 1 "
                         f"(got {h.idle_timeout_s})")
+    if h.annealing_iterations < 1:
+        raise SpecError(f"controller.hedera.annealing_iterations: must be >= 1 "
+                        f"(got {h.annealing_iterations})")
     for i, plugin in enumerate(spec.controller.plugins):
         if plugin.endswith(".py") and not Path(plugin).exists():
             raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
@@ -546,7 +556,7 @@ def _check_experiment(exp: Any, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.routings: at least one routing mode")
         if exp.flow_bytes is not None and exp.flow_bytes < 1:
             raise SpecError(f"{path}.flow_bytes: must be >= 1 (got {exp.flow_bytes})")
-        if "hedera" in exp.routings and any(h.relay for h in topo.hosts):
+        if {"hedera", "hedera_sa"} & set(exp.routings) and any(h.relay for h in topo.hosts):
             raise SpecError(f"{path}.routings: hedera needs a switched fabric; BCube's servers "
                             "route for themselves")
         for j, pattern in enumerate(exp.patterns):

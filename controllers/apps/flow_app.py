@@ -22,8 +22,10 @@ entries):
 Configuration (environment, set by the runner): TESTBED_HEDERA_PERIOD_S (default 5, the
 paper's), TESTBED_HEDERA_ELEPHANT (fraction of the host NIC, default 0.1),
 TESTBED_HEDERA_IDLE_S (idle timeout of the per-flow entries, default 10),
-TESTBED_HEDERA_BASE (the routing new flows start on: ecmp, or single), TESTBED_HEDERA_DIR
-(where the logs go), TESTBED_FLOW_PRIORITY (the policy, JSON; flowsched.make_policy).
+TESTBED_HEDERA_BASE (the routing new flows start on: ecmp, or single),
+TESTBED_HEDERA_PLACEMENT (gff, or annealing with TESTBED_HEDERA_SA_ITERATIONS per period and
+TESTBED_HEDERA_SA_SEED), TESTBED_HEDERA_DIR (where the logs go), TESTBED_FLOW_PRIORITY (the
+policy, JSON; flowsched.make_policy).
 """
 from __future__ import annotations
 
@@ -64,8 +66,11 @@ class FlowRouting(FabricRouting):
         for link in self.topo.links:  # reservations in NIC fractions
             capacity[(link.a, link.b)] = capacity[(link.b, link.a)] = link.rate_mbps * 1e6 / ref
         self._paths: dict[tuple[str, str], list] = {}
-        self.scheduler = flowsched.HederaScheduler(self.paths, nic, fraction, capacity,
-                                                   expire_s=self.idle_s + self.period)
+        self.scheduler = flowsched.HederaScheduler(
+            self.paths, nic, fraction, capacity, expire_s=self.idle_s + self.period,
+            placement=os.environ.get("TESTBED_HEDERA_PLACEMENT", "gff"),
+            iterations=int(os.environ.get("TESTBED_HEDERA_SA_ITERATIONS", "1000")),
+            seed=int(os.environ.get("TESTBED_HEDERA_SA_SEED", "0")))
         self.edges = {sw.dpid for sw in self.topo.switches
                       if any(self.topo.is_host(p) for _, p, _ in self.topo.ports_of(sw.name))}
         self.datapaths: dict[int, object] = {}
@@ -159,6 +164,10 @@ class FlowRouting(FabricRouting):
         self.periods.write(json.dumps({
             "t": now, "flows": len(counters), "elephants": len(elephants), "moved": len(moves),
             "stats_switches": len(self.stats_done), "took_s": round(time.time() - t0, 4),
+            "placement": self.scheduler.placement,
+            **({"exceeded_before": round(self.scheduler.last_energy[0], 4),
+                "exceeded_after": round(self.scheduler.last_energy[1], 4)}
+               if self.scheduler.last_energy else {}),
             "demands": {"/".join(map(str, k)): round(self.scheduler.flows[k].demand, 4)
                         for k in elephants}}) + "\n")
 

@@ -2,7 +2,7 @@
 import pytest
 
 from controllers.flowsched import (Reservations, estimate_demands, global_first_fit,
-                                   is_elephant)
+                                   is_elephant, overload, simulated_annealing)
 from topologies import build
 from topologies.graph import shortest_paths
 
@@ -62,6 +62,56 @@ def test_global_first_fit_leaves_a_flow_no_path_can_hold():
     # capacity per link is configurable (a core link twice a NIC's rate)
     fast = Reservations(capacity={("a1", "c1"): 2.0})
     assert fast.fits(paths[0], 1.0)
+
+
+def _two_links():
+    # two parallel links s -> x -> t and s -> y -> t; every flow may take either
+    return [["s", "x", "t"], ["s", "y", "t"]], {("s", "x"): 1.0, ("x", "t"): 1.0,
+                                               ("s", "y"): 1.0, ("y", "t"): 1.0}
+
+
+def test_global_first_fit_can_strand_a_flow_that_annealing_places():
+    paths, cap = _two_links()
+    flows = [("f1", 0.4, paths), ("f2", 0.4, paths), ("f3", 0.6, paths), ("f4", 0.6, paths)]
+    res = Reservations(capacity=cap)
+    placed = global_first_fit(flows, res)
+    # first fit: f1 and f2 on x (0.8), f3 on y (0.6); f4 fits on neither (0.2 and 0.4 left)
+    assert [p.path for p in placed] == [tuple(paths[0]), tuple(paths[0]), tuple(paths[1]),
+                                        None]
+    # annealing from that state with f4 forced onto x (1.4 there: 0.4 exceeded on s-x and
+    # x-t) finds the assignment GFF missed: 0.4 + 0.6 on each link
+    start = [(d, paths, i) for (_, d, _), i in zip(flows, [0, 0, 1, 0])]
+    state, energy = simulated_annealing(start, cap, iterations=500, seed=1)
+    assert energy == pytest.approx(0.0)
+    load = {0: 0.0, 1: 0.0}
+    for (_, d, _), i in zip(flows, state):
+        load[i] += d
+    assert load[0] == pytest.approx(1.0) and load[1] == pytest.approx(1.0)
+
+
+def test_annealing_moves_nothing_when_nothing_is_exceeded():
+    paths, cap = _two_links()
+    start = [(0.5, paths, 0), (0.5, paths, 0), (0.9, paths, 1)]
+    for seed in range(5):
+        assert simulated_annealing(start, cap, iterations=300, seed=seed) == ([0, 0, 1], 0.0)
+
+
+def test_annealing_energy_is_the_exceeded_capacity_and_runs_are_repeatable():
+    assert overload({("a", "b"): 1.5, ("b", "c"): 0.5, ("c", "d"): 2.0},
+                    {("c", "d"): 2.5}) == pytest.approx(0.5)
+    ft = build("fattree", k=4)
+    # stride 8 from pod 0 and 1 (h1-h8 -> h9-h16): a whole NIC each, 4 paths each
+    flows = [(1.0, shortest_paths(ft, f"h{i}", f"h{i + 8}"), 0) for i in range(1, 9)]
+    a = simulated_annealing(flows, iterations=2000, seed=7)
+    assert a == simulated_annealing(flows, iterations=2000, seed=7)
+    # all eight on their first path: two per edge uplink, 8 NICs' worth exceeded in total
+    # on the edge and aggregation up links (and the down links mirror them)
+    start = {}
+    for d, paths, i in flows:
+        for l in zip(paths[i], paths[i][1:]):
+            start[l] = start.get(l, 0.0) + d
+    assert overload(start, {}) > 0
+    assert a[1] == pytest.approx(0.0)  # a perfect placement exists (a full bisection)
 
 
 def test_hedera_plan_detects_new_tcp_flows_at_host_ports_only():
@@ -147,6 +197,27 @@ def test_an_ended_elephant_frees_its_path_for_the_next_one_at_once():
     moves = sched.schedule()
     assert [m.flow for m in moves] == [new]  # placed now: old's reservation was released
     assert sched.reservations.used[("l1", "sp1")] == pytest.approx(1.0)
+
+
+def test_annealing_scheduler_places_and_then_keeps_colliding_elephants():
+    from controllers.flowsched import HederaScheduler
+    ft = build("fattree", k=4)
+    nic = {h.name: 10e6 for h in ft.hosts}
+    sched = HederaScheduler(lambda s, d: shortest_paths(ft, s, d), nic, expire_s=60,
+                            placement="annealing", iterations=500, seed=3)
+    flows = {("ip%d" % i, "ip%d" % (i + 8), 6, i, 5201): (f"h{i}", f"h{i + 8}")
+             for i in range(1, 9)}
+    sched.observe(0.0, {k: (s, d, 0) for k, (s, d) in flows.items()})
+    sched.observe(2.0, {k: (s, d, 2_500_000) for k, (s, d) in flows.items()})
+    moves = sched.schedule()
+    assert {m.flow for m in moves} == set(flows)  # all were on hash paths
+    assert sched.last_energy[1] == pytest.approx(0.0)
+    assert max(sched.reservations.used.values()) == pytest.approx(1.0)
+    # the next period, the same demands: every flow keeps its path
+    sched.observe(4.0, {k: (s, d, 5_000_000) for k, (s, d) in flows.items()})
+    assert sched.schedule() == [] and sched.last_energy == (0.0, 0.0)
+    with pytest.raises(ValueError, match="placement"):
+        HederaScheduler(lambda s, d: [], nic, placement="tabu")
 
 
 def test_priority_policies():
