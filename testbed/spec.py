@@ -45,7 +45,7 @@ class HederaSpec:
     idle_timeout_s: int = 10
     base: Literal["ecmp", "single"] = "ecmp"
     placement: Literal["gff", "annealing"] = "gff"
-    annealing_iterations: int = 1000
+    annealing_iterations: int = 20000  # flowsched.SA_ITERATIONS
     annealing_seed: int = 0
 
 

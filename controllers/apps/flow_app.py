@@ -69,7 +69,8 @@ class FlowRouting(FabricRouting):
         self.scheduler = flowsched.HederaScheduler(
             self.paths, nic, fraction, capacity, expire_s=self.idle_s + self.period,
             placement=os.environ.get("TESTBED_HEDERA_PLACEMENT", "gff"),
-            iterations=int(os.environ.get("TESTBED_HEDERA_SA_ITERATIONS", "1000")),
+            iterations=int(os.environ.get("TESTBED_HEDERA_SA_ITERATIONS",
+                                          str(flowsched.SA_ITERATIONS))),
             seed=int(os.environ.get("TESTBED_HEDERA_SA_SEED", "0")))
         self.edges = {sw.dpid for sw in self.topo.switches
                       if any(self.topo.is_host(p) for _, p, _ in self.topo.ports_of(sw.name))}

@@ -9,29 +9,39 @@ from .helpers import rows, run
 
 def test_hedera_moves_colliding_elephants(tmp_path):
     # base routing `single`: every flow starts on the first path, so all of them collide
-    # (stride-4 on a k=4 Fat-Tree: every flow leaves its pod through one core switch)
+    # (stride-4 on a k=4 Fat-Tree: every flow leaves its pod through one core switch);
+    # once placing by Global First Fit (hedera), once by Simulated Annealing (hedera_sa)
     out, summary = run(tmp_path, {
         "name": "it-hedera", "topology": {"kind": "fattree", "params": {"k": 4}},
         "links": {"rate_mbps": 10, "mtu_bytes": 9000},  # MTU 1500 is CPU-bound here
         "controller": {"hedera": {"period_s": 2, "base": "single"}},
         "experiments": [{"type": "permutation", "patterns": ["stride:4"],
-                         "routings": ["single", "hedera"], "duration_s": 20, "omit_s": 6}]})
+                         "routings": ["single", "hedera", "hedera_sa"], "duration_s": 20,
+                         "omit_s": 6}]})
     assert summary["status"] == "ok", summary
     table = {r["routing"]: r for r in rows(out, "permutation.csv")}
-    decisions = [json.loads(line) for f in (out / "hedera").glob("*/hedera_decisions.jsonl")
-                 for line in f.read_text().splitlines()]
-    # every one of the 16 elephants was placed, and the placements use every core switch
-    assert len({d["flow"] for d in decisions}) >= 16, decisions
-    assert {d["path"][3] for d in decisions} == {"c1", "c2", "c3", "c4"}, decisions
-    assert all(d["demand"] > 0.9 for d in decisions)  # each NIC-limited: a whole link
     single = float(table["single"]["normalised_to_ideal"])
-    hedera = float(table["hedera"]["normalised_to_ideal"])
     # one path carries a quarter of the bisection; Hedera spreads the flows over all four
     assert single < 0.35, table
-    assert hedera > 2 * single, table
-    # first packets go on and only a copy goes to the controller: no packet lost in OVS
-    assert int(table["hedera"]["lost_in_switches_pkts"]) == 0, table
-    assert table["hedera"]["cpu_bound"] == "False", table  # else the numbers mean little
+    for routing, slug in (("hedera", "permutation-hedera"), ("hedera_sa", "permutation-hedera-sa")):
+        logs = out / "hedera" / slug
+        decisions = [json.loads(line)
+                     for line in (logs / "hedera_decisions.jsonl").read_text().splitlines()]
+        periods = [json.loads(line)
+                   for line in (logs / "hedera_periods.jsonl").read_text().splitlines()]
+        # every one of the 16 elephants was placed, and the placements use every core switch
+        assert len({d["flow"] for d in decisions}) >= 16, (routing, decisions)
+        assert {d["path"][3] for d in decisions} == {"c1", "c2", "c3", "c4"}, decisions
+        assert all(d["demand"] > 0.9 for d in decisions)  # each NIC-limited: a whole link
+        assert {p["placement"] for p in periods} == \
+            {"annealing" if routing == "hedera_sa" else "gff"}, periods
+        if routing == "hedera_sa":  # a placement exceeding no link exists; it found it
+            placed = [p for p in periods if p["elephants"] == 16]
+            assert placed and all(p["exceeded_after"] == 0 for p in placed), periods
+        assert float(table[routing]["normalised_to_ideal"]) > 2 * single, table
+        # first packets go on and only a copy goes to the controller: no packet lost in OVS
+        assert int(table[routing]["lost_in_switches_pkts"]) == 0, table
+        assert table[routing]["cpu_bound"] == "False", table  # else the numbers mean little
 
 
 def test_finite_flows_have_completion_times_and_slowdowns(tmp_path):
