@@ -70,13 +70,32 @@ def permutation(out: Path, name: str) -> None:
                                                        for k, v in ratios.items()))
 
 
+def _model(run: Path, table: list[dict], pattern: str) -> float:
+    """The max-min model of a pattern (testbed.experiments.maxmin_model): from the CSV, or
+    for runs older than that column from the flows saved in patterns/."""
+    sel = [r for r in table if r["pattern"] == pattern and r["routing"] == table[0]["routing"]]
+    if sel and sel[0].get("maxmin_model"):
+        return sum(float(r["maxmin_model"]) for r in sel) / len(sel)
+    import yaml
+    from testbed.experiments import maxmin_model
+    hosts = len(json.loads((run / "topology.json").read_text())["hosts"])
+    mtu = yaml.safe_load((run / "spec.yaml").read_text()).get("links", {}).get("mtu_bytes", 9000)
+    saved = sorted((run / "patterns").glob(f"{table[0]['routing']}-{pattern.replace(':', '_')}-*.json"))
+    values = [maxmin_model([tuple(f) for f in json.loads(f.read_text())["flows"]], hosts, mtu)
+              for f in saved]
+    return sum(values) / len(values)
+
+
 def hedera(out: Path, name: str) -> None:
     """One row per pattern, one column per routing (fraction of the bisection; CPU-bound
-    phases marked), then the means without CPU-bound phases."""
-    table = rows(out / name, "permutation.csv")
+    phases marked), the max-min model of a non-blocking switch and how far the measured
+    non-blocking reference is from it, then the means without CPU-bound phases."""
+    run = out / name
+    table = rows(run, "permutation.csv")
     routings = list(dict.fromkeys(r["routing"] for r in table))
-    print("| pattern | " + " | ".join(routings) + " |")
-    print("|---|" + "---|" * len(routings))
+    print("| pattern | " + " | ".join(routings) + " | max-min model | non-blocking / model |")
+    print("|---|" + "---|" * (len(routings) + 2))
+    models = []
     for pattern in dict.fromkeys(r["pattern"] for r in table):
         cells = []
         for routing in routings:
@@ -84,10 +103,16 @@ def hedera(out: Path, name: str) -> None:
             cells.append(" / ".join(f"{float(r['normalised_to_ideal']):.3f}"
                                     + (" (CPU-bound)" if r["cpu_bound"] == "True" else "")
                                     for r in sel) or "-")
-        print(f"| {pattern} | " + " | ".join(cells) + " |")
-    h = headline(out / name)
+        model = _model(run, table, pattern)
+        models.append(model)
+        nb = [float(r["normalised_to_ideal"]) for r in table
+              if r["pattern"] == pattern and r["routing"] == "nonblocking"]
+        ratio = f"{sum(nb) / len(nb) / model:.3f}" if nb else "-"
+        print(f"| {pattern} | " + " | ".join(cells) + f" | {model:.3f} | {ratio} |")
+    h = headline(run)
     print("| **mean** | " + " | ".join(f"**{h.get(f'mean_{r}_normalised')}**"
-                                       for r in routings) + " |")
+                                       for r in routings)
+          + f" | {sum(models) / len(models):.3f} | |")
     print("\nCPU-bound phases (left out of the means): " + ", ".join(
         f"{r} {h.get(f'cpu_bound_phases_{r}', 0)}" for r in routings))
 
@@ -244,9 +269,10 @@ def main(out: Path) -> None:
         if (out / name).exists():
             print(f"\n### {name}\n")
             permutation(out, name)
-    if (out / "hedera_fattree").exists():
-        print("\n### hedera_fattree\n")
-        hedera(out, "hedera_fattree")
+    for name in ("hedera_fattree", "hedera_fattree_20mbps"):
+        if (out / name).exists():
+            print(f"\n### {name}\n")
+            hedera(out, name)
     for title, name, fn in QOS:
         if (out / name).exists():
             print(f"\n### {title}\n")

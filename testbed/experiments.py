@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import time
 
+from controllers.flowsched import estimate_demands
 from topologies import dumbbell, nonblocking, patterns
 from topologies.graph import host_rate_sum
 
@@ -152,6 +153,15 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(percentile(values, q), 4) if values else None
 
 
+def maxmin_model(pairs, hosts: int, mtu_bytes: int) -> float:
+    """What a non-blocking switch gives these flows, as a fraction of the hosts' summed
+    rate: their max-min fair shares limited only by the NICs (Hedera's natural demands:
+    every flow's TCP fills what its sender and receiver leave it), counted as TCP payload.
+    The reference the measured non-blocking column is checked against, pattern by
+    pattern (all NICs at one rate)."""
+    return sum(estimate_demands(pairs)) / hosts * tcp_payload_fraction(mtu_bytes)
+
+
 def permutation(ctx, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
@@ -202,7 +212,9 @@ def permutation(ctx, exp: Permutation) -> Outcome:
                                  checks["cpu"]["ovs_thread_p90"], checks["cpu"]["machine_idle_mean"],
                                  checks["cpu"]["cpu_bound"],
                                  checks["conservation"]["lost_in_switches"],
-                                 _pct(fcts, 50), _pct(fcts, 99), _pct(slow, 50), _pct(slow, 99)])
+                                 _pct(fcts, 50), _pct(fcts, 99), _pct(slow, 50), _pct(slow, 99),
+                                 round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
+                                       4)])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
                                    r.retransmits, r.sender_cc,
                                    round(r.seconds, 4) if exp.flow_bytes else None,
@@ -213,7 +225,7 @@ def permutation(ctx, exp: Permutation) -> Outcome:
                                       "normalised_to_ideal", "ovs_added_delay_p50_ms",
                                       "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
                                       "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
-                                      "slowdown_p50", "slowdown_p99"],
+                                      "slowdown_p50", "slowdown_p99", "maxmin_model"],
                   rows)
     ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
                                             "goodput_mbps", "retransmits_pkts", "sender_cc",
@@ -228,6 +240,8 @@ def permutation(ctx, exp: Permutation) -> Outcome:
             vals = [r[4] for r in rows if r[0] == routing and r[1] == pattern]
             means[routing] = sum(vals) / len(vals)
             out.headline[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
+        model = [r[-1] for r in rows if r[1] == pattern and r[0] == exp.routings[0]]
+        out.headline[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
         if "ecmp" in means and "single" in means and means["single"] > 0:
             out.headline[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
     if len(exp.patterns) > 1:  # mean over patterns, CPU-bound phases left out (and counted)

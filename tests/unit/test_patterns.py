@@ -60,3 +60,17 @@ def test_a_seed_in_the_name_fixes_the_pattern():
     assert parse("randbij@2", 16).name == "randbij@2"
     with pytest.raises(PatternError):
         parse("random@x", 16)
+
+
+def test_the_nonblocking_model_is_the_max_min_share_in_tcp_payload():
+    from testbed.experiments import maxmin_model
+    payload = (9000 - 52) / 9014
+    # a permutation: every NIC full
+    assert maxmin_model([(f"h{i}", f"h{(i + 1) % 4}") for i in range(4)], 4, 9000) == \
+        pytest.approx(payload)
+    # four senders into one receiver, 16 hosts: one NIC's worth of 16
+    assert maxmin_model([(f"h{i}", "h0") for i in range(1, 5)], 16, 9000) == \
+        pytest.approx(payload / 16)
+    # h1 sends to h2 and h3; h4 also sends to h3: h1's flows 1/2 each, h4 -> h3 gets 1/2
+    assert maxmin_model([("h1", "h2"), ("h1", "h3"), ("h4", "h3")], 4, 1500) == \
+        pytest.approx(1.5 / 4 * 1448 / 1514)
