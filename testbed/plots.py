@@ -69,7 +69,7 @@ HEDERA_PUBLISHED_MEANS = {"nonblocking": 0.71, "ecmp": 0.44, "hedera": 0.67}
 def permutation(rows: list[dict], plots: Path) -> Path:
     patterns = list(dict.fromkeys(r["pattern"] for r in rows))  # in the order they ran
     routings = list(dict.fromkeys(r["routing"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(7, 0.55 * len(patterns) * len(routings) / 2), 4))
+    fig, ax = plt.subplots(figsize=(min(16, max(7, 0.55 * len(patterns) * len(routings) / 2)), 4))
     width = 0.8 / len(routings)
     for i, routing in enumerate(routings):
         vals, hatches = [], []
