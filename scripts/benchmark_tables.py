@@ -70,20 +70,25 @@ def permutation(out: Path, name: str) -> None:
                                                        for k, v in ratios.items()))
 
 
-def _model(run: Path, table: list[dict], pattern: str) -> float:
-    """The max-min model of a pattern (testbed.experiments.maxmin_model): from the CSV, or
-    for runs older than that column from the flows saved in patterns/."""
-    sel = [r for r in table if r["pattern"] == pattern and r["routing"] == table[0]["routing"]]
-    if sel and sel[0].get("maxmin_model"):
-        return sum(float(r["maxmin_model"]) for r in sel) / len(sel)
-    import yaml
-    from testbed.experiments import maxmin_model
-    hosts = len(json.loads((run / "topology.json").read_text())["hosts"])
-    mtu = yaml.safe_load((run / "spec.yaml").read_text()).get("links", {}).get("mtu_bytes", 9000)
-    saved = sorted((run / "patterns").glob(f"{table[0]['routing']}-{pattern.replace(':', '_')}-*.json"))
-    values = [maxmin_model([tuple(f) for f in json.loads(f.read_text())["flows"]], hosts, mtu)
-              for f in saved]
-    return sum(values) / len(values)
+def _models(run: Path, table: list[dict]) -> dict[str, float]:
+    """The max-min model of each pattern (testbed.experiments.maxmin_model): from the CSV,
+    or for runs older than that column from the flows saved in patterns/."""
+    first = [r for r in table if r["routing"] == table[0]["routing"]]
+    by_pattern: dict[str, list[float]] = {}
+    if first[0].get("maxmin_model"):
+        for r in first:
+            by_pattern.setdefault(r["pattern"], []).append(float(r["maxmin_model"]))
+    else:
+        from testbed.experiments import maxmin_model
+        from testbed.spec import load
+        spec, topo = load(run / "spec.yaml")
+        for pattern in dict.fromkeys(r["pattern"] for r in first):
+            for f in sorted((run / "patterns").glob(
+                    f"{table[0]['routing']}-{pattern.replace(':', '_')}-*.json")):
+                flows = [tuple(x) for x in json.loads(f.read_text())["flows"]]
+                by_pattern.setdefault(pattern, []).append(
+                    maxmin_model(flows, len(topo.hosts), spec.links.mtu_bytes))
+    return {k: sum(v) / len(v) for k, v in by_pattern.items()}
 
 
 def hedera(out: Path, name: str) -> None:
@@ -95,16 +100,15 @@ def hedera(out: Path, name: str) -> None:
     routings = list(dict.fromkeys(r["routing"] for r in table))
     print("| pattern | " + " | ".join(routings) + " | max-min model | non-blocking / model |")
     print("|---|" + "---|" * (len(routings) + 2))
-    models = []
-    for pattern in dict.fromkeys(r["pattern"] for r in table):
+    models = _models(run, table)
+    for pattern in models:
         cells = []
         for routing in routings:
             sel = [r for r in table if r["pattern"] == pattern and r["routing"] == routing]
             cells.append(" / ".join(f"{float(r['normalised_to_ideal']):.3f}"
                                     + (" (CPU-bound)" if r["cpu_bound"] == "True" else "")
                                     for r in sel) or "-")
-        model = _model(run, table, pattern)
-        models.append(model)
+        model = models[pattern]
         nb = [float(r["normalised_to_ideal"]) for r in table
               if r["pattern"] == pattern and r["routing"] == "nonblocking"]
         ratio = f"{sum(nb) / len(nb) / model:.3f}" if nb else "-"
@@ -112,7 +116,7 @@ def hedera(out: Path, name: str) -> None:
     h = headline(run)
     print("| **mean** | " + " | ".join(f"**{h.get(f'mean_{r}_normalised')}**"
                                        for r in routings)
-          + f" | {sum(models) / len(models):.3f} | |")
+          + f" | {sum(models.values()) / len(models):.3f} | |")
     print("\nCPU-bound phases (left out of the means): " + ", ".join(
         f"{r} {h.get(f'cpu_bound_phases_{r}', 0)}" for r in routings))
 
