@@ -139,10 +139,15 @@ def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequenc
     return out
 
 
+def _exceeded(link: Link, used: float, capacity: dict[Link, float],
+              default_capacity: float) -> float:
+    return max(0.0, used - capacity.get(link, default_capacity))
+
+
 def overload(used: dict[Link, float], capacity: dict[Link, float],
              default_capacity: float = 1.0) -> float:
     """Simulated annealing's energy: the capacity exceeded, summed over every link."""
-    return sum(max(0.0, u - capacity.get(l, default_capacity)) for l, u in used.items())
+    return sum(_exceeded(l, u, capacity, default_capacity) for l, u in used.items())
 
 
 def simulated_annealing(flows: Sequence[tuple[float, Sequence[Sequence[str]], int]],
@@ -169,9 +174,6 @@ def simulated_annealing(flows: Sequence[tuple[float, Sequence[Sequence[str]], in
         for l in links[i][state[i]]:
             used[l] = used.get(l, 0.0) + demand
 
-    def over(l: Link, u: float) -> float:
-        return max(0.0, u - capacity.get(l, default_capacity))
-
     energy = overload(used, capacity, default_capacity)
     moved = 0
     best, best_key = state[:], (energy, moved)
@@ -189,7 +191,8 @@ def simulated_annealing(flows: Sequence[tuple[float, Sequence[Sequence[str]], in
             delta[l] = delta.get(l, 0.0) - demand
         for l in links[i][new]:
             delta[l] = delta.get(l, 0.0) + demand
-        change = sum(over(l, used.get(l, 0.0) + d) - over(l, used.get(l, 0.0))
+        change = sum(_exceeded(l, used.get(l, 0.0) + d, capacity, default_capacity)
+                     - _exceeded(l, used.get(l, 0.0), capacity, default_capacity)
                      for l, d in delta.items())
         if change > 0 and (temp <= 0 or rng.random() >= math.exp(-change / temp)):
             continue
@@ -322,32 +325,31 @@ class HederaScheduler:
     def _anneal(self, big: list[FlowKey], demands: list[float]) -> list[Move]:
         res = self.reservations
         res.used = {}  # rebuilt below: only elephants hold reservations
+        paths = {k: [tuple(p) for p in self.paths(self.flows[k].src, self.flows[k].dst)]
+                 for k in big}
         starts: dict[FlowKey, int] = {}
         new = []
         for key, demand in zip(big, demands):
             t = self.flows[key]
-            paths = [tuple(p) for p in self.paths(t.src, t.dst)]
-            if t.path in paths:
-                starts[key] = paths.index(t.path)
+            if t.path in paths[key]:
+                starts[key] = paths[key].index(t.path)
                 res.reserve(t.path, demand)
             else:
-                new.append((key, demand, paths))
-        for (key, _, paths), p in zip(new, global_first_fit(new, res)):
-            starts[key] = paths.index(p.path) if p.path is not None else 0
-        items = [(d, self.paths(self.flows[k].src, self.flows[k].dst), starts[k])
-                 for k, d in zip(big, demands)]
-        res.used = {}
-        for demand, paths, start in items:
-            res.reserve(paths[start], demand)
+                new.append((key, demand, paths[key]))
+        for (key, demand, options), p in zip(new, global_first_fit(new, res)):
+            if p.path is None:  # no room anywhere: annealing starts it on its first path
+                res.reserve(options[0], demand)
+            starts[key] = options.index(p.path) if p.path is not None else 0
+        items = [(d, paths[k], starts[k]) for k, d in zip(big, demands)]
         before = overload(res.used, res.capacity, res.default_capacity)
         state, energy = simulated_annealing(items, res.capacity, res.default_capacity,
                                             self.iterations, seed=self.seed + self.period)
         self.last_energy = (before, energy)
         res.used = {}
         moves = []
-        for key, demand, (_, paths, _), i in zip(big, demands, items, state):
+        for key, demand, i in zip(big, demands, state):
             t = self.flows[key]
-            path = tuple(paths[i])
+            path = paths[key][i]
             res.reserve(path, demand)
             if path != t.path:
                 moves.append(Move(key, t.src, t.dst, demand, t.rate_bps, path))

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controllers.flowsched import SA_ITERATIONS
+
 from .system import TestbedError
 
 
@@ -67,7 +69,7 @@ class ControllerSpec:
                 "TESTBED_HEDERA_IDLE_S": str(hedera.get("idle_timeout_s", 10)),
                 "TESTBED_HEDERA_BASE": hedera.get("base", "ecmp"),
                 "TESTBED_HEDERA_PLACEMENT": hedera.get("placement", "gff"),
-                "TESTBED_HEDERA_SA_ITERATIONS": str(hedera.get("annealing_iterations", 20000)),
+                "TESTBED_HEDERA_SA_ITERATIONS": str(hedera.get("annealing_iterations", SA_ITERATIONS)),
                 "TESTBED_HEDERA_SA_SEED": str(hedera.get("annealing_seed", 0)),
                 "TESTBED_HEDERA_DIR": str(self.hedera_dir),
                 "TESTBED_FLOW_PRIORITY": json.dumps(self.flow_priority or {})}

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from controllers.flowsched import SA_ITERATIONS
 from topologies import TopologyError, build, patterns
 from topologies.model import Topology
 
@@ -45,7 +46,7 @@ class HederaSpec:
     idle_timeout_s: int = 10
     base: Literal["ecmp", "single"] = "ecmp"
     placement: Literal["gff", "annealing"] = "gff"
-    annealing_iterations: int = 20000  # flowsched.SA_ITERATIONS
+    annealing_iterations: int = SA_ITERATIONS
     annealing_seed: int = 0
 
 
