@@ -12,6 +12,7 @@ import eventlet.wsgi
 if not hasattr(eventlet.wsgi, "ALREADY_HANDLED"):
     eventlet.wsgi.ALREADY_HANDLED = object()
 
+from eventlet.hubs import trampoline  # noqa: E402
 from ryu.base import app_manager  # noqa: E402
 from ryu.cmd import manager  # noqa: E402
 from ryu.controller import ofp_event  # noqa: E402
@@ -19,8 +20,6 @@ from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cl
 from ryu.lib import hub  # noqa: E402
 from ryu.lib.packet import arp, ethernet, ipv4, packet, tcp  # noqa: E402
 from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
-
-from eventlet.hubs import trampoline  # noqa: E402
 
 RyuApp = app_manager.RyuApp
 

@@ -4,8 +4,9 @@ max-min natural-demand estimation, Global First Fit and Simulated Annealing plac
 sections 4.1-4.4).
 
 Demands are fractions of a host's NIC rate (1.0 = the whole link), as in the paper. The
-Ryu app (controllers/apps/hedera.py) measures flows, calls these functions each scheduling
-period and installs what they return; a user's own scheduler can reuse them the same way.
+flow control core (controllers/flowctl.py, run by controllers/apps/flow_app.py) measures
+flows, calls these functions each scheduling period and turns what they return into flow
+entries; a user's own scheduler can reuse them the same way.
 """
 from __future__ import annotations
 
@@ -14,14 +15,11 @@ import random
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-ELEPHANT_FRACTION = 0.1  # Hedera: a flow above 10% of its host's NIC rate is an elephant
+from testbed.config.controller import ELEPHANT_FRACTION, SA_ITERATIONS
+
+from .routing import FlowKey
+
 CONVERGENCE = 1e-9
-# Simulated annealing's steps per period. The paper ran 1000 over its smaller state (a core
-# per destination host); moving one flow at a time, it took 20000 here to reach a placement
-# exceeding nothing (one exists: a k=4 Fat-Tree is rearrangeably non-blocking) for the
-# random bijections randbij@0-2, started from Global First Fit's placement, in 30 of 30
-# seeded runs (5000: 27, 1000: 20), about 0.1 s of one core per period for 16 elephants.
-SA_ITERATIONS = 20000
 
 
 def is_elephant(rate_bps: float, nic_bps: float, fraction: float = ELEPHANT_FRACTION) -> bool:
@@ -208,7 +206,6 @@ def simulated_annealing(flows: Sequence[tuple[float, Sequence[Sequence[str]], in
 
 # ---- the scheduler's state between periods (still pure: no Ryu, no clock) ---------------
 
-FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
 
 
 @dataclass(frozen=True)
@@ -357,101 +354,10 @@ class HederaScheduler:
         return moves
 
 
-# ---- priority flow scheduling: a policy gives each flow a DSCP, re-marked at its edge ------
+# Priority policies live in controllers/priority.py; plugins written against this module
+# (docs/FLOWSCHED.md's example, before the move) keep working.
+from .priority import FlowInfo, PriorityPolicy  # noqa: E402
 
-@dataclass(frozen=True)
-class FlowInfo:
-    """What a priority policy sees of a flow: its key (ip_src, ip_dst, 6, src_port,
-    dst_port), its hosts, the bytes it has sent so far and its current rate."""
-    key: FlowKey
-    src: str
-    dst: str
-    bytes: int = 0
-    rate_bps: float = 0.0
-
-    @property
-    def ports(self) -> tuple[int, int]:
-        return self.key[3], self.key[4]
-
-
-class PriorityPolicy:
-    """Decides a flow's DSCP (0-63), or None to leave what the host marked. Called when
-    the flow is first seen (bytes 0) and every period after; a change re-marks the flow at
-    its ingress edge switch. Subclass it in a plugin file to supply your own."""
-
-    def dscp(self, flow: FlowInfo) -> int | None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class ByPort(PriorityPolicy):
-    """A DSCP per TCP port (either end), e.g. a service's port over everything else."""
-    ports: dict[int, int]
-    default: int | None = None
-
-    def dscp(self, flow: FlowInfo) -> int | None:
-        src_port, dst_port = flow.ports
-        return self.ports.get(dst_port, self.ports.get(src_port, self.default))
-
-
-@dataclass(frozen=True)
-class ByHosts(PriorityPolicy):
-    """Flows between two hosts of a set (a training job's hosts) get `dscp`, the rest
-    `default` (background traffic)."""
-    hosts: frozenset[str]
-    dscp_in: int
-    default: int | None = 0
-
-    def dscp(self, flow: FlowInfo) -> int | None:
-        inside = flow.src in self.hosts and flow.dst in self.hosts
-        return self.dscp_in if inside else self.default
-
-
-@dataclass(frozen=True)
-class SmallFlowsFirst(PriorityPolicy):
-    """PIAS-style demotion without knowing flow sizes: a flow is high priority until it has
-    sent `threshold_bytes`, then low, so short flows finish ahead of long ones."""
-    threshold_bytes: int
-    high: int
-    low: int = 0
-
-    def dscp(self, flow: FlowInfo) -> int | None:
-        return self.high if flow.bytes < self.threshold_bytes else self.low
-
-
-def make_policy(spec: dict) -> PriorityPolicy | None:
-    """A policy from its description (the spec's controller.flow_priority, as JSON):
-    by_port {ports: {port: dscp}, default}, by_hosts {hosts, dscp, default},
-    small_first {threshold_bytes, high, low}, or plugin {plugin: "file.py:Class" or
-    "module:Class", args: {...}}; none -> None."""
-    kind = spec.get("policy", "none")
-    if kind == "none":
-        return None
-    if kind == "by_port":
-        return ByPort({int(p): int(d) for p, d in spec.get("ports", {}).items()},
-                      spec.get("default"))
-    if kind == "by_hosts":
-        return ByHosts(frozenset(spec["hosts"]), int(spec["dscp"]), spec.get("default", 0))
-    if kind == "small_first":
-        return SmallFlowsFirst(int(spec["threshold_bytes"]), int(spec["high"]),
-                               int(spec.get("low", 0)))
-    if kind == "plugin":
-        cls = _load_class(spec["plugin"])
-        policy = cls(**spec.get("args", {}))
-        if not hasattr(policy, "dscp"):
-            raise TypeError(f"{spec['plugin']} has no dscp(flow) method")
-        return policy
-    raise ValueError(f"unknown flow priority policy {kind!r}")
-
-
-def _load_class(ref: str):
-    import importlib
-    import importlib.util
-    where, _, name = ref.rpartition(":")
-    if where.endswith(".py"):
-        loader = importlib.util.spec_from_file_location("testbed_priority_plugin", where)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    return getattr(module, name)
+__all__ = ["FlowInfo", "HederaScheduler", "Move", "Placement", "PriorityPolicy",
+           "Reservations", "estimate_demands", "global_first_fit", "is_elephant", "links_of",
+           "overload", "simulated_annealing"]

@@ -56,7 +56,7 @@ def packet_out(dp, port: int, data: bytes) -> object:
                                actions=[parser.OFPActionOutput(port)], data=data)
 
 
-def arp_reply_frame(request: "arp.arp", answer_mac: str) -> bytes:
+def arp_reply_frame(request: arp.arp, answer_mac: str) -> bytes:
     """An ARP reply to `request`, saying that its target IP is at `answer_mac`."""
     pkt = packet.Packet()
     pkt.add_protocol(ethernet.ethernet(dst=request.src_mac, src=answer_mac, ethertype=0x0806))

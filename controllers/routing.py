@@ -40,6 +40,7 @@ ETH_TYPE_ARP = 0x0806
 IP_PROTO_TCP = 6
 
 
+FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
 MAX_BUCKETS = 64  # OVS's dp_hash selection handles at most 64 hash slots
 
 
@@ -267,7 +268,7 @@ def _relay_plan(topo: Topology, mode: str) -> Plan:
             via = []
             for port in next_hops(topo, src.name, dst.name):
                 switch = topo.peer(src.name, port)[0]
-                for nport, relay, _ in topo.ports_of(switch):
+                for _, relay, _ in topo.ports_of(switch):
                     if relay != src.name and _on_shortest_path(topo, relay, dst.name, src.name):
                         via.append((port, topo.node(relay).ip))
             via.sort()

@@ -50,7 +50,7 @@ if [ ! -f "$stamp" ]; then
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
-  "$VENV/bin/python" -m testbed.ovs ensure-started
+  "$VENV/bin/python" -m testbed.net.ovs ensure-started
 else
   log "not root: Open vSwitch not checked (unit tests do not need it)"
 fi

@@ -10,7 +10,7 @@ import click
 from topologies import TopologyError, build, parse_params
 from topologies.graph import describe as describe_topology
 
-from .system import TestbedError
+from .errors import TestbedError
 
 
 def _fail(msg: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import ovs
+from .net import ovs
 from .system import congestion_controls, have, is_root, kernel_release, qdisc_supported, run
 
 BOOTSTRAP = "sudo scripts/bootstrap.sh"
@@ -68,7 +68,7 @@ def _qos_dataplane() -> tuple[str, bool, str, str | None]:
     import shutil
     import tempfile
 
-    from .qosplane import BPFFS, build_object, ensure_bpffs
+    from .net.qosplane import BPFFS, build_object, ensure_bpffs
     try:
         ensure_bpffs()
         obj = build_object()

@@ -72,7 +72,7 @@ class RunRecord:
         self.save()
 
     @classmethod
-    def load(cls, path: Path) -> "RunRecord":
+    def load(cls, path: Path) -> RunRecord:
         return cls(**json.loads(path.read_text()))
 
 

@@ -3,7 +3,6 @@ never mistaken for a finished one (summary.json says "incomplete" until the very
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import json
 import os
@@ -11,23 +10,29 @@ import platform
 import signal
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
-
-
+from testbed.config.network import HostConfig
+from testbed.config.qos import QosConfig
 from topologies.model import Topology, at_rate
 
-from . import ovs
-from .experiments import RUNNERS, Outcome
-from .fabric import Fabric
-from .monitor import CpuMonitor
+from .config.spec import Spec
+from .experiments import EXPERIMENTS
+from .experiments.base import Outcome, slug
+from .measure import checks
+from .measure.cpu import CpuMonitor
+from .measure.queues import ClassQueueSampler, QueueSampler
+from .net import ovs
+from .net.dpapi import Dataplane
+from .net.fabric import Fabric
 from .resources import RunLock, RunRecord, release_record
-from .spec import Spec
-from .system import TestbedError, is_root, kernel_release, run
-
+from .results.files import append_csv
+from .results.plots import draw_all
+from .system import TestbedError, congestion_controls, is_root, kernel_release, run
 
 QOS_MECHANISMS = {
     "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/bpf/tbqos.bpf.c)",
@@ -59,23 +64,41 @@ class RunContext:
     phases: dict = field(default_factory=dict)  # label -> host settings and classes it ran with
 
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
-        path = self.out_dir / "metrics" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(rows)
-        return path
+        """metrics/<name>: rows under a header with units, appended to what another
+        experiment of the run wrote there (results/files.py)."""
+        return append_csv(self.out_dir / "metrics" / name, header, rows)
 
     @contextlib.contextmanager
-    def fabric(self, topo: Topology, routing: str, label: str, *, qos=None, hosts=None,
-               hedera: dict | None = None, **link_overrides):
+    def traffic_phase(self, fab: Fabric, outcome: Outcome, label: str) -> Iterator[dict]:
+        """Packet conservation and CPU checks around one traffic phase (measure/checks.py);
+        yields the dict that holds "conservation" and "cpu" once the block has ended."""
+        with checks.traffic_phase(self.cpu, self.events, fab, outcome.warnings,
+                                  label) as result:
+            yield result
+
+    def congestion_controls(self) -> list[str]:
+        """The congestion controls this kernel offers its hosts."""
+        return congestion_controls()
+
+    def qdisc_sampler(self, ifnames: list[str], rate_hz: float) -> QueueSampler:
+        """Samples the root qdisc of switch ports over netlink (fabrics without `qos`)."""
+        return QueueSampler(ifnames, rate_hz=rate_hz)
+
+    def class_sampler(self, dp: Dataplane, slots: list[tuple[int, int]],
+                      rate_hz: float = 1000.0,
+                      paired: tuple[int, int] | None = None) -> ClassQueueSampler:
+        """Samples (port, class) queues from the BPF counters in shared memory."""
+        return ClassQueueSampler(dp, slots, rate_hz=rate_hz, paired=paired)
+
+    @contextlib.contextmanager
+    def fabric(self, topo: Topology, routing: str, label: str, *,
+               qos: QosConfig | None = None, hosts: HostConfig | None = None,
+               hedera: dict[str, Any] | None = None, **link_overrides: Any) -> Iterator[Fabric]:
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
         `hedera` changes some of the scheduler's settings."""
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
-        slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
         qos = qos if qos is not None else self.spec.qos
         if qos is not None:
             self.mechanisms.update(QOS_MECHANISMS)
@@ -86,10 +109,10 @@ class RunContext:
                      qos=qos,
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
-                     hedera={**dataclasses.asdict(self.spec.controller.hedera),
-                             **(hedera or {})},
-                     flow_priority=dataclasses.asdict(self.spec.controller.flow_priority),
-                     topology_json=self.out_dir / "topologies" / f"{slug}.json", log=self.log)
+                     hedera=replace(self.spec.controller.hedera, **(hedera or {})),
+                     flow_priority=self.spec.controller.flow_priority,
+                     topology_json=self.out_dir / "topologies" / f"{slug(label)}.json",
+                     log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
@@ -178,7 +201,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     try:
         for i, exp in enumerate(spec.experiments):
             log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
-            outcome: Outcome = RUNNERS[exp.type](ctx, exp)
+            outcome: Outcome = EXPERIMENTS[exp.type].run(ctx, exp)
             results[f"{i}:{exp.type}"] = {"headline": outcome.headline,
                                           "warnings": outcome.warnings}
             for w in outcome.warnings:
@@ -243,8 +266,8 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     try:
-        from . import plots  # matplotlib is slow to import and only needed here
-        made = plots.draw_all(out)
+        made = draw_all(out, {name: fn for e in EXPERIMENTS.values() for name, fn in e.plots.items()},
+                        list(dict.fromkeys(p for e in EXPERIMENTS.values() for p in e.dir_plots)))
     except Exception as exc:  # plots never hide results
         made = []
         results.setdefault("plots", {})["error"] = str(exc)

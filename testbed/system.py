@@ -6,11 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-
-class TestbedError(RuntimeError):
-    """An error the user can fix; the message is one line naming the fix."""
-
-    __test__ = False  # not a pytest test class, despite its name
+from .errors import TestbedError
 
 
 def run(argv: list[str], check: bool = True, timeout: float = 60,

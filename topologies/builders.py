@@ -5,7 +5,8 @@ parameters. Invalid parameters raise `TopologyError` naming the parameter.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .model import Builder, Topology, TopologyError
 

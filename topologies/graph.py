@@ -6,6 +6,7 @@ pass through any other host.
 from __future__ import annotations
 
 from collections import deque
+
 import networkx as nx
 
 from .builders import oversubscription

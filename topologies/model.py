@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 IFNAME_MAX = 15  # IFNAMSIZ - 1
 
@@ -142,7 +143,7 @@ class Topology:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Topology":
+    def from_dict(cls, data: dict) -> Topology:
         hosts = tuple(Host(name=h["name"], ip=h["ip"], macs=tuple(h["macs"]),
                            relay=bool(h.get("relay", False)),
                            labels=tuple(sorted(h.get("labels", {}).items())))
@@ -155,7 +156,7 @@ class Topology:
                    hosts=hosts, switches=switches, links=links)
 
     @classmethod
-    def from_json(cls, text: str) -> "Topology":
+    def from_json(cls, text: str) -> Topology:
         return cls.from_dict(json.loads(text))
 
 

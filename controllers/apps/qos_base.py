@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from controllers.compat import RyuApp, hub
-from testbed.dpapi import Dataplane
-from testbed.qos import QosConfig, config_from_dict
+from testbed.config.controller import phase_config
+from testbed.config.qos import QosConfig
+from testbed.net.dpapi import Dataplane
 
 
 class QosApp(RyuApp):
@@ -19,8 +20,11 @@ class QosApp(RyuApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.started = time.time()
-        self.description = Path(os.environ["TESTBED_DATAPLANE"])
-        self.status_dir = Path(os.environ["TESTBED_APP_STATUS"])
+        config = phase_config()
+        if config.dataplane_json is None or config.status_dir is None:
+            raise RuntimeError(f"{self.NAME}: this phase has no QoS dataplane")
+        self.description = Path(config.dataplane_json)
+        self.status_dir = Path(config.status_dir)
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.dp: Dataplane | None = None
         self.cfg: QosConfig | None = None
@@ -37,7 +41,7 @@ class QosApp(RyuApp):
             hub.sleep(0.05)
         try:
             self.dp = Dataplane(self.description)
-            self.cfg = config_from_dict(self.dp.desc["qos"])
+            self.cfg = self.dp.qos
             summary = self.configure(self.dp, self.cfg) or {}
         except Exception as exc:  # reported to the runner, which fails the start
             self.logger.exception("%s: configuring the dataplane failed", self.NAME)

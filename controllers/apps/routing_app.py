@@ -3,8 +3,9 @@
 On each switch connection it installs that switch's part of the routing plan (groups, then
 flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
 nothing is ever flooded in a looped fabric). It writes its state (connected and ready
-switches, packet-in/out counters) to TESTBED_STATE so the runner knows when every path is
-installed and can account for packets the controller injected.
+switches, packet-in/out counters) to the phase's `state_json` so the runner knows when every path is
+installed and can account for packets the controller injected. Its configuration is the
+phase's file (config/controller.py, `phase_config()`).
 """
 from __future__ import annotations
 
@@ -14,9 +15,18 @@ import time
 from pathlib import Path
 
 from controllers import ofmsgs, routing
-from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, OFP_VERSION, RyuApp, arp,
-                                hub, ofp_event, packet, set_ev_cls)
-from topologies.model import Topology
+from controllers.compat import (
+    CONFIG_DISPATCHER,
+    MAIN_DISPATCHER,
+    OFP_VERSION,
+    RyuApp,
+    arp,
+    hub,
+    ofp_event,
+    packet,
+    set_ev_cls,
+)
+from testbed.config.controller import phase_config
 
 
 class FabricRouting(RyuApp):
@@ -24,10 +34,11 @@ class FabricRouting(RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.topo = Topology.from_json(Path(os.environ["TESTBED_TOPOLOGY"]).read_text())
-        self.mode = os.environ.get("TESTBED_ROUTING", "ecmp")
+        self.config = phase_config()
+        self.topo = self.config.topology()
+        self.mode = self.config.routing
         self.plan = routing.plan(self.topo, self.mode)
-        self.state_path = Path(os.environ.get("TESTBED_STATE", "controller_state.json"))
+        self.state_path = Path(self.config.state_json)
         self.connected: dict[int, float] = {}
         self.ready: dict[int, float] = {}
         self.counters: dict[int, dict[str, int]] = {}

@@ -320,7 +320,7 @@ def run_layerwise(w: Worker) -> None:
     groups = priority_groups(dscps)
     sync = LayerwiseSync(w.model, groups, args.world_size, args.lr, args.momentum, w.timeline)
     marked = [m for _, _, m in groups]
-    t_prev, prev = None, None
+    prev = None
     for it in range(args.iters + 1):
         t0 = time.perf_counter()
         if prev is not None:  # the previous iteration ends where this one can start

@@ -16,7 +16,7 @@ def _missing() -> str | None:
         import mininet.net  # noqa: F401
     except ImportError:
         return "needs Mininet (scripts/bootstrap.sh)"
-    from testbed import ovs
+    from testbed.net import ovs
     if not ovs.running():
         return "needs a running Open vSwitch (scripts/bootstrap.sh)"
     return None

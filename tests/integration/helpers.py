@@ -18,7 +18,7 @@ def rows(out: Path, name: str) -> list[dict]:
 
 
 def leftovers(topo_switches: list[str]) -> list[str]:
-    from testbed import ovs
+    from testbed.net import ovs
     from testbed.resources import records
     left = [b for b in ovs.bridges() if b in topo_switches]
     left += [n for n in topo_switches if Path(f"/sys/class/net/{n}").exists()]

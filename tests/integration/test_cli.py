@@ -1,7 +1,6 @@
 """The surface users touch: plugins named in a spec, and clear refusals (not-root refusals:
 tests/unit/test_cli.py)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -4,8 +4,9 @@ files, with the tolerances of the issue (shorter runs than the benchmarks)."""
 import json
 from pathlib import Path
 
-from testbed.dpapi import Dataplane
-from testbed.qos import EcnProfile, slot, QCFG, U32
+from testbed.config.qos import EcnProfile
+from testbed.net.dpapi import Dataplane
+from testbed.net.qos_render import QCFG, U32, slot
 
 from .helpers import rows, run
 
@@ -79,8 +80,9 @@ def test_pfc_pauses_spread_upstream_and_hurt_the_victim(tmp_path):
 
 def test_dataplane_api_changes_marking_at_run_time(tmp_path):
     """The ECN app's profile is in the dataplane's map; a plugin can change it live."""
-    from testbed.fabric import Fabric, HostConfig, LinkConfig
-    from testbed.qos import QosConfig, TrafficClass
+    from testbed.config.network import HostConfig, LinkConfig
+    from testbed.config.qos import QosConfig, TrafficClass
+    from testbed.net.fabric import Fabric
     from testbed.resources import RunRecord, release_record
     from topologies import dumbbell
 

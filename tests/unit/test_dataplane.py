@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.dataplane import PortQueue, check_mechanisms, htb_commands, offload_command
+from testbed.net.dataplane import PortQueue, check_mechanisms, htb_commands, offload_command
 from testbed.system import TestbedError, in_netns
 
 
@@ -45,7 +45,7 @@ def test_offloads_and_netns_argv():
 
 
 def test_jumbo_frames_quantum_limits_and_mtu_commands():
-    from testbed.dataplane import mtu_commands
+    from testbed.net.dataplane import mtu_commands
     q = PortQueue(ifname="x", rate_mbps=20, buffer_bytes=90140, drop="head", mtu_bytes=9000)
     cmds = htb_commands(q)
     assert cmds[1][-2:] == ["quantum", "9014"]

@@ -1,8 +1,14 @@
 """Hedera's pure scheduling core: demand estimation worked by hand, Global First Fit."""
 import pytest
 
-from controllers.flowsched import (Reservations, estimate_demands, global_first_fit,
-                                   is_elephant, overload, simulated_annealing)
+from controllers.flowsched import (
+    Reservations,
+    estimate_demands,
+    global_first_fit,
+    is_elephant,
+    overload,
+    simulated_annealing,
+)
 from topologies import build
 from topologies.graph import shortest_paths
 
@@ -221,22 +227,33 @@ def test_annealing_scheduler_places_and_then_keeps_colliding_elephants():
         HederaScheduler(lambda s, d: [], nic, placement="tabu")
 
 
+def policy_of(data: dict):
+    """A policy as a run builds it: the spec's section through the strict loader."""
+    from controllers.priority import make_policy
+    from testbed.config.controller import FlowPriority
+    from testbed.config.loader import from_data
+    return make_policy(from_data(FlowPriority, data, "controller.flow_priority"))
+
+
 def test_priority_policies():
-    from controllers.flowsched import FlowInfo, make_policy
+    from controllers.priority import FlowInfo
     f = FlowInfo(("10.0.0.1", "10.0.0.2", 6, 40000, 5201), "h1", "h2")
-    assert make_policy({"policy": "none"}) is None
-    by_port = make_policy({"policy": "by_port", "ports": {"5201": 46}, "default": 0})
+    assert policy_of({"policy": "none"}) is None
+    by_port = policy_of({"policy": "by_port", "ports": {"5201": 46}, "default": 0})
     assert by_port.dscp(f) == 46
     assert by_port.dscp(FlowInfo(("a", "b", 6, 1, 80), "h1", "h2")) == 0
-    job = make_policy({"policy": "by_hosts", "hosts": ["h1", "h2"], "dscp": 34})
-    assert job.dscp(f) == 34 and job.dscp(FlowInfo(f.key, "h1", "h3")) == 0
-    small = make_policy({"policy": "small_first", "threshold_bytes": 100_000, "high": 46})
+    job = policy_of({"policy": "by_hosts", "hosts": ["h1", "h2"], "dscp": 34})
+    # the spec's default (None) leaves what the host marked on flows outside the set
+    assert job.dscp(f) == 34 and job.dscp(FlowInfo(f.key, "h1", "h3")) is None
+    job0 = policy_of({"policy": "by_hosts", "hosts": ["h1", "h2"], "dscp": 34, "default": 0})
+    assert job0.dscp(FlowInfo(f.key, "h1", "h3")) == 0
+    small = policy_of({"policy": "small_first", "threshold_bytes": 100_000, "high": 46})
     assert small.dscp(f) == 46  # new flows start high
     assert small.dscp(FlowInfo(f.key, "h1", "h2", bytes=100_000)) == 0  # then demoted
 
 
 def test_a_plugin_supplies_its_own_policy(tmp_path):
-    from controllers.flowsched import FlowInfo, make_policy
+    from controllers.priority import FlowInfo
     plugin = tmp_path / "mypolicy.py"
     plugin.write_text(
         "from controllers.flowsched import PriorityPolicy\n"
@@ -245,8 +262,8 @@ def test_a_plugin_supplies_its_own_policy(tmp_path):
         "        self.value = dscp\n"
         "    def dscp(self, flow):\n"
         "        return self.value if flow.ports[1] % 2 == 0 else None\n")
-    policy = make_policy({"policy": "plugin", "plugin": f"{plugin}:EvenPorts",
-                          "args": {"dscp": 26}})
+    policy = policy_of({"policy": "plugin", "plugin": f"{plugin}:EvenPorts",
+                        "args": {"dscp": 26}})
     assert policy.dscp(FlowInfo(("a", "b", 6, 1, 5202), "h1", "h2")) == 26
     assert policy.dscp(FlowInfo(("a", "b", 6, 1, 5201), "h1", "h2")) is None
 

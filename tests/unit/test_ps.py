@@ -2,10 +2,9 @@
 for step), the staleness bound of SSP, ASP without one, and the pure gate."""
 import json
 
-from testbed.workloads.ps import StalenessGate, shard_bounds
-
 from testbed.workloads.launch import free_port
 from testbed.workloads.launch import start_local as worker
+from testbed.workloads.ps import StalenessGate, shard_bounds
 
 
 def rows(path):

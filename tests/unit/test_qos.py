@@ -1,6 +1,7 @@
 """The traffic-class dataplane's pure parts: spec validation, tc and netlink rendering, map
 records, policies, the incast workload on loopback."""
 import csv
+import json
 import struct
 import threading
 from dataclasses import asdict
@@ -8,9 +9,13 @@ from dataclasses import asdict
 import pytest
 
 from controllers import qos_policy
-from testbed import qos
-from testbed.nlqdisc import _stats_queue
-from testbed.qos_experiments import _marks_below_k, _weighted_percentile, pfc_summary
+from testbed.config import qos as qcfg
+from testbed.config.loader import from_data
+from testbed.experiments.ecn_queue import _marks_below_k
+from testbed.experiments.qos_common import pfc_summary
+from testbed.net import qos_render as qos
+from testbed.net.nlqdisc import _stats_queue
+from testbed.results.stats import percentile
 from testbed.spec import SpecError, loads
 from testbed.workloads import incast as incast_wl
 
@@ -72,8 +77,8 @@ def test_incast_and_victim_parameters_are_checked():
 
 PORT = qos.QosPort(id=3, ifname="s1-eth2", node="s1", is_host=False, rate_mbps=100, peer=4,
                    switch_index=0)
-TWO = qos.QosConfig(classes=[qos.TrafficClass(name="low", dscp=[0], weight=1),
-                             qos.TrafficClass(name="high", dscp=[46], priority=7, weight=3)])
+TWO = qcfg.QosConfig(classes=[qcfg.TrafficClass(name="low", dscp=[0], weight=1),
+                             qcfg.TrafficClass(name="high", dscp=[46], priority=7, weight=3)])
 
 
 def test_strict_priority_classes_render_htb_prio_and_tbf_gates():
@@ -103,13 +108,13 @@ def test_bpf_programs_attach_by_kind_of_port():
 
 
 def test_marking_records_step_red_and_speed_relative_thresholds():
-    step = qos.QCFG.unpack(qos.qcfg_record(0, 100, qos.EcnProfile(k=20), 1514, 100))
+    step = qos.QCFG.unpack(qos.qcfg_record(0, 100, qcfg.EcnProfile(k=20), 1514, 100))
     assert step[:6] == (0, 100, qos.ECN_STEP, 20 * 1514, 20 * 1514, 1_000_000)
-    red = qos.QCFG.unpack(qos.qcfg_record(0, 100, qos.EcnProfile(k=5, kmax=50, pmax=0.2), 1514, 100))
+    red = qos.QCFG.unpack(qos.qcfg_record(0, 100, qcfg.EcnProfile(k=5, kmax=50, pmax=0.2), 1514, 100))
     assert red[2:6] == (qos.ECN_RED, 5 * 1514, 50 * 1514, 200_000)
-    us = qos.QCFG.unpack(qos.qcfg_record(0, 0, qos.EcnProfile(k=100, unit="us"), 1514, 1000))
+    us = qos.QCFG.unpack(qos.qcfg_record(0, 0, qcfg.EcnProfile(k=100, unit="us"), 1514, 1000))
     assert us[3] == 12_500  # 100 us at 1 Gb/s
-    off = qos.QCFG.unpack(qos.qcfg_record(5, 0, qos.EcnProfile(k=20), 1514, 100, enabled=False))
+    off = qos.QCFG.unpack(qos.qcfg_record(5, 0, qcfg.EcnProfile(k=20), 1514, 100, enabled=False))
     assert off[:3] == (5, 0, qos.ECN_OFF)
 
 
@@ -129,10 +134,10 @@ def test_tbf_gate_messages_are_well_formed_netlink():
 
 
 def test_config_survives_the_dataplane_description():
-    cfg = qos.QosConfig(classes=[qos.TrafficClass(name="a", ecn=qos.EcnProfile(k=3, kmax=9)),
-                                 qos.TrafficClass(name="b", dscp=[26], lossless=True)],
-                        pfc=qos.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
-    assert qos.config_from_dict(asdict(cfg)) == cfg
+    cfg = qcfg.QosConfig(classes=[qcfg.TrafficClass(name="a", ecn=qcfg.EcnProfile(k=3, kmax=9)),
+                                 qcfg.TrafficClass(name="b", dscp=[26], lossless=True)],
+                        pfc=qcfg.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
+    assert from_data(qcfg.QosConfig, json.loads(json.dumps(asdict(cfg)))) == cfg
 
 
 PORTS = [{"id": 0, "is_host": True, "peer": 1}, {"id": 1, "is_host": False, "peer": 0},
@@ -140,12 +145,12 @@ PORTS = [{"id": 0, "is_host": True, "peer": 1}, {"id": 1, "is_host": False, "pee
 
 
 def test_policies_mark_and_pause_only_where_they_should():
-    cfg = qos.QosConfig(classes=[qos.TrafficClass(name="a", ecn=qos.EcnProfile(k=3)),
-                                 qos.TrafficClass(name="b", dscp=[26], lossless=True)],
-                        pfc=qos.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
+    cfg = qcfg.QosConfig(classes=[qcfg.TrafficClass(name="a", ecn=qcfg.EcnProfile(k=3)),
+                                 qcfg.TrafficClass(name="b", dscp=[26], lossless=True)],
+                        pfc=qcfg.PfcConfig(xoff_bytes=9000, xon_bytes=3000, headroom_bytes=9000))
     ecn = qos_policy.ecn_settings(cfg, PORTS)
     assert {(p, c) for p, c, prof in ecn if prof} == {(1, 0), (2, 0), (3, 0)}  # no host NIC
-    off = qos.QosConfig(**{**asdict(cfg), "classes": cfg.classes, "pfc": cfg.pfc,
+    off = qcfg.QosConfig(**{**asdict(cfg), "classes": cfg.classes, "pfc": cfg.pfc,
                            "ecn_enabled": False})
     assert all(prof is None for _, _, prof in qos_policy.ecn_settings(off, PORTS))
     pfc = qos_policy.pfc_settings(cfg, PORTS)
@@ -154,15 +159,15 @@ def test_policies_mark_and_pause_only_where_they_should():
 
 
 def test_a_pause_acts_on_the_link_partner_of_the_congested_ingress():
-    assert qos_policy.on_event(qos.EV_XOFF, 1, 1, PORTS) == qos_policy.PauseAction("pause", 0, 1)
-    assert qos_policy.on_event(qos.EV_XON, 2, 1, PORTS) == qos_policy.PauseAction("resume", 3, 1)
-    assert qos_policy.on_event(qos.EV_OVERFLOW, 2, 1, PORTS).verb == "none"
+    assert qos_policy.on_event(qcfg.EV_XOFF, 1, 1, PORTS) == qos_policy.PauseAction("pause", 0, 1)
+    assert qos_policy.on_event(qcfg.EV_XON, 2, 1, PORTS) == qos_policy.PauseAction("resume", 3, 1)
+    assert qos_policy.on_event(qcfg.EV_OVERFLOW, 2, 1, PORTS).verb == "none"
     with pytest.raises(ValueError):
         qos_policy.on_event(9, 1, 1, PORTS)
 
 
 def test_a_batch_of_events_acts_once_per_link_pauses_first():
-    E = qos
+    E = qcfg
     plan = qos_policy.plan_batch([(E.EV_XON, 1, 1), (E.EV_XOFF, 2, 1), (E.EV_XOFF, 1, 1),
                                   (E.EV_OVERFLOW, 2, 1), (E.EV_XON, 3, 1)], PORTS)
     assert plan == [qos_policy.PauseAction("pause", 0, 1), qos_policy.PauseAction("pause", 3, 1),
@@ -185,7 +190,7 @@ def test_marks_below_k_and_time_weighted_percentiles():
     res = _marks_below_k(pairs, k_bytes=30000, frame=1000, lo=0, hi=1)
     assert res["marks"] == 14 and res["marks_below_k"] == 2  # taken between two low readings
     assert res["fraction"] == round(2 / 14, 4)
-    assert _weighted_percentile([(1, 0.1), (5, 0.8), (9, 0.1)], 50) == 5
+    assert percentile([1, 5, 9], 50, weights=[0.1, 0.8, 0.1]) == 5
 
 
 def test_pfc_summary_counts_pauses_and_reaction(tmp_path):

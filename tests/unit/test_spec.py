@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 
 import pytest
 
@@ -123,7 +124,7 @@ def test_invalid_specs_name_the_field(data, message):
 def test_specs_are_frozen():
     spec, _ = loads(with_("experiments", [{"type": "permutation"}]))
     assert isinstance(spec.experiments[0], Permutation)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         spec.links.buffer_pkts = 5  # type: ignore[misc]
 
 

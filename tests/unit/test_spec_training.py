@@ -1,11 +1,10 @@
 """Bad training specs are refused before anything starts, naming the field (issue 4)."""
 import pytest
 
-from testbed.spec import SpecError, loads
-from testbed.training import place, spread
-from topologies.model import at_rate
-from testbed.spec import TrainingJob
+from testbed.spec import SpecError, TrainingJob, loads
+from testbed.experiments.training.model import place, spread
 from topologies import build
+from topologies.model import at_rate
 
 
 def spec(**training):
@@ -62,7 +61,7 @@ def test_good_training_spec_and_placement():
 
 
 def test_a_bcube_server_receives_on_each_of_its_ports():
-    from testbed.training import ingress_spread
+    from testbed.experiments.training.model import ingress_spread
     bc = build("bcube", n=4, k=1)
     hosts = [h.name for h in bc.hosts]
     # BCube(4,1): 3 senders share h's level-0 switch, 3 its level-1 switch, and 9 reach it
@@ -75,7 +74,7 @@ def test_a_bcube_server_receives_on_each_of_its_ports():
 
 
 def test_colocated_shards_send_replies_too():
-    from testbed.training import predict
+    from testbed.experiments.training.model import predict
     S, n, k = 1000.0, 8, 4
     job = TrainingJob(sync="ps", workers=n, ps_shards=k, ps_placement="colocated")
     _, sent = predict(job, n, int(S), S, 1, 1e6, 0.0)
@@ -87,7 +86,7 @@ def test_colocated_shards_send_replies_too():
 
 
 def test_ring_flows_sharing_an_uplink_share_its_rate():
-    from testbed.training import ring_link_load
+    from testbed.experiments.training.model import ring_link_load
     ls = build("leafspine", spines=1, leaves=2, hosts_per_leaf=4)
     h = [x.name for x in ls.hosts]
     # ring alternating leaves: two ring flows leave each leaf through its one uplink

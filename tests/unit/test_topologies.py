@@ -1,6 +1,17 @@
 import pytest
 
-from topologies import Topology, TopologyError, bcube, build, dumbbell, fattree, leafspine, nonblocking, oversubscription, parse_params
+from topologies import (
+    Topology,
+    TopologyError,
+    bcube,
+    build,
+    dumbbell,
+    fattree,
+    leafspine,
+    nonblocking,
+    oversubscription,
+    parse_params,
+)
 from topologies.graph import bisection_mbps, count_shortest_paths, describe
 from topologies.model import IFNAME_MAX, ifname
 

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from testbed.monitor import ConservationSnapshot, SwitchCounters, conservation_report
-from testbed.ovs import needed_buffer_bytes
-from testbed.traffic import assign_ports, parse_iperf3
+from testbed.measure.conservation import ConservationSnapshot, SwitchCounters, conservation_report
+from testbed.net.ovs import needed_buffer_bytes
+from testbed.workloads.flows import assign_ports, parse_iperf3
 from topologies.patterns import random_bijection, stride
 
 HOSTS = [f"h{i}" for i in range(1, 17)]
@@ -57,20 +57,20 @@ def test_ovs_buffer_sizing():
 
 
 def test_buffer_sizing_scales_with_jumbo_frames():
-    from testbed.ovs import truesize_per_pkt
+    from testbed.net.ovs import truesize_per_pkt
     assert truesize_per_pkt(1500) == 4096
     assert truesize_per_pkt(9000) >= 16384 + 1024  # a 9014-byte frame takes a 16 KiB slab
     assert needed_buffer_bytes([100] * 80, [], 9000) > needed_buffer_bytes([100] * 80, [])
 
 
 def test_tcp_payload_fraction():
-    from testbed.experiments import tcp_payload_fraction
+    from testbed.config.units import tcp_payload_fraction
     assert round(tcp_payload_fraction(1500), 4) == round(1448 / 1514, 4)
     assert round(tcp_payload_fraction(9000), 4) == round(8948 / 9014, 4)
 
 
 def test_forwarding_verdict():
-    from testbed.monitor import forwarding_verdict
+    from testbed.measure.cpu import forwarding_verdict
     cpu = {"ovs_rx_backlog_p50_bytes": 2304 * 100, "ovs_rx_backlog_p90_bytes": 2304 * 300,
            "machine_idle_mean": 0.4, "ovs_thread_p90": 1.0}
     # 100 frames waiting while switches take in 50,000 packets/s: 2 ms added, CPU-bound
@@ -85,7 +85,7 @@ def test_forwarding_verdict():
 
 
 def test_percentile_nearest_rank():
-    from testbed.monitor import percentile
+    from testbed.results.stats import percentile
     assert percentile([0, 0, 0.4], 90) == 0.4  # not the median of three
     assert percentile([3, 1, 2], 50) == 2
     assert percentile(range(1, 101), 90) == 90
@@ -95,7 +95,7 @@ def test_percentile_nearest_rank():
 
 
 def test_parse_ping_summary():
-    from testbed.experiments import _parse_ping
+    from testbed.experiments.reachability import parse_ping as _parse_ping
     text = ("3 packets transmitted, 2 received, 33.3333% packet loss, time 402ms\n"
             "rtt min/avg/max/mdev = 0.512/10.250/19.988/9.738 ms\n")
     assert _parse_ping(text, 3) == [3, 2, 33.33, 10.25, 19.988, 0.512]
@@ -103,7 +103,7 @@ def test_parse_ping_summary():
 
 
 def test_finite_flows_report_their_completion_time():
-    from testbed.traffic import Flow, parse_finite
+    from testbed.workloads.flows import Flow, parse_finite
     f = Flow(src="h1", dst="h2", duration_s=30, nbytes=2_000_000)
     assert assign_ports([("h1", "h2")], 30, 5, 1000)[0].nbytes == 1000
     r = parse_finite(f, json.dumps({"servers": 1, "part_bytes": 2_000_000,

@@ -6,7 +6,6 @@ import math
 import pytest
 
 from testbed.workloads import models
-
 from testbed.workloads.launch import free_port
 from testbed.workloads.launch import start_local as worker
 

@@ -17,7 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import qos
+from testbed.config.loader import from_data
+from testbed.config.qos import EcnProfile, PfcConfig, QosConfig
+from testbed.config.units import class_minor, frame_bytes
+
+from . import qos_render as qos
 from .bpfsys import Map, RingBuffer
 
 CLONE_NEWNET = 0x40000000
@@ -94,8 +98,9 @@ class Dataplane:
         self.map_dir = self.desc["map_dir"]
         self.ports: list[dict] = self.desc["ports"]
         self.by_name = {p["ifname"]: p for p in self.ports}
+        self.qos: QosConfig = from_data(QosConfig, self.desc["qos"], "qos")
         self.classes: list[dict] = self.desc["qos"]["classes"]
-        self.frame = self.desc["mtu_bytes"] + 14
+        self.frame = frame_bytes(self.desc["mtu_bytes"])
         self._maps: dict[str, Map] = {}
         self._qstate = self._map("tb_qstate").mmap_array()
         self._inq = self._map("tb_inq").mmap_array()
@@ -131,13 +136,13 @@ class Dataplane:
         for dscp, cls in enumerate(table):
             m.update(qos.U32.pack(dscp), qos.U32.pack(cls))
 
-    def set_ecn(self, port: int, cls: int, profile: qos.EcnProfile | None) -> None:
-        """Marking profile of one port and class (None: no marking); buffer limits kept."""
-        key = qos.U32.pack(qos.slot(port, cls))
-        m = self._map("tb_qcfg")
-        limit_bytes, limit_pkts = qos.QCFG.unpack(m.lookup(key))[:2]
-        rate = self.ports[port]["rate_mbps"]
-        m.update(key, qos.qcfg_record(limit_bytes, limit_pkts, profile, self.frame, rate))
+    def set_ecn(self, port: int, cls: int, profile: EcnProfile | None) -> None:
+        """Marking profile of one port and class (None: no marking); its buffer limits are
+        the ones the fabric installed (dataplane.json)."""
+        p = self.ports[port]
+        limit_bytes, limit_pkts = p["limits"][cls]
+        self._map("tb_qcfg").update(qos.U32.pack(qos.slot(port, cls)), qos.qcfg_record(
+            limit_bytes, limit_pkts, profile, self.frame, p["rate_mbps"]))
 
     def set_lossless(self, classes: list[bool]) -> None:
         """Which classes PFC makes lossless (the dataplane tracks their packets per switch)."""
@@ -145,7 +150,7 @@ class Dataplane:
         for cls in range(qos.NCLASS):
             m.update(qos.U32.pack(cls), qos.U32.pack(int(cls < len(classes) and classes[cls])))
 
-    def set_pfc(self, port: int, cls: int, cfg: qos.PfcConfig | None) -> None:
+    def set_pfc(self, port: int, cls: int, cfg: PfcConfig | None) -> None:
         """PFC thresholds of a switch ingress port and class (None: PFC off there)."""
         rec = (qos.PFC_CFG.pack(1, cfg.xoff_bytes, cfg.xon_bytes, cfg.headroom_bytes)
                if cfg and cfg.enabled else qos.PFC_CFG.pack(0, 0, 0, 0))
@@ -185,7 +190,7 @@ class Dataplane:
         key = (port, cls)
         if key not in self._gates:
             p = self.ports[port]
-            minor = 0x10 + cls
+            minor = class_minor(cls)
             limit = p["tbf_limits"][cls]
             self._gates[key] = (
                 qos.tbf_change_message(p["ifindex"], minor, qos.PAUSED_RATE_BPS,

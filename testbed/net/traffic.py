@@ -1,81 +1,20 @@
-"""iperf3 flows between emulated hosts, and traffic patterns as data.
+"""Processes in the emulated hosts: iperf3 flows, workloads, servers.
 
 Every process is started from an argv list inside its host's network namespace; its PID is
 recorded in the run record so that teardown and `testbed clean` stop exactly those.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from .system import TestbedError, in_netns, run
+from testbed.system import TestbedError, in_netns, run
+from testbed.workloads.flows import BASE_PORT, Flow, FlowResult, parse_finite, parse_iperf3
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-BASE_PORT = 5201
-
-
-@dataclass(frozen=True, kw_only=True)
-class Flow:
-    src: str
-    dst: str
-    duration_s: float
-    omit_s: float = 1.0
-    port: int = BASE_PORT
-    dscp: int = 0  # marked by the sender's socket (iperf3 --dscp); selects a traffic class
-    udp_mbps: float | None = None  # UDP at this rate instead of TCP
-    nbytes: int | None = None  # a finite flow of this size (its completion time is measured,
-    #                            FlowRunner.run_finite); duration_s is its budget
-
-    def client_args(self) -> list[str]:
-        args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
-        if self.dscp:
-            args += ["--dscp", str(self.dscp)]
-        if self.udp_mbps is not None:
-            args += ["-u", "-b", f"{int(self.udp_mbps * 1e6)}", "-l", "1400"]
-        return args
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlowResult:
-    src: str
-    dst: str
-    goodput_mbps: float
-    sent_mbps: float
-    retransmits: int
-    max_cwnd_bytes: int
-    sender_cc: str
-    receiver_cc: str
-    error: str = ""
-    seconds: float = 0.0  # a finite flow's completion time (request to last byte)
-
-
-def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
-    """Goodput is what the receiver got (payload bits per second), after the omit period."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
-                          max_cwnd_bytes=0, sender_cc="", receiver_cc="",
-                          error=f"unparsable iperf3 output: {text[:200]!r}")
-    end = data.get("end", {})
-    if "error" in data:
-        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
-                          max_cwnd_bytes=0, sender_cc="", receiver_cc="", error=data["error"])
-    streams = end.get("streams", [{}])
-    return FlowResult(
-        src=src, dst=dst,
-        goodput_mbps=end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6,
-        sent_mbps=end.get("sum_sent", {}).get("bits_per_second", 0.0) / 1e6,
-        retransmits=int(end.get("sum_sent", {}).get("retransmits", 0)),
-        max_cwnd_bytes=int(streams[0].get("sender", {}).get("max_snd_cwnd", 0)),
-        sender_cc=end.get("sender_tcp_congestion", ""),
-        receiver_cc=end.get("receiver_tcp_congestion", ""))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _host_env() -> dict[str, str]:
@@ -107,7 +46,7 @@ def run_in_host(fabric, host: str, argv: list[str], timeout: float) -> str:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         stop_and_reap([proc])
-        raise TestbedError(f"{argv[2:4]} in {host} did not finish within {timeout:.0f} s")
+        raise TestbedError(f"{argv[2:4]} in {host} did not finish within {timeout:.0f} s") from None
     finally:
         stop_and_reap([proc])
     if proc.returncode != 0:
@@ -218,19 +157,6 @@ class FlowRunner:
             stop_and_reap(procs)
 
 
-def parse_finite(f: Flow, text: str) -> FlowResult:
-    """A finite flow's completion time from the reader's JSON (one round)."""
-    try:
-        seconds = float(json.loads(text)["round_s"][0])
-    except (ValueError, KeyError, IndexError, TypeError):
-        return FlowResult(src=f.src, dst=f.dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
-                          max_cwnd_bytes=0, sender_cc="", receiver_cc="",
-                          error=f"finite flow did not finish: {text[-200:]!r}")
-    rate = f.nbytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
-    return FlowResult(src=f.src, dst=f.dst, goodput_mbps=rate, sent_mbps=rate, retransmits=0,
-                      max_cwnd_bytes=0, sender_cc="", receiver_cc="", seconds=seconds)
-
-
 def stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
     """Stop whatever is still running (servers after their test, everything when a run is
     interrupted) and collect every exit status, so no process of ours lingers as a zombie."""
@@ -244,17 +170,3 @@ def stop_and_reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float,
-                 nbytes: int | None = None) -> list[Flow]:
-    """One flow per pair, each receiver's servers on distinct ports (finite flows of
-    `nbytes` when given)."""
-    used: dict[str, int] = {}
-    flows = []
-    for src, dst in pairs:
-        port = BASE_PORT + used.get(dst, 0)
-        used[dst] = used.get(dst, 0) + 1
-        flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port,
-                          nbytes=nbytes))
-    return flows

@@ -1,48 +1,46 @@
-"""The emulated fabric: a Mininet network of Open vSwitch switches built from a `Topology`,
-its queues, its hosts' TCP settings, and the Ryu controller that routes it.
+"""The emulated fabric of one phase: a Mininet network of Open vSwitch switches built from
+a `Topology`, its queues, its hosts' TCP settings, and the Ryu controller that routes it;
+and what an experiment does with it (flows, processes in hosts, the dataplane, samplers).
 
-This is the only module that imports Mininet.
+The network itself is built here; testbed/mntopo.py builds the same one for plain `mn`
+from the same translation (topologies/mnplan.py).
 """
 from __future__ import annotations
 
+import statistics
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from controllers.routing import plan as routing_plan
+from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
+from testbed.config.network import HostConfig, LinkConfig
+from testbed.config.qos import QosConfig
+from testbed.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
+from testbed.resources import RunRecord
+from testbed.system import (
+    TestbedError,
+    congestion_controls,
+    in_netns,
+    ip_batch,
+    is_root,
+    qdisc_supported,
+    run,
+    sysctl_get,
+    sysctl_set,
+)
+from testbed.workloads.flows import Flow, FlowResult
+from testbed.workloads.launch import free_port
+from topologies.mnplan import IP_BASE, mininet_plan
 from topologies.model import Topology, ifname
 
-from . import dataplane, ovs, qos
+from . import dataplane, ovs, traffic
+from .controller import ControllerLaunch, ControllerProcess
+from .dpapi import Dataplane
 from .qosplane import QOS_APPS, QosPlane, build_object
-from .controller import ControllerProcess, ControllerSpec
-from .workloads.launch import free_port
-from .resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
-from .resources import RunRecord
-from .system import (TestbedError, congestion_controls, in_netns, ip_batch, is_root,
-                     qdisc_supported, run, sysctl_get, sysctl_set)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinkConfig:
-    """Queues and link impairments. Rates come from the topology unless `rate_mbps` is set."""
-    rate_mbps: float | None = None
-    buffer_pkts: int | None = 100
-    buffer_bytes: int | None = None
-    host_queue_pkts: int = 1000
-    delay_us: int = 0
-    loss_pct: float = 0.0
-    drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
-    mtu_bytes: int = 1500  # every interface; jumbo frames cut the per-packet CPU cost
-    burst_us: int = 10000  # HTB catch-up allowance for the emulator's jitter (dataplane.py)
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostConfig:
-    congestion_control: str = "cubic"
-    ecn: bool = False
-    rto_min_us: int | None = None  # TCP's minimum retransmission timeout (kernel: 200000)
 
 
 @dataclass
@@ -63,8 +61,8 @@ class Fabric:
     out_dir: Path
     record: RunRecord
     plugins: tuple[str, ...] = ()
-    hedera: dict | None = None  # the scheduler's settings, for routing hedera
-    flow_priority: dict | None = None  # the priority policy (controller.flow_priority)
+    hedera: HederaSpec = field(default_factory=HederaSpec)  # for routing hedera
+    flow_priority: FlowPriority = field(default_factory=FlowPriority)
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
@@ -75,7 +73,7 @@ class Fabric:
     qos_status: dict = field(default_factory=dict)
     send_buffer_bytes: int | None = None
     needed_buffer_bytes: int = 0
-    qos: qos.QosConfig | None = None  # traffic classes, ECN and PFC (the BPF dataplane)
+    qos: QosConfig | None = None  # traffic classes, ECN and PFC (the BPF dataplane)
     qos_plane: QosPlane | None = None
 
     # ---- queues ------------------------------------------------------------------
@@ -152,16 +150,17 @@ class Fabric:
         self.record.root_ifaces = self.switch_ifaces() + [s.name for s in self.topo.switches]
         self.record.save()
 
-        qos_env = {}
-        if self.qos_plane is not None:
-            qos_env = {"dataplane_json": self.qos_plane.description,
-                       "status_dir": self.qos_status_dir}
+        config = ControllerConfig(
+            topology_json=str(topo_json), state_json=str(self.out_dir / "controller_state.json"),
+            routing=self.routing, results_dir=str(self.out_dir), hedera=self.hedera,
+            flow_priority=self.flow_priority, hedera_dir=str(self.hedera_dir),
+            dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
+            status_dir=str(self.qos_status_dir) if self.qos_plane else None)
         self.controller = ControllerProcess(
-            ControllerSpec(topology_json=topo_json, state_json=self.out_dir / "controller_state.json",
-                           routing=self.routing, port=free_port(), plugins=self.plugins,
-                           qos_apps=QOS_APPS if self.qos_plane else (), **qos_env,
-                           hedera=self.hedera, hedera_dir=self.hedera_dir,
-                           flow_priority=self.flow_priority),
+            ControllerLaunch(config=config,
+                             config_path=self.out_dir / "controller" / f"{self.slug}.json",
+                             port=free_port(), plugins=self.plugins,
+                             qos_apps=QOS_APPS if self.qos_plane else ()),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
@@ -200,24 +199,19 @@ class Fabric:
         switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13",
                          failMode="secure", batch=True)
         net = Mininet(switch=switch, controller=None, link=Link, build=False,
-                      autoSetMacs=False, autoStaticArp=False, ipBase="10.0.0.0/8",
+                      autoSetMacs=False, autoStaticArp=False, ipBase=IP_BASE,
                       waitConnected=False)
         self.net = net
         c0 = net.addController("c0", controller=_StartedController, ip="127.0.0.1",
-                               port=self.controller.spec.port)
+                               port=self.controller.launch.port)
         self.record.add_pid(c0.pid, "mininet controller node shell")
-        for host in self.topo.hosts:
-            net.addHost(host.name, ip=f"{host.ip}/{32 if host.relay else 8}", mac=host.macs[0])
-        for sw in self.topo.switches:
-            net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
-        for link in self.topo.links:
-            params = {}
-            for end, (node, port) in (("1", (link.a, link.a_port)), ("2", (link.b, link.b_port))):
-                if self.topo.is_host(node):
-                    params[f"addr{end}"] = self.topo.node(node).macs[port]
-            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port,
-                        intfName1=ifname(link.a, link.a_port),
-                        intfName2=ifname(link.b, link.b_port), **params)
+        plan = mininet_plan(self.topo)
+        for host in plan.hosts:
+            net.addHost(host.name, ip=host.ip, mac=host.mac)
+        for sw in plan.switches:
+            net.addSwitch(sw.name, dpid=sw.dpid)
+        for link in plan.links:
+            net.addLink(link.a, link.b, **link.kwargs())
         net.build()
         for host in net.hosts:
             self.record.add_pid(host.pid, f"mininet host {host.name}")
@@ -282,19 +276,22 @@ class Fabric:
         ip_batch(lines, pid)
 
     @property
+    def slug(self) -> str:
+        """The phase's name in file names (topologies/, controller/, hedera/, qos_apps/)."""
+        return self.topology_json.stem if self.topology_json else "fabric"
+
+    @property
     def hedera_dir(self) -> Path:
         """Where Hedera's scheduler logs its periods and decisions for this fabric."""
-        return self.out_dir / "hedera" / (self.topology_json.stem if self.topology_json
-                                          else "fabric")
+        return self.out_dir / "hedera" / self.slug
 
     @property
     def qos_status_dir(self) -> Path:
         """Where the controller's QoS apps report (status, PFC event log) for this fabric."""
-        return self.out_dir / "qos_apps" / (self.topology_json.stem if self.topology_json
-                                            else "fabric")
+        return self.out_dir / "qos_apps" / self.slug
 
     def _make_qos_plane(self) -> QosPlane:
-        slug = self.topology_json.stem if self.topology_json else "fabric"
+        slug = self.slug
         return QosPlane(
             self.topo, self.qos, rate_of=lambda link: self.links.rate_mbps or link.rate_mbps,
             host_pid=self.host_pid, mtu_bytes=self.links.mtu_bytes, burst_us=self.links.burst_us,
@@ -344,6 +341,55 @@ class Fabric:
                 f"OVS's send socket buffer is {self.send_buffer_bytes} bytes, below the "
                 f"{self.needed_buffer_bytes} bytes this fabric's queues need; packets would be "
                 "lost silently. Run `testbed clean` and retry (OVS is restarted when idle)")
+
+    # ---- what experiments do with a running fabric ---------------------------------------
+    def popen(self, host: str, argv: list[str]) -> subprocess.Popen:
+        """A short command in a host (its output piped, as text): pings and the like."""
+        return subprocess.Popen(in_netns(self.host_pid(host), argv), stdout=subprocess.PIPE,
+                                text=True)
+
+    def run_flows(self, flows: list[Flow], tag: str) -> list[FlowResult]:
+        """iperf3 flows (or finite transfers) at once; their results in order."""
+        return traffic.FlowRunner(self, self.out_dir / "flows").run(flows, tag)
+
+    def start_process(self, host: str, argv: list[str], what: str,
+                      log: Path) -> subprocess.Popen:
+        """A long-lived process in a host, its PID recorded for teardown and `testbed clean`."""
+        return traffic.start_in_host(self, host, argv, what, log)
+
+    def run_process(self, host: str, argv: list[str], timeout: float) -> str:
+        """A process in a host, to completion; its stdout."""
+        return traffic.run_in_host(self, host, argv, timeout)
+
+    def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
+        traffic.wait_listening(self, endpoints)
+
+    def stop_processes(self, procs: list[subprocess.Popen]) -> None:
+        traffic.stop_and_reap(procs)
+
+    def netstat(self, host: str, key: str) -> int:
+        """A TcpExt counter of one host's namespace (/proc/net/netstat is per namespace)."""
+        text = run(in_netns(self.host_pid(host), ["cat", "/proc/net/netstat"])).stdout
+        lines = text.splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            if names.startswith("TcpExt:"):
+                return int(dict(zip(names.split()[1:], values.split()[1:])).get(key, 0))
+        return 0
+
+    def ping_rtt_s(self, src: str, dst: str) -> float | None:
+        """Median RTT of a few pings (after the first, which may wait for ARP)."""
+        argv = ["ping", "-n", "-c", "6", "-i", "0.05", "-W", "2", self.topo.node(dst).ip]
+        out = subprocess.run(in_netns(self.host_pid(src), argv), capture_output=True,
+                             text=True, timeout=30).stdout
+        rtts = [float(line.split("time=")[1].split()[0]) for line in out.splitlines()
+                if "time=" in line]
+        return statistics.median(rtts[1:]) / 1000 if len(rtts) > 1 else None
+
+    def dataplane(self) -> Dataplane:
+        """The live dataplane API of this fabric's class queues (a `qos` fabric only)."""
+        if self.qos_plane is None:
+            raise TestbedError("this phase has no traffic-class dataplane (no qos)")
+        return Dataplane(self.qos_plane.description)
 
     def stop(self) -> None:
         t0 = time.time()

@@ -4,9 +4,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
-from .plots import _save
+from testbed.results.files import read_rows
+from testbed.results.plots import pyplot, save
 
 
 def _f(value: str) -> float | None:
@@ -23,6 +22,7 @@ def comm_vs_model(rows: list[dict], plots: Path) -> Path:
     job and fabric; iteration time as a marker."""
     labels = [f"{r['fabric']}\n{_key(r)}" for r in rows]
     x = range(len(rows))
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
     ax.bar([i - 0.2 for i in x], [_f(r["comm_s_median"]) or 0 for r in rows], 0.4,
            label="measured communication")
@@ -41,7 +41,7 @@ def comm_vs_model(rows: list[dict], plots: Path) -> Path:
         ax.set_yscale("log")
     ax.legend(fontsize=8)
     ax.set_title("Training: communication time, measured vs model (medians)")
-    return _save(fig, plots / "training_comm.png")
+    return save(fig, plots / "training_comm.png")
 
 
 def by_rate(rows: list[dict], plots: Path) -> Path | None:
@@ -52,6 +52,7 @@ def by_rate(rows: list[dict], plots: Path) -> Path | None:
             (float(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_comm_s"])))
     if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (fabric, job), pts in series.items():
         pts.sort()
@@ -63,7 +64,7 @@ def by_rate(rows: list[dict], plots: Path) -> Path | None:
     ax.set_ylabel("iteration time (s); dashed: model communication")
     ax.legend(fontsize=8)
     ax.set_title("Iteration time vs link rate")
-    return _save(fig, plots / "training_rate.png")
+    return save(fig, plots / "training_rate.png")
 
 
 def compression(rows: list[dict], plots: Path) -> Path | None:
@@ -72,6 +73,7 @@ def compression(rows: list[dict], plots: Path) -> Path | None:
     if len({(r["compression"], r["sync"]) for r in rows}) < 2:
         return None
     labels = [_key(r) for r in rows]
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     for ax, field, title in zip(axes, ("tx_bytes_per_sync", "iter_s_median", "test_acc"),
                                 ("bytes sent per worker and synchronisation",
@@ -80,7 +82,7 @@ def compression(rows: list[dict], plots: Path) -> Path | None:
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", rotation=60, labelsize=7)
     axes[0].set_yscale("log")
-    return _save(fig, plots / "training_compression.png")
+    return save(fig, plots / "training_compression.png")
 
 
 def loss_curves(rows: list[dict], plots: Path) -> Path:
@@ -89,6 +91,7 @@ def loss_curves(rows: list[dict], plots: Path) -> Path:
     for r in rows:
         curves[(r["experiment"], r["fabric"], r["job"])][int(r["iteration"])].append(
             float(r["loss"]))
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (exp, fabric, job), its in curves.items():
         xs = sorted(its)
@@ -97,7 +100,7 @@ def loss_curves(rows: list[dict], plots: Path) -> Path:
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss (mean over workers)")
     ax.legend(fontsize=7)
-    return _save(fig, plots / "training_loss.png")
+    return save(fig, plots / "training_loss.png")
 
 
 def draw(rows: list[dict], plots: Path) -> list[Path]:
@@ -107,3 +110,10 @@ def draw(rows: list[dict], plots: Path) -> list[Path]:
         if path:
             made.append(path)
     return made
+
+
+def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
+    """The training plots of a results directory (training.csv: one row per job)."""
+    path = out_dir / "metrics" / "training.csv"
+    rows = read_rows(path) if path.exists() else []
+    return draw(rows, plots) if rows else []

@@ -14,15 +14,17 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.config.qos import QosConfig, class_buffer
+from testbed.config.units import frame_bytes
+from testbed.system import TestbedError, in_netns, run
 from topologies.model import Topology, ifname
 
-from . import qos
+from . import qos_render as qos
 from .bpfsys import Map
 from .dataplane import apply_tc
-from .system import TestbedError, in_netns, run
 
 BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "tbqos.bpf.c"
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
+BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 BPFFS = Path("/sys/fs/bpf")
 QOS_APPS = ("priority", "ecn", "pfc")  # controllers/apps/<name>_app.py, one status file each
 
@@ -63,7 +65,7 @@ def interface_indexes(netns_pid: int | None) -> dict[str, int]:
 
 
 class QosPlane:
-    def __init__(self, topo: Topology, config: qos.QosConfig, *, rate_of, host_pid,
+    def __init__(self, topo: Topology, config: QosConfig, *, rate_of, host_pid,
                  mtu_bytes: int, burst_us: int, buffer_pkts: int | None,
                  buffer_bytes: int | None, host_queue_pkts: int, pin_dir: Path, out_dir: Path):
         self.topo = topo
@@ -71,7 +73,7 @@ class QosPlane:
         self.rate_of = rate_of  # link -> Mb/s
         self.host_pid = host_pid
         self.mtu = mtu_bytes
-        self.frame = mtu_bytes + 14
+        self.frame = frame_bytes(mtu_bytes)
         self.burst_us = burst_us
         self.buffer_pkts = buffer_pkts
         self.buffer_bytes = buffer_bytes
@@ -116,13 +118,7 @@ class QosPlane:
             return 0, self.host_queue_pkts
         if cls.lossless:
             return 0, 0  # PFC keeps it bounded: per ingress, xoff + headroom
-        if cls.buffer_bytes is not None:
-            return cls.buffer_bytes, 0
-        if cls.buffer_pkts is not None:
-            return 0, cls.buffer_pkts
-        if self.buffer_pkts is not None:
-            return 0, self.buffer_pkts
-        return self.buffer_bytes or 0, 0
+        return class_buffer(cls, self.buffer_pkts, self.buffer_bytes)
 
     def tbf_limits(self, port: qos.QosPort) -> list[int]:
         """qdisc limits above the BPF ones, so that the qdiscs never drop."""

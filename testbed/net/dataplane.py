@@ -13,7 +13,8 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 
-from .system import TestbedError, in_netns, run
+from testbed.config.units import frame_bytes, htb_burst_bytes
+from testbed.system import TestbedError, in_netns, run
 
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
@@ -39,25 +40,15 @@ class PortQueue:
             raise ValueError(f"{self.ifname}: exactly one of buffer_pkts, buffer_bytes")
 
 
-def frame_bytes(mtu_bytes: int) -> int:
-    """Largest Ethernet frame for an MTU (what HTB and byte limits count)."""
-    return mtu_bytes + 14
-
-
 def _limit_pkts(q: PortQueue) -> int:
     """Packet limit for leaves that count packets only (netem, pfifo_head_drop)."""
     return q.buffer_pkts or max(1, q.buffer_bytes // frame_bytes(q.mtu_bytes))
 
 
 def _burst_args(q: PortQueue) -> list[str]:
-    """HTB may send `burst_us` worth of bytes at once after an idle gap. The emulated switch
-    forwards with jitter (OVS's thread stalls for a few ms); without this allowance a port
-    fed at exactly its own rate loses every stalled millisecond for good, its queue
-    random-walks to the limit and drops packets a real switch would not."""
-    if not q.burst_us:
-        return []
-    nbytes = max(2 * frame_bytes(q.mtu_bytes), int(q.rate_mbps * q.burst_us / 8))
-    return ["burst", str(nbytes), "cburst", str(nbytes)]
+    """HTB may send `burst_us` worth of bytes at once after an idle gap (units.py says why)."""
+    nbytes = htb_burst_bytes(q.rate_mbps, q.burst_us, q.mtu_bytes)
+    return ["burst", str(nbytes), "cburst", str(nbytes)] if nbytes else []
 
 
 def htb_commands(q: PortQueue) -> list[list[str]]:

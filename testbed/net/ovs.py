@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from .system import TestbedError, have, run, sysctl_get, sysctl_set
+from testbed.config.units import frame_bytes
+from testbed.system import TestbedError, have, run, sysctl_get, sysctl_set
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 # What a socket buffer is charged per full-size frame: skb truesize, measured 2304 bytes for a
@@ -31,7 +32,7 @@ def frame_truesize(mtu_bytes: int = 1500) -> int:
     """Best estimate of a full-size frame's truesize (to convert queued bytes to frames)."""
     if mtu_bytes <= 1500:
         return TRUESIZE_1514
-    return (1 << (mtu_bytes + 14 + 320 - 1).bit_length()) + 1024  # data + headroom slab
+    return (1 << (frame_bytes(mtu_bytes) + 320 - 1).bit_length()) + 1024  # data + headroom slab
 
 
 def truesize_per_pkt(mtu_bytes: int = 1500) -> int:

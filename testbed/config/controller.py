@@ -1,0 +1,170 @@
+"""What the controller does: routing, Hedera's scheduler, flow priorities, plugins; and the
+per-phase configuration file through which the runner hands all of it to the Ryu apps
+(`ControllerConfig`, loaded by the apps with the same strict loader as the spec)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from topologies.model import Topology
+
+from .loader import SpecError, load_json
+
+# Hedera: a flow above 10% of its host's NIC rate is an elephant
+ELEPHANT_FRACTION = 0.1
+# Simulated annealing's steps per period. The paper ran 1000 over its smaller state (a core
+# per destination host); moving one flow at a time, it took 20000 here to reach a placement
+# exceeding nothing (one exists: a k=4 Fat-Tree is rearrangeably non-blocking) for the
+# random bijections randbij@0-2, started from Global First Fit's placement, in 30 of 30
+# seeded runs (5000: 27, 1000: 20), about 0.1 s of one core per period for 16 elephants.
+SA_ITERATIONS = 20000
+CONFIG_ENV = "TESTBED_CONTROLLER_CONFIG"  # the one variable: the path of the phase's file
+
+
+@dataclass(frozen=True, kw_only=True)
+class HederaSpec:
+    """Hedera's scheduler (routing: hedera): its period, the elephant threshold as a fraction
+    of the host NIC, the idle timeout of per-flow entries, the routing new flows start on
+    (ecmp as in the paper; single makes every collision certain, for tests), and the
+    placement: Global First Fit (gff) or Simulated Annealing (annealing, with its number of
+    iterations per period and its seed)."""
+    period_s: float = 5.0
+    elephant_fraction: float = ELEPHANT_FRACTION
+    idle_timeout_s: int = 10
+    base: Literal["ecmp", "single"] = "ecmp"
+    placement: Literal["gff", "annealing"] = "gff"
+    annealing_iterations: int = SA_ITERATIONS
+    annealing_seed: int = 0
+
+    def check(self) -> None:
+        path = "controller.hedera"
+        if not self.period_s > 0:
+            raise SpecError(f"{path}.period_s: must be > 0 (got {self.period_s:g})")
+        if not 0 < self.elephant_fraction <= 1:
+            raise SpecError(f"{path}.elephant_fraction: must be in (0, 1] "
+                            f"(got {self.elephant_fraction:g})")
+        if self.idle_timeout_s < 1:
+            raise SpecError(f"{path}.idle_timeout_s: must be >= 1 (got {self.idle_timeout_s})")
+        if self.annealing_iterations < 1:
+            raise SpecError(f"{path}.annealing_iterations: must be >= 1 "
+                            f"(got {self.annealing_iterations})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowPriority:
+    """Priority flow scheduling: the controller gives each TCP flow a DSCP at its ingress
+    edge (which the switches' traffic classes act on), from a policy: by_port (`ports`:
+    {tcp port: dscp}, `default`), by_hosts (flows among `hosts` get `dscp`, the rest
+    `default`), small_first (a flow is `high` until it has sent `threshold_bytes`, then
+    `low`), or plugin (`plugin`: "file.py:Class" or "module:Class", built with `args`, whose
+    dscp(flow) decides). `default` None leaves what the host marked.
+    controllers/priority.py has the policies."""
+    policy: Literal["none", "by_port", "by_hosts", "small_first", "plugin"] = "none"
+    ports: dict[int, int] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    dscp: int = 46
+    default: int | None = None
+    threshold_bytes: int = 100_000
+    high: int = 46
+    low: int = 0
+    plugin: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    period_s: float = 1.0  # how often flows' bytes are read for the policy (without hedera)
+
+    def check(self, topo: Topology, relay: bool) -> None:
+        path = "controller.flow_priority"
+        if self.policy == "none":
+            return
+        if relay:
+            raise SpecError(f"{path}.policy: flow priorities need a switched fabric; BCube's "
+                            "servers route for themselves")
+        dscps = {"dscp": self.dscp, "high": self.high, "low": self.low,
+                 **({"default": self.default} if self.default is not None else {}),
+                 **{f"ports[{p}]": d for p, d in self.ports.items()}}
+        for name, d in dscps.items():
+            if not isinstance(d, int) or not 0 <= d <= 63:
+                raise SpecError(f"{path}.{name}: a DSCP must be an integer in 0-63 (got {d!r})")
+        for p in self.ports:
+            if not isinstance(p, int) or not 0 < p < 65536:
+                raise SpecError(f"{path}.ports: {p!r} is not a TCP port")
+        if self.policy == "by_port" and not self.ports:
+            raise SpecError(f"{path}.ports: by_port needs at least one port")
+        if self.policy == "by_hosts":
+            names = {h.name for h in topo.hosts}
+            unknown = [h for h in self.hosts if h not in names]
+            if not self.hosts or unknown:
+                raise SpecError(f"{path}.hosts: by_hosts needs hosts of the topology "
+                                f"(unknown: {unknown})")
+        if self.policy == "small_first" and self.threshold_bytes < 1:
+            raise SpecError(f"{path}.threshold_bytes: must be >= 1 (got {self.threshold_bytes})")
+        if self.policy == "plugin":
+            where, _, cls = self.plugin.rpartition(":")
+            if not where or not cls:
+                raise SpecError(f"{path}.plugin: expected 'file.py:Class' or 'module:Class' "
+                                f"(got {self.plugin!r})")
+            if where.endswith(".py") and not Path(where).exists():
+                raise SpecError(f"{path}.plugin: file {where} does not exist")
+        if not self.period_s > 0:
+            raise SpecError(f"{path}.period_s: must be > 0 (got {self.period_s:g})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerSpec:
+    routing: Literal["ecmp", "single", "hedera"] = "ecmp"
+    plugins: list[str] = field(default_factory=list)
+    hedera: HederaSpec = field(default_factory=HederaSpec)
+    flow_priority: FlowPriority = field(default_factory=FlowPriority)
+
+    def check(self, topo: Topology) -> None:
+        relay = any(host.relay for host in topo.hosts)
+        self.flow_priority.check(topo, relay)
+        if relay and self.routing == "hedera":
+            raise SpecError("controller.routing: hedera needs a switched fabric; BCube's "
+                            "servers route for themselves")
+        self.hedera.check()
+        for i, plugin in enumerate(self.plugins):
+            if plugin.endswith(".py") and not Path(plugin).exists():
+                raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """Everything the controller's apps need for one phase, written by the runner beside
+    the phase's topology (controller/<phase>.json) and read by every app, built-in or
+    plugin, with `phase_config()`.
+
+    `routing` is the phase's (a permutation phase may differ from the spec's); `hedera` and
+    `flow_priority` are the spec's settings with the phase's changes; `dataplane_json` and
+    `status_dir` are set when the phase has a QoS dataplane; `hedera_dir` is where the flow
+    app logs its periods and decisions; `results_dir` is the run's results directory."""
+    topology_json: str
+    state_json: str
+    routing: Literal["ecmp", "single", "hedera"]
+    results_dir: str
+    hedera: HederaSpec = field(default_factory=HederaSpec)
+    flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    hedera_dir: str = ""
+    dataplane_json: str | None = None
+    status_dir: str | None = None
+
+    @property
+    def per_flow(self) -> bool:
+        """Hedera or a priority policy: flows get their own entries (the flow app)."""
+        return self.routing == "hedera" or self.flow_priority.policy != "none"
+
+    @property
+    def period_s(self) -> float:
+        """How often the flow app reads flow counters: Hedera's period, or the priority
+        policy's without Hedera."""
+        return self.hedera.period_s if self.routing == "hedera" else self.flow_priority.period_s
+
+    def topology(self) -> Topology:
+        return Topology.from_json(Path(self.topology_json).read_text())
+
+
+def phase_config(path: str | Path | None = None) -> ControllerConfig:
+    """The phase's controller configuration: from `path`, or from the file named by
+    $TESTBED_CONTROLLER_CONFIG (what the runner sets for the controller process)."""
+    return load_json(ControllerConfig, path or os.environ[CONFIG_ENV])

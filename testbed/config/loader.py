@@ -1,0 +1,142 @@
+"""Strict conversion of plain data (YAML, JSON) into frozen dataclasses.
+
+An unknown key or a wrong type is a `SpecError` whose message starts with the path of the
+bad field (`links.buffer_pkts: expected an integer, got 'x'`). A field whose type is a
+class with a `registry` mapping (the experiments' base) is converted to the registered
+subclass its `type` key names. The same loader reads a spec (YAML) and the controller's
+per-phase configuration (JSON), so both sides of the process boundary agree on every type
+and default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class SpecError(ValueError):
+    """A spec is invalid; the message starts with the path of the bad field."""
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            dict: "a mapping", list: "a list"}.get(tp, str(tp))
+
+
+def convert(tp: Any, value: Any, path: str) -> Any:
+    """`value` as type `tp`, or SpecError naming `path`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return convert(inner[0], value, path)
+    if origin is Literal:
+        if value not in args:
+            raise SpecError(f"{path}: must be one of {', '.join(map(str, args))} (got {value!r})")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise SpecError(f"{path}: expected a list, got {type(value).__name__}")
+        return [convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise SpecError(f"{path}: expected a mapping, got {type(value).__name__}")
+        if len(args) == 2:
+            return {convert(args[0], _key(args[0], k), f"{path}.{k}"):
+                    convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
+        return dict(value)
+    if isinstance(tp, type) and isinstance(getattr(tp, "registry", None), dict):
+        return _registered(tp, value, path)
+    if dataclasses.is_dataclass(tp):
+        return from_data(tp, value, path)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp in (bool, str):
+        if not isinstance(value, tp):
+            raise SpecError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    raise SpecError(f"{path}: unsupported field type {tp}")
+
+
+def _key(tp: Any, key: Any) -> Any:
+    """JSON writes integer keys as strings: read them back as integers."""
+    if tp is int and isinstance(key, str) and key.lstrip("-").isdigit():
+        return int(key)
+    return key
+
+
+def _registered(base: type, data: Any, path: str) -> Any:
+    registry: dict[str, type] = base.registry  # type: ignore[attr-defined]
+    if not isinstance(data, dict) or "type" not in data:
+        raise SpecError(f"{path}.type: required (one of {', '.join(registry)})")
+    cls = registry.get(data["type"])
+    if cls is None:
+        raise SpecError(f"{path}.type: unknown experiment {data['type']!r} "
+                        f"(one of {', '.join(registry)})")
+    return from_data(cls, data, path)
+
+
+def from_data(cls: type[T], data: Any, path: str = "") -> T:
+    """An instance of the dataclass `cls` from a mapping, every field converted strictly."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{path or 'spec'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in fields]
+    for key in data:
+        if key not in names:
+            raise SpecError(f"{path + '.' if path else ''}{key}: unknown key "
+                            f"(known: {', '.join(names)})")
+    kwargs = {}
+    for f in fields:
+        fpath = f"{path}.{f.name}" if path else f.name
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"{fpath}: required")
+            continue
+        kwargs[f.name] = convert(hints[f.name], data[f.name], fpath)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{path or 'spec'}: {exc}") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data, or SpecError naming the file."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+
+
+def load_json(cls: type[T], path: str | Path) -> T:
+    """A dataclass written by `dump_json`, read back with the same strict conversion."""
+    return from_data(cls, json.loads(Path(path).read_text()), "")
+
+
+def dump_json(obj: Any, path: str | Path) -> None:
+    """Write a dataclass as JSON atomically (a reader never sees half a file)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(obj), indent=1, default=str))
+    tmp.replace(target)

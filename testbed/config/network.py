@@ -1,0 +1,78 @@
+"""The fabric a spec asks for: its topology, its links' queues and impairments, and the
+hosts' TCP settings."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .loader import SpecError
+from .units import frame_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologySpec:
+    kind: str = "fattree"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Queues and link impairments. Rates come from the topology unless `rate_mbps` is set."""
+    rate_mbps: float | None = None
+    buffer_pkts: int | None = 100
+    buffer_bytes: int | None = None
+    host_queue_pkts: int = 1000
+    delay_us: int = 0
+    loss_pct: float = 0.0
+    drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
+    mtu_bytes: int = 1500  # every interface; jumbo frames cut the per-packet CPU cost
+    burst_us: int = 10000  # HTB catch-up allowance for the emulator's jitter (units.py)
+
+    def check(self) -> None:
+        if (self.buffer_pkts is None) == (self.buffer_bytes is None):
+            raise SpecError("links: set exactly one of buffer_pkts and buffer_bytes "
+                            "(buffer_pkts: null to use buffer_bytes)")
+        positive(self.buffer_pkts, "links.buffer_pkts", allow_none=True)
+        positive(self.buffer_bytes, "links.buffer_bytes", allow_none=True)
+        frame = frame_bytes(self.mtu_bytes)
+        if self.buffer_bytes is not None and self.buffer_bytes < frame:
+            raise SpecError(f"links.buffer_bytes: must hold one full-size frame "
+                            f"(>= {frame}), got {self.buffer_bytes}")
+        positive(self.rate_mbps, "links.rate_mbps", allow_none=True)
+        if not 0 <= self.burst_us <= 1_000_000:
+            raise SpecError(f"links.burst_us: must be in 0..1000000 (got {self.burst_us})")
+        if not 576 <= self.mtu_bytes <= 9000:
+            raise SpecError(f"links.mtu_bytes: must be in 576..9000 (got {self.mtu_bytes})")
+        if self.drop not in ("head", "tail"):
+            raise SpecError(f"links.drop: must be head or tail (got {self.drop!r})")
+        positive(self.host_queue_pkts, "links.host_queue_pkts")
+        if self.delay_us < 0:
+            raise SpecError(f"links.delay_us: must be >= 0 (got {self.delay_us})")
+        if not 0 <= self.loss_pct <= 100:
+            raise SpecError(f"links.loss_pct: must be in [0, 100] (got {self.loss_pct})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    congestion_control: str = "cubic"
+    ecn: bool = False
+    rto_min_us: int | None = None  # TCP's minimum retransmission timeout (kernel: 200000)
+
+    def check(self) -> None:
+        if not self.congestion_control.isidentifier():
+            raise SpecError(f"hosts.congestion_control: not an algorithm name "
+                            f"({self.congestion_control!r})")
+
+
+def positive(value: float | None, path: str, allow_none: bool = False) -> None:
+    """SpecError unless `value` > 0 (or None, when allowed)."""
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise SpecError(f"{path}: must be > 0 (got {value})")
+
+
+def one_of(value: str, choices: tuple[str, ...], path: str) -> None:
+    """SpecError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise SpecError(f"{path}: unknown {value!r} (one of {', '.join(choices)})")

@@ -1,0 +1,105 @@
+"""The spec: a YAML file loaded strictly into frozen dataclasses, then checked.
+
+An unknown key or a wrong type is an error naming the field's path (`links.buffer_pkts`);
+semantic checks follow; the result is frozen. Experiment types register their spec class
+with `ExperimentSpec.register` (testbed/experiments/); the loader picks the class by the
+entry's `type`. `testbed validate SPEC` runs exactly this, offline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from topologies import TopologyError, build
+from topologies.model import Topology
+
+from .controller import ControllerSpec
+from .loader import SpecError, from_data, read_yaml
+from .network import HostConfig, LinkConfig, TopologySpec, positive
+from .qos import QosConfig, QosError
+from .qos import validate as validate_qos
+
+E = TypeVar("E", bound=type)
+
+# fields that, wherever an experiment has them, must be > 0
+POSITIVE_FIELDS = ("duration_s", "interval_s", "rate_mbps", "access_rate_mbps", "sample_hz")
+
+
+class ExperimentSpec:
+    """Base of every experiment's spec type (a frozen, kw_only dataclass with a `type`
+    Literal field): `check` raises SpecError naming the field."""
+    registry: ClassVar[dict[str, type]] = {}
+    type: str
+
+    @classmethod
+    def register(cls, spec_type: E) -> E:
+        """Class decorator: make `spec_type` loadable under its `type` name."""
+        name = spec_type.__dataclass_fields__["type"].default  # type: ignore[attr-defined]
+        if name in cls.registry and cls.registry[name] is not spec_type:
+            raise ValueError(f"experiment type {name!r} registered twice")
+        cls.registry[name] = spec_type
+        return spec_type
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        """Semantic checks of this experiment (the common ones have run)."""
+
+    def check_common(self, path: str) -> None:
+        for name in POSITIVE_FIELDS:
+            if hasattr(self, name):
+                positive(getattr(self, name), f"{path}.{name}")
+        if hasattr(self, "omit_s") and self.omit_s >= self.duration_s:  # type: ignore[attr-defined]
+            raise SpecError(f"{path}.omit_s: must be shorter than duration_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    name: str
+    description: str = ""
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    links: LinkConfig = field(default_factory=LinkConfig)
+    hosts: HostConfig = field(default_factory=HostConfig)
+    controller: ControllerSpec = field(default_factory=ControllerSpec)
+    qos: QosConfig | None = None
+    experiments: list[ExperimentSpec] = field(default_factory=list)
+
+    def build_topology(self) -> Topology:
+        return build(self.topology.kind, **self.topology.params)
+
+
+def check(spec: Spec) -> Topology:
+    """Semantic checks; returns the topology the spec describes."""
+    try:
+        topo = spec.build_topology()
+    except TopologyError as exc:
+        raise SpecError(f"topology.params: {exc}") from None
+    spec.links.check()
+    spec.hosts.check()
+    if spec.qos is not None:
+        links = spec.links
+        try:
+            validate_qos(spec.qos, "qos", links.mtu_bytes, links.buffer_pkts, links.buffer_bytes)
+        except QosError as exc:
+            raise SpecError(str(exc)) from None
+    spec.controller.check(topo)
+    if not spec.experiments:
+        raise SpecError("experiments: at least one experiment is required")
+    for i, exp in enumerate(spec.experiments):
+        path = f"experiments[{i}]"
+        exp.check_common(path)
+        try:
+            exp.check(path, spec, topo)
+        except QosError as exc:
+            raise SpecError(str(exc)) from None
+    return topo
+
+
+def loads(data: Any) -> tuple[Spec, Topology]:
+    """Convert and check plain data. Raises SpecError with the path of the first bad field."""
+    spec = from_data(Spec, data, "")
+    return spec, check(spec)
+
+
+def load(path: str | Path) -> tuple[Spec, Topology]:
+    """Load, convert, check a YAML spec file."""
+    return loads(read_yaml(path))

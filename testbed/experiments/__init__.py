@@ -1,0 +1,29 @@
+"""Experiment types, each registered once here. To add one, write a module beside these
+(its spec type, its runner, its pure analysis and its plots, and an `Experiment` record)
+and list that record below; docs/ARCHITECTURE.md,
+"Adding an experiment", walks through it."""
+from __future__ import annotations
+
+from . import (
+               calibration,
+               ecn_queue,
+               incast,
+               permutation,
+               pfc_victim,
+               priority,
+               reachability,
+               training,
+)
+from .base import Experiment, register
+
+EXPERIMENTS: dict[str, Experiment] = register(
+    reachability.EXPERIMENT,
+    calibration.LINKS,
+    calibration.QUEUE,
+    permutation.EXPERIMENT,
+    ecn_queue.EXPERIMENT,
+    priority.EXPERIMENT,
+    incast.EXPERIMENT,
+    pfc_victim.EXPERIMENT,
+    training.EXPERIMENT,
+)

@@ -1,0 +1,75 @@
+"""What every experiment type shares: its registration, its outcome, and small pure checks.
+
+An experiment type is one module of this package (a package for a large one) holding its
+spec type (a subclass of `ExperimentSpec`), its runner `run(ctx, exp)`, its
+pure result analysis and its plots, and one `Experiment` record listed in
+`testbed/experiments/__init__.py`, which registers it. A runner reaches the emulated network only through the
+run context it is given (`ctx.fabric(...)`, `ctx.traffic_phase(...)`, `ctx.write_csv(...)`)
+and the phase handle that `ctx.fabric` yields (flows, processes in hosts, the dataplane,
+samplers), so that importing an experiment module -- what `testbed validate` does -- loads
+no runtime module.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed.config.spec import ExperimentSpec
+
+if TYPE_CHECKING:
+    from testbed.runner import RunContext
+
+# a plot: rows of one CSV file -> the PNG it drew (None: nothing to draw)
+CsvPlot = Callable[[list[dict], Path], "Path | None"]
+# a plot that reads the whole results directory -> the PNGs it drew
+DirPlot = Callable[[Path, Path], list[Path]]
+
+
+@dataclass
+class Outcome:
+    """What an experiment returns: headline metrics and fidelity warnings."""
+    headline: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One registered experiment type."""
+    spec: type
+    run: Callable[[RunContext, Any], Outcome]
+    plots: dict[str, CsvPlot] = field(default_factory=dict)  # metrics CSV -> its plot
+    dir_plots: tuple[DirPlot, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.__dataclass_fields__["type"].default)
+
+
+def register(*experiments: Experiment) -> dict[str, Experiment]:
+    """Make each experiment's spec type loadable (the spec's `experiments[i].type`) and
+    return them by name."""
+    for e in experiments:
+        ExperimentSpec.register(e.spec)
+    return {e.name: e for e in experiments}
+
+
+def check_cc(results: list[Any], expected: str, outcome: Outcome, label: str) -> list[str]:
+    """The congestion controls the senders used (iperf3 reports each connection's); a
+    warning when it is not the one configured."""
+    used = sorted({r.sender_cc for r in results})
+    if used != [expected]:
+        outcome.warnings.append(f"{label}: senders used {used}, not {expected}")
+    return used
+
+
+def ecn_congestion_control(available: list[str]) -> str:
+    """What ECN phases run: DCTCP where the kernel has it, else ECN-enabled cubic."""
+    return "dctcp" if "dctcp" in available else "cubic"
+
+
+def slug(label: str) -> str:
+    """A label as a file name: letters and digits, the rest as dashes."""
+    return "".join(c if c.isalnum() else "-" for c in label).strip("-")
+

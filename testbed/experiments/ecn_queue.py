@@ -1,0 +1,195 @@
+"""DCTCP's queue-occupancy experiment: drop-tail TCP vs ECN marking at K on one bottleneck
+(Alizadeh et al. 2010; Mininet-HiFi's reproduction)."""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from testbed.config.loader import SpecError
+from testbed.config.network import positive
+from testbed.config.qos import EcnProfile, QosConfig, TrafficClass
+from testbed.config.spec import ExperimentSpec, Spec
+from testbed.config.units import frame_bytes
+from testbed.results.plots import pyplot, save
+from testbed.results.stats import percentile
+from testbed.workloads.flows import Flow
+from topologies import dumbbell
+from topologies.model import Topology
+
+from .base import Experiment, Outcome, check_cc, ecn_congestion_control
+from .qos_common import time_weights
+
+if TYPE_CHECKING:
+    from testbed.runner import RunContext
+
+
+@dataclass(frozen=True, kw_only=True)
+class EcnQueue(ExperimentSpec):
+    """DCTCP's queue-occupancy experiment (Alizadeh et al. 2010, as reproduced on
+    Mininet-HiFi): `senders` long flows into one receiver through a `rate_mbps` bottleneck
+    with `buffer_pkts`, once with drop-tail TCP and once with marking at `k_pkts`."""
+    type: Literal["ecn_queue"] = "ecn_queue"
+    senders: int = 2
+    rate_mbps: float = 100.0
+    access_rate_mbps: float = 1000.0
+    buffer_pkts: int = 425
+    k_pkts: float = 20.0
+    duration_s: float = 20.0
+    omit_s: float = 3.0
+    sample_hz: float = 1000.0
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        if not 1 <= self.senders <= 64:
+            raise SpecError(f"{path}.senders: must be in 1..64 (got {self.senders})")
+        positive(self.buffer_pkts, f"{path}.buffer_pkts")
+        positive(self.k_pkts, f"{path}.k_pkts")
+        if self.k_pkts >= self.buffer_pkts:
+            raise SpecError(f"{path}.k_pkts: must be below buffer_pkts ({self.k_pkts:g} >= "
+                            f"{self.buffer_pkts}); nothing would ever be marked")
+        if self.access_rate_mbps <= self.rate_mbps:
+            raise SpecError(f"{path}.access_rate_mbps: must exceed rate_mbps")
+        if self.sample_hz > 5000:
+            raise SpecError(f"{path}.sample_hz: at most 5000 (got {self.sample_hz})")
+
+
+def run(ctx: RunContext, exp: EcnQueue) -> Outcome:
+    """Drop-tail TCP vs ECN marking at K on one bottleneck (DCTCP paper, Fig. 1 / 13;
+    Mininet-HiFi's reproduction: TCP mean queue ~331-345 packets, DCTCP ~19-20 at K = 20)."""
+    out = Outcome()
+    topo = dumbbell(senders=exp.senders, receivers=1, access_rate_mbps=exp.access_rate_mbps,
+                    bottleneck_rate_mbps=exp.rate_mbps)
+    bottleneck = f"s1-eth{exp.senders + 1}"
+    receiver = f"h{exp.senders + 1}"
+    ecn_cc = ecn_congestion_control(ctx.congestion_controls())
+    frame = frame_bytes(ctx.spec.links.mtu_bytes)
+    k_bytes = int(exp.k_pkts * frame)
+    phases = [
+        ("drop-tail", None, dataclasses.replace(ctx.spec.hosts, ecn=False)),
+        (f"ecn-{ecn_cc}", EcnProfile(k=exp.k_pkts, unit="pkts"),
+         dataclasses.replace(ctx.spec.hosts, ecn=True, congestion_control=ecn_cc)),
+    ]
+    rows, summary = [], []
+    for label, profile, hosts in phases:
+        cfg = QosConfig(classes=[TrafficClass(name="data", dscp=[0], buffer_pkts=exp.buffer_pkts,
+                                              ecn=profile)],
+                        ecn_enabled=profile is not None)
+        with ctx.fabric(topo, "single", f"ecn queue {label}", qos=cfg, hosts=hosts,
+                        buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
+            dp = fab.dataplane()
+            port = dp.by_name[bottleneck]["id"]
+            sampler = fab.class_sampler(dp, [(port, 0)], rate_hz=exp.sample_hz,
+                                        paired=(port, 0))
+            before = dp.queue(port, 0)
+            flows = [Flow(src=f"h{i + 1}", dst=receiver, duration_s=exp.duration_s,
+                          omit_s=exp.omit_s, port=5201 + i) for i in range(exp.senders)]
+            with ctx.traffic_phase(fab, out, f"ecn queue {label}") as checks:
+                sampler.start()
+                res = fab.run_flows(flows, f"ecn-{label}")
+                sampler.stop()
+            after = dp.queue(port, 0)
+            dp.close()
+        cc = check_cc(res, hosts.congestion_control, out, f"ecn queue {label}")
+        t0 = sampler.samples[0].t if sampler.samples else 0.0
+        # the steady state: after the omitted start, before the flows end
+        lo = t0 + exp.omit_s + 1.0
+        hi = t0 + exp.omit_s + exp.duration_s - 1.0
+        segs = sampler.time_weighted(port, 0, lo, hi)
+        total = sum(d for d, _, _ in segs) or 1.0
+        mean_pkts = sum(d * p for d, p, _ in segs) / total
+        durations = [d for d, _, _ in segs]
+        pkts = [p for _, p, _ in segs]
+        rows += [[label, round(s.t, 4), s.pkts, s.bytes, s.marks - before.marks,
+                  s.drops - before.drops] for s in sampler.samples]
+        below = _marks_below_k(sampler.pairs, k_bytes, frame, lo, hi)
+        summary.append({
+            "phase": label, "sender_cc": cc, "ecn": hosts.ecn,
+            "queue_mean_pkts": round(mean_pkts, 1),
+            "queue_p50_pkts": percentile(pkts, 50, durations) if segs else 0,
+            "queue_p90_pkts": percentile(pkts, 90, durations) if segs else 0,
+            "queue_max_pkts": max((p for _, p, _ in segs), default=0),
+            "marks_pkts": after.marks - before.marks,
+            "drops_pkts": after.drops - before.drops,
+            "goodput_mbps": round(sum(r.goodput_mbps for r in res), 3),
+            "retransmits_pkts": sum(r.retransmits for r in res),
+            "marks_with_real_queue_below_k": below,
+            "sample_rate_hz": round(sampler.achieved_rate_hz(), 1),
+            "cpu_bound": checks["cpu"]["cpu_bound"],
+            "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
+        })
+    ctx.write_csv("ecn_queue_depth.csv", ["phase", "t_s", "qlen_pkts", "qlen_bytes",
+                                          "marks_cum_pkts", "drops_cum_pkts"], rows)
+    ctx.write_csv("ecn_queue_summary.csv", list(summary[0]), [list(s.values()) for s in summary])
+    tail, ecn = summary
+    out.headline = {"buffer_pkts": exp.buffer_pkts, "k_pkts": exp.k_pkts,
+                    "rate_mbps": exp.rate_mbps, "ecn_sender_cc": ecn_cc,
+                    "droptail": tail, "ecn": ecn,
+                    "droptail_mean_over_buffer": round(tail["queue_mean_pkts"] / exp.buffer_pkts, 3),
+                    "ecn_mean_over_k": round(ecn["queue_mean_pkts"] / exp.k_pkts, 3)}
+    if tail["queue_mean_pkts"] < 0.6 * exp.buffer_pkts:
+        out.warnings.append(f"ecn queue: drop-tail mean queue {tail['queue_mean_pkts']} is below "
+                            f"60% of the {exp.buffer_pkts}-packet buffer")
+    limit = 1.5 if ecn_cc == "dctcp" else 2.0
+    if ecn["queue_mean_pkts"] > limit * exp.k_pkts:
+        out.warnings.append(f"ecn queue: mean queue with marking {ecn['queue_mean_pkts']} is "
+                            f"above {limit:g} K")
+    return out
+
+
+def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: float) -> dict:
+    """Marks are decided on the BPF's count of the class queue (bytes from enqueue until the
+    far end of the link receives them). At every tick the sampler read the qdisc's own
+    backlog between two BPF readings: their difference says how far the two views of the
+    queue agree, and the marks taken between two ticks whose qdisc readings were both below
+    K are counted as marks below K (an upper bound: the queue may have crossed K and come
+    back within the millisecond)."""
+    pairs = [p for p in pairs if lo <= p[0] <= hi]
+    if len(pairs) < 2:
+        return {"fraction": None, "marks": 0}
+    diffs = [abs((b0 + b1) / 2 - real) / frame for _, b0, real, b1, _, _ in pairs]
+    below = total = 0
+    for a, b in zip(pairs, pairs[1:]):
+        delta = b[5] - a[5]
+        total += delta
+        if a[2] < k_bytes and b[2] < k_bytes:
+            below += delta
+    return {"fraction": round(below / total, 4) if total else None, "marks": total,
+            "marks_below_k": below, "ticks": len(pairs),
+            "bpf_minus_qdisc_p50_pkts": round(percentile(diffs, 50), 2),
+            "bpf_minus_qdisc_p99_pkts": round(percentile(diffs, 99), 2)}
+
+
+def plot(rows: list[dict], plots: Path) -> Path:
+    """Queue depth over a 2 s window of each phase, and its histogram (time-weighted)."""
+    plt = pyplot()
+    by = defaultdict(list)
+    for r in rows:
+        by[r["phase"]].append((float(r["t_s"]), int(r["qlen_pkts"])))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for phase, pts in by.items():
+        t0 = pts[0][0] + 5.0
+        window = [(t - t0, q) for t, q in pts if t0 <= t <= t0 + 2.0]
+        ax.step([t for t, _ in window], [q for _, q in window], where="post", lw=0.8,
+                label=phase)
+        weights = time_weights(pts)
+        qs = list(weights)
+        acc, cdf = 0.0, []
+        for q in qs:
+            acc += weights[q]
+            cdf.append(acc)
+        ax2.plot(qs, cdf, label=phase)
+    ax.set_xlabel("time (s, 2 s of the steady state)")
+    ax.set_ylabel("bottleneck queue (packets)")
+    ax.set_title("ECN queue occupancy")
+    ax.legend()
+    ax2.set_xscale("symlog", linthresh=10)
+    ax2.set_xlabel("queue (packets)")
+    ax2.set_ylabel("fraction of time")
+    ax2.set_title("queue depth CDF (1 kHz, time-weighted)")
+    ax2.legend()
+    return save(fig, plots / "ecn_queue.png")
+
+
+EXPERIMENT = Experiment(spec=EcnQueue, run=run, plots={"ecn_queue_depth.csv": plot})

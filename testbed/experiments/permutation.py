@@ -1,0 +1,220 @@
+"""Permutation throughput (Hedera's evaluation): every host sends to one other host in a
+traffic pattern; the aggregate goodput of each routing (single path, ECMP, Hedera, a
+non-blocking switch as the reference) as a fraction of the hosts' summed rate, and for
+finite flows their completion times against one flow alone."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from controllers.flowsched import estimate_demands
+from testbed.config.loader import SpecError
+from testbed.config.spec import ExperimentSpec, Spec
+from testbed.config.units import tcp_payload_fraction
+from testbed.results.plots import pyplot, save
+from testbed.results.stats import percentile_or_none
+from testbed.workloads.flows import assign_ports
+from topologies import nonblocking, patterns
+from topologies.graph import host_rate_sum
+from topologies.model import Topology
+
+from .base import Experiment, Outcome, check_cc
+
+if TYPE_CHECKING:
+    from testbed.runner import RunContext
+
+ROUTINGS = ("nonblocking", "ecmp", "single", "hedera", "hedera_sa")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Permutation(ExperimentSpec):
+    type: Literal["permutation"] = "permutation"
+    patterns: list[str] = field(default_factory=lambda: ["stride:8", "randbij"])
+    seed: int = 1  # repeat r of a seeded pattern uses seed + r
+    # finite flows of this many bytes instead of long ones: their completion times are
+    # measured, against one flow of the same size alone on the idle fabric (slowdown);
+    # duration_s is then the budget they must finish within
+    flow_bytes: int | None = None
+    # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference);
+    # hedera places elephants as controller.hedera.placement says, hedera_sa with Simulated
+    # Annealing whatever it says (to compare both in one run)
+    routings: list[Literal["nonblocking", "ecmp", "single", "hedera", "hedera_sa"]] = field(
+        default_factory=lambda: ["single", "ecmp"])
+    duration_s: float = 20.0
+    omit_s: float = 3.0
+    repeats: int = 1
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        if self.repeats < 1:
+            raise SpecError(f"{path}.repeats: must be >= 1")
+        if not self.routings:
+            raise SpecError(f"{path}.routings: at least one routing mode")
+        if self.flow_bytes is not None and self.flow_bytes < 1:
+            raise SpecError(f"{path}.flow_bytes: must be >= 1 (got {self.flow_bytes})")
+        if {"hedera", "hedera_sa"} & set(self.routings) and any(h.relay for h in topo.hosts):
+            raise SpecError(f"{path}.routings: hedera needs a switched fabric; BCube's servers "
+                            "route for themselves")
+        for j, pattern in enumerate(self.patterns):
+            parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
+
+
+def parse_pattern(text: str, n_hosts: int, path: str = "pattern") -> patterns.Pattern:
+    """A traffic pattern name (topologies/patterns.py), checked against the fabric."""
+    if n_hosts < 2:
+        raise SpecError(f"{path}: a traffic pattern needs at least 2 hosts")
+    try:
+        return patterns.parse(text, n_hosts, path)
+    except patterns.PatternError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _save_pattern(ctx: RunContext, routing: str, pattern: str, rep: int, seed: int, pairs) -> None:
+    """The flows of one phase, so that it can be replayed exactly (patterns/*.json)."""
+    d = ctx.out_dir / "patterns"
+    d.mkdir(parents=True, exist_ok=True)
+    name = f"{routing}-{pattern.replace(':', '_')}-{rep}.json"
+    (d / name).write_text(json.dumps({"pattern": pattern, "seed": seed, "repeat": rep,
+                                      "flows": [list(p) for p in pairs]}))
+
+
+
+def maxmin_model(pairs, hosts: int, mtu_bytes: int) -> float:
+    """What a non-blocking switch gives these flows, as a fraction of the hosts' summed
+    rate: their max-min fair shares limited only by the NICs (Hedera's natural demands:
+    every flow's TCP fills what its sender and receiver leave it), counted as TCP payload.
+    The reference the measured non-blocking column is checked against, pattern by
+    pattern (all NICs at one rate)."""
+    return sum(estimate_demands(pairs)) / hosts * tcp_payload_fraction(mtu_bytes)
+
+
+def run(ctx: RunContext, exp: Permutation) -> Outcome:
+    out = Outcome()
+    topo = ctx.topo
+    hosts = [h.name for h in topo.hosts]
+    rows, flow_rows = [], []
+    ideal_fcts: dict[str, float | None] = {}
+    for routing in exp.routings:
+        fabric_topo, fabric_routing, hedera = topo, routing, None
+        if routing == "nonblocking":  # the reference: the same hosts on one ideal switch
+            rate = min(l.rate_mbps for l in topo.links if topo.is_host(l.a) or topo.is_host(l.b))
+            fabric_topo, fabric_routing = nonblocking(len(hosts), rate), "single"
+        if routing == "hedera_sa":  # Hedera placing by Simulated Annealing
+            fabric_routing, hedera = "hedera", {"placement": "annealing"}
+        with ctx.fabric(fabric_topo, fabric_routing, f"permutation {routing}",
+                        hedera=hedera) as fab:
+            ideal = host_rate_sum(fab.topo)  # links.rate_mbps, when set, is in fab.topo
+            ideal_fct = None
+            if exp.flow_bytes:  # one flow of that size alone, across the whole fabric
+                alone = fab.run_flows(
+                    assign_ports([(hosts[0], hosts[-1])], exp.duration_s, 0, exp.flow_bytes),
+                    f"perm-{routing}-alone")[0]
+                ideal_fct = alone.seconds or None
+                ideal_fcts[routing] = ideal_fct
+                ctx.log(f"  {routing}: one {exp.flow_bytes}-byte flow alone "
+                        f"{hosts[0]}->{hosts[-1]} took {alone.seconds:.3f} s")
+            for pattern in exp.patterns:
+                parsed = parse_pattern(pattern, len(hosts))
+                for rep in range(exp.repeats):
+                    pairs = patterns.generate(parsed, topo, exp.seed + rep)
+                    _save_pattern(ctx, routing, pattern, rep, exp.seed + rep, pairs)
+                    label = f"{routing} {pattern} #{rep}"
+                    ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
+                    with ctx.traffic_phase(fab, out, label) as checks:
+                        res = fab.run_flows(
+                            assign_ports(pairs, exp.duration_s,
+                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes),
+                            f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                    if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
+                        check_cc(res, ctx.spec.hosts.congestion_control, out, label)
+                    for r in res:
+                        if r.error:
+                            out.warnings.append(f"{label}: {r.src}->{r.dst}: {r.error}")
+                    agg = sum(r.goodput_mbps for r in res)
+                    fcts = sorted(r.seconds for r in res) if exp.flow_bytes else []
+                    slow = [f / ideal_fct for f in fcts] if ideal_fct else []
+                    rows.append([routing, pattern, rep, round(agg, 3), round(agg / ideal, 4),
+                                 checks["cpu"]["ovs_added_delay_p50_ms"],
+                                 checks["cpu"]["ovs_thread_p90"], checks["cpu"]["machine_idle_mean"],
+                                 checks["cpu"]["cpu_bound"],
+                                 checks["conservation"]["lost_in_switches"],
+                                 percentile_or_none(fcts, 50, 4), percentile_or_none(fcts, 99, 4), percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
+                                 round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
+                                       4)])
+                    flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
+                                   r.retransmits, r.sender_cc,
+                                   round(r.seconds, 4) if exp.flow_bytes else None,
+                                   round(ideal_fct, 4) if ideal_fct else None,
+                                   round(r.seconds / ideal_fct, 3) if ideal_fct else None]
+                                  for r in res]
+    ctx.write_csv("permutation.csv", ["routing", "pattern", "repeat", "aggregate_mbps",
+                                      "normalised_to_ideal", "ovs_added_delay_p50_ms",
+                                      "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
+                                      "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
+                                      "slowdown_p50", "slowdown_p99", "maxmin_model"],
+                  rows)
+    ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
+                                            "goodput_mbps", "retransmits_pkts", "sender_cc",
+                                            "fct_s", "ideal_fct_s", "slowdown"],
+                  flow_rows)
+    out.headline = {"ideal_mbps": ideal}
+    if ideal_fcts:
+        out.headline["ideal_fct_s"] = {k: round(v, 4) for k, v in ideal_fcts.items() if v}
+    for pattern in exp.patterns:
+        means = {}
+        for routing in exp.routings:
+            vals = [r[4] for r in rows if r[0] == routing and r[1] == pattern]
+            means[routing] = sum(vals) / len(vals)
+            out.headline[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
+        model = [r[-1] for r in rows if r[1] == pattern and r[0] == exp.routings[0]]
+        out.headline[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
+        if "ecmp" in means and "single" in means and means["single"] > 0:
+            out.headline[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
+    if len(exp.patterns) > 1:  # mean over patterns, CPU-bound phases left out (and counted)
+        for routing in exp.routings:
+            ok = [r[4] for r in rows if r[0] == routing and not r[8]]
+            out.headline[f"mean_{routing}_normalised"] = (round(sum(ok) / len(ok), 4)
+                                                          if ok else None)
+            out.headline[f"cpu_bound_phases_{routing}"] = sum(
+                1 for r in rows if r[0] == routing and r[8])
+    return out
+
+
+# Hedera (Al-Fares et al., NSDI 2010), k=4 Fat-Tree testbed, means over its patterns, as
+# fractions of the full bisection: drawn beside a run that has the same routings. Their
+# "ECMP" behaved like one spanning tree (about 0.21-0.22 on stride-4/8), closer to `single`.
+HEDERA_PUBLISHED_MEANS = {"nonblocking": 0.71, "ecmp": 0.44, "hedera": 0.67}
+
+
+def plot(rows: list[dict], plots: Path) -> Path:
+    plt = pyplot()
+    patterns = list(dict.fromkeys(r["pattern"] for r in rows))  # in the order they ran
+    routings = list(dict.fromkeys(r["routing"] for r in rows))
+    fig, ax = plt.subplots(figsize=(min(16, max(7, 0.55 * len(patterns) * len(routings) / 2)), 4))
+    width = 0.8 / len(routings)
+    for i, routing in enumerate(routings):
+        vals, hatches = [], []
+        for p in patterns:
+            sel = [r for r in rows if r["pattern"] == p and r["routing"] == routing]
+            vals.append(sum(float(r["normalised_to_ideal"]) for r in sel) / len(sel)
+                        if sel else 0)
+            hatches.append("//" if any(r["cpu_bound"] == "True" for r in sel) else "")
+        bars = ax.bar([j + i * width for j in range(len(patterns))], vals, width,
+                      label=routing)
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)  # hatched: CPU-bound, not faithful
+        if "hedera" in routings and routing in HEDERA_PUBLISHED_MEANS:
+            ax.axhline(HEDERA_PUBLISHED_MEANS[routing], ls="--", lw=0.8,
+                       color=bars[0].get_facecolor(),
+                       label=f"{routing}: Hedera paper's testbed mean")
+    ax.set_xticks([j + width * (len(routings) - 1) / 2 for j in range(len(patterns))], patterns,
+                  rotation=45 if len(patterns) > 4 else 0, ha="right" if len(patterns) > 4
+                  else "center", fontsize=8)
+    ax.set_ylabel("aggregate throughput / ideal")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7, ncol=2)
+    return save(fig, plots / "permutation.png")
+
+
+EXPERIMENT = Experiment(spec=Permutation, run=run, plots={"permutation.csv": plot})

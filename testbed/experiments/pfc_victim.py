@@ -1,0 +1,172 @@
+"""PFC congestion spreading (Guo et al. 2016; DCQCN, Zhu et al. 2015): a victim flow that
+shares one uplink with an incast loses throughput when PFC pauses that uplink."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from testbed.config.loader import SpecError
+from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
+from testbed.config.qos import validate as validate_qos
+from testbed.config.spec import ExperimentSpec, Spec
+from testbed.results.plots import pyplot, save
+from testbed.workloads.flows import Flow
+from topologies import leafspine
+from topologies.model import Topology
+
+from .base import Experiment, Outcome, ecn_congestion_control
+from .qos_common import (
+    CLASS_QUEUES,
+    CLASS_QUEUES_HEADER,
+    class_queue_rows,
+    class_queues,
+    fabric_drops,
+    ingress_residual,
+    pfc_summary,
+    pfc_timelines,
+    switch_slots,
+)
+
+if TYPE_CHECKING:
+    from testbed.runner import RunContext
+
+VICTIM_PHASES = ("no-incast", "lossy", "pfc", "pfc+ecn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PfcVictim(ExperimentSpec):
+    """PFC congestion spreading (Guo et al. 2016; DCQCN, Zhu et al. 2015) on a leaf-spine with
+    one spine: `incast_senders` on leaf 2 send to one receiver on leaf 1; a victim flow from
+    leaf 2 to an idle receiver on leaf 3 shares only leaf 2's uplink with them. Victim
+    goodput and pauses per link for each phase."""
+    type: Literal["pfc_victim"] = "pfc_victim"
+    phases: list[str] = field(default_factory=lambda: list(VICTIM_PHASES))
+    host_rate_mbps: float = 100.0
+    uplink_rate_mbps: float = 300.0
+    incast_senders: int = 3
+    duration_s: float = 15.0
+    omit_s: float = 3.0
+    mtu_bytes: int = 9000  # 4 switch hops at 200 Mb/s: jumbo frames keep OVS below CPU limit
+    buffer_pkts: int = 32  # the lossy phase's buffer per port
+    xoff_bytes: int = 36000
+    xon_bytes: int = 18000
+    headroom_bytes: int = 160000
+    k_bytes: int = 20000
+    burst_us: int = 1000
+    dscp: int = 26
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        for j, ph in enumerate(self.phases):
+            if ph not in VICTIM_PHASES:
+                raise SpecError(f"{path}.phases[{j}]: one of {', '.join(VICTIM_PHASES)} "
+                                f"(got {ph!r})")
+        if not 1 <= self.incast_senders <= 16:
+            raise SpecError(f"{path}.incast_senders: must be in 1..16")
+        if not 576 <= self.mtu_bytes <= 9000:
+            raise SpecError(f"{path}.mtu_bytes: must be in 576..9000")
+        check_pfc_thresholds(self.xoff_bytes, self.xon_bytes, self.headroom_bytes,
+                             self.mtu_bytes, path)
+        validate_qos(victim_qos(self, "pfc+ecn"), path, self.mtu_bytes, self.buffer_pkts, None)
+
+
+def victim_qos(exp: PfcVictim, phase: str) -> QosConfig:
+    lossless = phase.startswith("pfc")
+    ecn = EcnProfile(k=exp.k_bytes, unit="bytes") if phase == "pfc+ecn" else None
+    data = TrafficClass(name="data", dscp=[0] if lossless else sorted({0, exp.dscp}),
+                        buffer_pkts=exp.buffer_pkts)
+    classes = [data]
+    pfc = None
+    if lossless:
+        classes.append(TrafficClass(name="lossless", dscp=[exp.dscp], priority=3,
+                                    lossless=True, ecn=ecn))
+        pfc = PfcConfig(xoff_bytes=exp.xoff_bytes, xon_bytes=exp.xon_bytes,
+                        headroom_bytes=exp.headroom_bytes)
+    return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
+
+
+def run(ctx: RunContext, exp: PfcVictim) -> Outcome:
+    out = Outcome()
+    hpl = exp.incast_senders + 1
+    topo = leafspine(spines=1, leaves=3, hosts_per_leaf=hpl, host_rate=exp.host_rate_mbps,
+                     uplink_rate=exp.uplink_rate_mbps)
+    leaf = {i: [f"h{i * hpl + j + 1}" for j in range(hpl)] for i in range(3)}
+    receiver = leaf[0][0]
+    senders = leaf[1][:exp.incast_senders]
+    victim_src, victim_dst = leaf[1][exp.incast_senders], leaf[2][0]
+    ecn_cc = ecn_congestion_control(ctx.congestion_controls())
+    rows, queue_rows = [], []
+    for phase in exp.phases:
+        cfg = victim_qos(exp, phase)
+        hosts = dataclasses.replace(ctx.spec.hosts, ecn=phase == "pfc+ecn",
+                                    congestion_control=ecn_cc if phase == "pfc+ecn"
+                                    else ctx.spec.hosts.congestion_control)
+        label = f"pfc victim {phase}"
+        with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, mtu_bytes=exp.mtu_bytes,
+                        burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
+                        buffer_bytes=None) as fab:
+            flows = [Flow(src=victim_src, dst=victim_dst, duration_s=exp.duration_s,
+                          omit_s=exp.omit_s, port=5201, dscp=exp.dscp)]
+            if phase != "no-incast":
+                flows += [Flow(src=s, dst=receiver, duration_s=exp.duration_s,
+                               omit_s=exp.omit_s, port=5202 + i, dscp=exp.dscp)
+                          for i, s in enumerate(senders)]
+            dp = fab.dataplane()
+            before = fabric_drops(dp)
+            sampler = fab.class_sampler(dp, switch_slots(dp))
+            t_ns = time.monotonic_ns()
+            with ctx.traffic_phase(fab, out, label) as checks:
+                sampler.start()
+                res = fab.run_flows(flows, f"victim-{phase}")
+                sampler.stop()
+            queue_rows += class_queue_rows(dp, sampler.samples, label)
+            drops = {k: v - before[k] for k, v in fabric_drops(dp).items()}
+            residual = ingress_residual(dp)
+            dp.close()
+            pfc = pfc_summary(fab.qos_status_dir, t_ns)
+        victim, incast_flows = res[0], res[1:]
+        hops = sorted(pfc.get("paused_links", {}))
+        rows.append({"phase": phase, "victim_mbps": round(victim.goodput_mbps, 3),
+                     "incast_mbps": round(sum(r.goodput_mbps for r in incast_flows), 3),
+                     "victim_retransmits": victim.retransmits, **drops, **residual,
+                     "pauses": pfc["pauses"], "paused_links": " ".join(hops),
+                     "pause_applied_p50_us": pfc.get("reaction_applied_us", {}).get("p50"),
+                     "pause_applied_p90_us": pfc.get("reaction_applied_us", {}).get("p90"),
+                     "last_arrival_after_xoff_p90_us":
+                         pfc.get("reaction_last_arrival_us", {}).get("p90"),
+                     "cpu_bound": checks["cpu"]["cpu_bound"],
+                     "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"]})
+        ctx.log(f"  {label}: victim {rows[-1]['victim_mbps']} Mb/s, incast "
+                f"{rows[-1]['incast_mbps']} Mb/s, {pfc['pauses']} pauses on {len(hops)} links")
+    ctx.write_csv("pfc_victim.csv", list(rows[0]), [list(r.values()) for r in rows])
+    ctx.write_csv(CLASS_QUEUES, CLASS_QUEUES_HEADER, queue_rows)
+    by = {r["phase"]: r for r in rows}
+    out.headline = {"victim": f"{victim_src}->{victim_dst}", "incast": f"{senders}->{receiver}",
+                    **{f"victim_mbps_{p}": r["victim_mbps"] for p, r in by.items()},
+                    **{f"paused_links_{p}": r["paused_links"] for p, r in by.items()
+                       if p.startswith("pfc")}}
+    if "pfc" in by and by["pfc"]["switch_drops"]:
+        out.warnings.append("pfc victim: the fabric dropped packets with PFC on")
+    return out
+
+
+def plot(rows: list[dict], plots: Path) -> Path:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    phases = [r["phase"] for r in rows]
+    ax.bar(phases, [float(r["victim_mbps"]) for r in rows], color="tab:blue", label="victim")
+    ax.plot(phases, [float(r["incast_mbps"]) for r in rows], "ks", label="incast (aggregate)")
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['pauses']} pauses", (i, float(r["victim_mbps"])), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_ylabel("goodput (Mb/s)")
+    ax.set_title("PFC congestion spreading: the victim flow")
+    ax.legend()
+    return save(fig, plots / "pfc_victim.png")
+
+
+EXPERIMENT = Experiment(spec=PfcVictim, run=run,
+                        plots={"pfc_victim.csv": plot, CLASS_QUEUES: class_queues},
+                        dir_plots=(pfc_timelines,))

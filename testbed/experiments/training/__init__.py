@@ -1,0 +1,20 @@
+"""Distributed training traffic: real `torch.distributed` Gloo workers in the emulated
+hosts (ring allreduce, parameter servers with BSP/SSP/ASP, local SGD, compression, P3
+priorities), every job's communication time beside the analytical model's
+(testbed/workloads/commmodel.py), with its CPU headroom measured, because a CPU-bound
+emulation does not give faithful numbers. docs/TRAINING.md.
+
+    spec.py      the spec types and their checks
+    model.py     placement, the model's prediction, the classes, the CPU-bound verdict (pure)
+    analysis.py  a job's summary from its ranks' records (pure)
+    run.py       the runner (fabrics, jobs, background traffic)
+    plots.py     plots from training.csv and training_iterations.csv
+"""
+from ..base import Experiment
+from .plots import draw_dir, loss_curves
+from .run import run
+from .spec import Training
+
+EXPERIMENT = Experiment(spec=Training, run=run,
+                        plots={"training_iterations.csv": loss_curves},
+                        dir_plots=(draw_dir,))

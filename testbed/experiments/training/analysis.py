@@ -1,0 +1,156 @@
+"""The training experiment's result analysis, pure: one summary row per job from its
+ranks' per-iteration records, beside the model; the switch queues it met."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from testbed.config.units import tcp_payload_fraction
+from testbed.results.stats import median_or_none, percentile
+
+from .model import Placement, cpu_bound_verdict, job_with, predict
+from .spec import Training, TrainingJob
+
+ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "cpu_wait_s", "tx_bytes",
+               "rx_bytes", "payload_bytes", "loss", "train_acc", "test_acc"]
+
+
+def queue_stats(samples: list[Any], names: dict[int, str], sink_port: str,
+                sample_rate_hz: float) -> dict:
+    """Per switch port (all classes together): the deepest queue sampled and the 99th
+    percentile of the samples (taken when a queue changed); the port toward the job's
+    busiest receiver, and the port whose queue got deepest."""
+    current: dict[tuple[int, int], int] = {}
+    series: dict[int, list[int]] = {}
+    first_drops: dict[tuple[int, int], int] = {}
+    last_drops: dict[tuple[int, int], int] = {}
+    for s in samples:
+        current[(s.port, s.cls)] = s.pkts
+        series.setdefault(s.port, []).append(sum(v for (p, _), v in current.items()
+                                                 if p == s.port))
+        first_drops.setdefault((s.port, s.cls), s.drops)
+        last_drops[(s.port, s.cls)] = s.drops
+
+    def stats(values: list[int]) -> tuple[int, int]:
+        values = values or [0]
+        return percentile(values, 99), max(values)
+    sink_id = next((i for i, n in names.items() if n == sink_port), None)
+    sink_p99, sink_max = stats(series.get(sink_id, []))
+    hottest = max(series, key=lambda p: max(series[p]), default=None)
+    hot_p99, hot_max = stats(series.get(hottest, []))
+    return {"queue_port": sink_port, "queue_p99_pkts": sink_p99, "queue_max_pkts": sink_max,
+            "deepest_port": names.get(hottest, ""), "deepest_p99_pkts": hot_p99,
+            "deepest_max_pkts": hot_max,
+            "switch_drops_pkts": sum(last_drops[k] - first_drops[k] for k in last_drops),
+            "sample_rate_hz": round(sample_rate_hz, 1)}
+
+
+def read_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summarise(exp: Training, job: TrainingJob, n: int, placement: Placement, job_dir: Path,
+              fabric_label: str, rates: tuple[float, float], mtu: int, rtt: float | None,
+              queue: dict, measured: dict, checks: dict,
+              experiment: int) -> tuple[dict, list[list]]:
+    """One row for the job (medians over workers and iterations after the warm-up, the
+    model's prediction beside them) and the per-iteration rows of every rank."""
+    first = len(placement.servers)
+    per_rank = {r: read_records(job_dir / f"rank{r}.jsonl") for r, _, _ in placement.ranks}
+    workers = [per_rank[r] for r in range(first, first + n)]
+    steady = [row for rows in workers for row in rows[exp.warmup_iters:]]
+    if job.sync == "local":  # communication happens on synchronising iterations only
+        synced = [row for row in steady if row.get("synchronised")]
+    else:
+        synced = steady
+    grad_bytes = workers[0][0]["grad_bytes"]
+    payload = median_or_none([row.get("payload_bytes", grad_bytes) for row in steady]) or grad_bytes
+    messages = median_or_none([row["messages"] for row in synced]) or 1
+    rate_mbps, server_rate_mbps = rates
+    # ring flows that share a link (ring_link_load > 1) share its rate
+    load = measured.get("ring_link_load") or 1
+    bandwidth = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / load
+    latency = (rtt or 0.0) / 2
+    model_s, expected_payload = predict(job, n, grad_bytes, payload, messages, bandwidth,
+                                        latency, server_rate_mbps * 1e6 * tcp_payload_fraction(mtu))
+    comm = median_or_none([row["comm_s"] for row in synced])
+    iter_s = median_or_none([row["iter_s"] for row in steady])
+    per_worker = sorted(median_or_none([row["iter_s"] for row in rows[exp.warmup_iters:]]) or 0
+                        for rows in workers)
+    first_t = [rows[0]["t_end"] - rows[0]["iter_s"] for rows in workers if rows and "t_end" in rows[0]]
+    last_t = [rows[-1]["t_end"] for rows in workers if rows and "t_end" in rows[-1]]
+    # the mean: with colocated shards, a shard's host sends more than the other hosts
+    tx = statistics.mean(row["tx_bytes"] for row in synced) if synced else None
+    # how busy the busiest worker link was while the job communicated: near 1 when the
+    # network is the bottleneck; well below 1 when something else (CPU, latency) is.
+    # The PS's bottleneck is the server's link, which this does not see.
+    link_busy = (tx * 8 * load / (comm * rate_mbps * 1e6)
+                 if job.sync != "ps" and tx and comm else None)
+    # CPU contention: how long a worker's threads waited for a core per iteration (the
+    # worker with the most waiting; everyone waits for the slowest in a synchronous job)
+    waits = [median_or_none([row["cpu_wait_s"] for row in rows[exp.warmup_iters:]
+                      if "cpu_wait_s" in row]) for rows in workers]
+    wait = max((w for w in waits if w is not None), default=None)
+    wait_share = wait / iter_s if wait is not None and iter_s else None
+    per_sync_iters = job.local_steps if job.sync == "local" else 1
+    last = [rows[-1] for rows in workers if rows]
+    accs = [row["test_acc"] for row in last if "test_acc" in row]
+    servers = [per_rank[r] for r in range(first)]
+    peaks = [json.loads((job_dir / f"rank{r}.summary.json").read_text())["peak_rss_mb"]
+             for r, _, _ in placement.ranks if (job_dir / f"rank{r}.summary.json").exists()]
+    cpu = checks["cpu"]
+    summary = {
+        "experiment": experiment, "fabric": fabric_label, "job": job_with(job, n).label(),
+        "sync": job.sync, "workers": n,
+        "ps_shards": job.ps_shards if job.sync == "ps" else 0,
+        "ps_placement": job.ps_placement if job.sync == "ps" else "",
+        "consistency": job.consistency if job.sync == "ps" else "",
+        "compression": job.compression, "priority": job.priority,
+        "background": "+".join(b.kind for b in exp.background),
+        "straggler": (f"worker{exp.straggler.worker}@{exp.straggler.rate_mbps or ''}Mbps"
+                      f"+{exp.straggler.compute_delay_ms:g}ms") if exp.straggler else "",
+        "host_rate_mbps": rate_mbps, "server_rate_mbps": server_rate_mbps if
+        placement.servers else None, "rtt_ms": round(rtt * 1000, 3) if rtt else None,
+        "model": exp.model, "grad_bytes": grad_bytes, "payload_bytes": round(payload),
+        "messages": messages, "iterations": exp.iters,
+        "iter_s_median": round(iter_s, 4) if iter_s else None,
+        "iter_s_fastest_worker": round(per_worker[0], 4),
+        "iter_s_slowest_worker": round(per_worker[-1], 4),
+        "job_s": round(max(last_t) - min(first_t), 3) if first_t and last_t else None,
+        "comm_s_median": round(comm, 4) if comm is not None else None,
+        "model_comm_s": round(model_s, 4),
+        "comm_over_model": round(comm / model_s, 3) if comm and model_s else None,
+        "tx_bytes_per_sync": round(tx) if tx is not None else None,
+        "expected_wire_bytes_per_sync": round(expected_payload / tcp_payload_fraction(mtu)),
+        "tx_over_expected": round(tx / (expected_payload / tcp_payload_fraction(mtu)), 3)
+        if tx and expected_payload else None,
+        "link_busy_in_comm": round(link_busy, 3) if link_busy is not None else None,
+        "iterations_per_sync": per_sync_iters,
+        "final_loss": round(statistics.mean(row["loss"] for row in last), 4) if last else None,
+        "test_acc": round(statistics.mean(accs), 4) if accs else None,
+        "max_staleness": max((row["staleness"] for rows in servers for row in rows),
+                             default=None),
+        "max_reply_lead": max((lead for rows in servers for row in rows
+                               for lead in row["replied"].values()), default=None),
+        **queue,
+        "peak_rss_mb_max": max(peaks, default=None),
+        "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
+        "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
+        "ovs_added_delay_p50_ms": cpu["ovs_added_delay_p50_ms"],
+        "worker_cpu_wait_s": round(wait, 4) if wait is not None else None,
+        "worker_cpu_wait_share": round(wait_share, 3) if wait_share is not None else None,
+        "cpu_bound": cpu_bound_verdict(cpu["cpu_bound"], wait_share, link_busy),
+
+        "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],
+    }
+    iter_rows = []
+    for r, host, role in placement.ranks:
+        for row in per_rank[r]:
+            if role == "server":
+                continue
+            iter_rows.append([experiment, fabric_label, summary["job"], r, host,
+                              row["iteration"]]
+                             + [row.get(f) for f in ITER_FIELDS])
+    return summary, iter_rows

@@ -1,0 +1,169 @@
+"""The training experiment's pure decisions: where each rank runs, what the analytical
+model says a synchronisation costs, which classes a fabric runs with, and when a job's
+numbers are the machine's rather than the network's."""
+from __future__ import annotations
+
+import dataclasses
+
+from testbed.config.qos import QosConfig, TrafficClass
+from testbed.workloads import commmodel
+from topologies.graph import distances_to, shortest_paths
+from topologies.model import Topology
+
+from .spec import Training, TrainingJob
+
+# A job is CPU-bound (its iteration time measures the 2-core machine, not the network) when
+# a worker waited for a core more than this share of an iteration AND the network was not
+# the bottleneck: its busiest link was busy less than LINK_BUSY_BOTTLENECK of the
+# communication time (unknown for a parameter server: the wait decides alone). The wait is
+# summed over the worker's threads (the trainer's and Gloo's), so it can exceed 100%.
+# Measured: ring jobs with <= 8% wait matched the model within 4%; 16 workers waiting 13%
+# took 1.8x the model with their links idle most of the time; P3 jobs waited 10-18% (more
+# threads) with their links 95-99% busy, within 1.1x of the model.
+CPU_WAIT_SHARE_LIMIT = 0.1
+LINK_BUSY_BOTTLENECK = 0.8
+
+
+def cpu_bound_verdict(monitor_says: bool, wait_share: float | None,
+                      link_busy: float | None) -> bool:
+    """The machine's verdict (OVS fell behind, under 10% idle) or the workers' (above)."""
+    waited = (wait_share or 0) > CPU_WAIT_SHARE_LIMIT
+    network_bound = link_busy is not None and link_busy >= LINK_BUSY_BOTTLENECK
+    return bool(monitor_says or (waited and not network_bound))
+
+
+# ---- placement and fabric ------------------------------------------------------------------
+
+def spread(hosts: list[str], k: int) -> list[str]:
+    """k hosts spread evenly over the list (so that jobs cross the fabric, not one edge)."""
+    n = len(hosts)
+    return [hosts[i * n // k] for i in range(k)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    servers: list[str]   # host of each server rank (PS), ranks 0..S-1
+    workers: list[str]   # host of each worker, ranks after the servers
+
+    @property
+    def ranks(self) -> list[tuple[int, str, str]]:
+        """(rank, host, role) in rank order."""
+        return ([(r, h, "server") for r, h in enumerate(self.servers)]
+                + [(len(self.servers) + i, h, "worker") for i, h in enumerate(self.workers)])
+
+
+def place(topo: Topology, job: TrainingJob, n: int) -> Placement:
+    hosts = [h.name for h in topo.hosts]
+    if job.sync != "ps":
+        return Placement([], spread(hosts, n))
+    if job.ps_placement == "colocated":
+        workers = spread(hosts, n)
+        return Placement(workers[:job.ps_shards], workers)
+    chosen = spread(hosts, n + job.ps_shards)
+    # servers every (n + S) / S slots, so that shards sit in different parts of the fabric
+    step = len(chosen) // job.ps_shards
+    servers = [chosen[j * step] for j in range(job.ps_shards)]
+    return Placement(servers, [h for h in chosen if h not in servers])
+
+
+def host_link(topo: Topology, host: str):
+    port, _, _ = topo.ports_of(host)[0]
+    return topo.link_at(host, port)
+
+
+def ingress_spread(topo: Topology, host: str, senders: list[str]) -> float:
+    """How many of `host`'s links the traffic from `senders` arrives on, as a capacity factor
+    (1.0 for a single-port host). A BCube server has one port per level: a sender reaches it
+    on each port whose switch lies on a shortest path, split evenly (a fluid view of the
+    hash-based multipath), and the busiest port sets the pace: factor = senders / the
+    busiest port's share."""
+    ports = topo.ports_of(host)
+    others = [s for s in senders if s != host]
+    if len(ports) < 2 or not others:
+        return 1.0
+    load = {port: 0.0 for port, _, _ in ports}
+    for sender in others:
+        dist = distances_to(topo, sender)
+        hops = dist[host]
+        eligible = [port for port, switch, _ in ports if dist.get(switch) == hops - 1]
+        for port in eligible:
+            load[port] += 1 / len(eligible)
+    return len(others) / max(load.values())
+
+
+def ring_link_load(topo: Topology, hosts: list[str]) -> float:
+    """The busiest link's load when every host of the ring sends one unit to the next
+    (rank order), each flow split evenly over its shortest paths, in units of the slowest
+    host link's rate: 1.0 when every ring flow has its links to itself. More than 1 when
+    ring flows share links, as BCube's relayed flows share their relay servers' links."""
+    if len(hosts) < 2:
+        return 1.0
+    base = min(host_link(topo, h).rate_mbps for h in hosts)
+    load: dict[tuple[str, str], float] = {}
+    for a, b in zip(hosts, hosts[1:] + hosts[:1]):
+        paths = shortest_paths(topo, a, b)
+        for path in paths:
+            for u, v in zip(path, path[1:]):
+                rate = next(topo.link_at(u, port).rate_mbps
+                            for port, peer, _ in topo.ports_of(u) if peer == v)
+                load[(u, v)] = load.get((u, v), 0.0) + base / rate / len(paths)
+    return max(1.0, max(load.values()))
+
+
+def training_qos(exp: Training, spec_qos: QosConfig | None,
+                 buffer_pkts: int | None) -> QosConfig:
+    """The classes a training fabric runs with: the spec's when it has some; strict priority
+    for P3 jobs; otherwise one best-effort class. The class dataplane is always there, so
+    that every switch queue can be sampled (its counters are in shared memory)."""
+    if spec_qos is not None:
+        return spec_qos
+    if any(job.priority != "none" for job in exp.jobs):
+        return priority_qos(exp, buffer_pkts)
+    return QosConfig(classes=[TrafficClass(name="best-effort", dscp=[0],
+                                           buffer_pkts=buffer_pkts)],
+                     ecn_enabled=False)
+
+
+def priority_qos(exp: Training, buffer_pkts: int | None) -> QosConfig:
+    """Strict priority: the P3 levels above best effort (background traffic and FIFO jobs)."""
+    classes = [TrafficClass(name="best-effort", dscp=[0], priority=0, buffer_pkts=buffer_pkts)]
+    for i, dscp in enumerate(exp.p3_dscp):
+        classes.append(TrafficClass(name=f"p3-level{i}", dscp=[dscp],
+                                    priority=len(exp.p3_dscp) - i, buffer_pkts=buffer_pkts))
+    return QosConfig(classes=classes, scheduler="strict", ecn_enabled=False)
+
+
+def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, messages: float,
+            bandwidth_bps: float, latency_s: float,
+            server_bandwidth_bps: float | None = None) -> tuple[float, float]:
+    """(model communication seconds per synchronisation, expected payload bytes a worker's
+    host sends per synchronisation, mean over the worker hosts). `bandwidth_bps`: the slowest worker's link;
+    `server_bandwidth_bps`: the slowest server's."""
+    if job.sync == "ps":
+        pull = grad_bytes + 4 * job.ps_shards  # dense fp32 shards and their versions
+        # A colocated shard's host link carries the n-1 other workers' slices and its own
+        # worker's slices to and from the k-1 other shards: (n + k - 2) slices each way.
+        k = job.ps_shards
+        remote = n + k - 2 if job.ps_placement == "colocated" else n
+        sent = payload_bytes
+        if job.ps_placement == "colocated":
+            # a shard's host also sends the replies to the n-1 other workers, and its worker
+            # pushes only the k-1 remote slices: the mean over the n worker hosts
+            sent = ((n - k) * payload_bytes
+                    + k * ((k - 1) / k * payload_bytes + (n - 1) * pull / k)) / n
+        return (commmodel.parameter_server_s(payload_bytes, remote, k,
+                                             server_bandwidth_bps or bandwidth_bps, latency_s,
+                                             pull_bytes=pull,
+                                             worker_bandwidth_bps=bandwidth_bps),
+                sent)
+    if job.compression in ("topk", "qsgd", "sign"):
+        return (commmodel.allgather_s(payload_bytes, n, bandwidth_bps, latency_s),
+                (n - 1) * payload_bytes)
+    size = payload_bytes if job.compression == "fp16" else grad_bytes
+    buckets = max(1, round(messages))
+    return (commmodel.ring_allreduce_s(size, n, bandwidth_bps, latency_s, buckets),
+            2 * (n - 1) / n * size if n > 1 else 0.0)
+
+
+def job_with(job: TrainingJob, n: int) -> TrainingJob:
+    return dataclasses.replace(job, workers=n)

@@ -1,0 +1,277 @@
+"""The training experiment's runner: real Gloo workers, one process per emulated host,
+whose gradient exchange crosses the fabric. One fabric per (topology, link rate); the jobs
+run one after the other in it, each beside the background traffic the spec asks for."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from testbed.errors import TestbedError
+from testbed.workloads.flows import assign_ports
+from testbed.workloads.launch import train_argv
+from topologies.model import at_rate, ifname
+
+from ..base import Outcome, slug
+from ..qos_common import switch_slots
+from .analysis import ITER_FIELDS, queue_stats, summarise
+from .model import (
+    Placement,
+    host_link,
+    ingress_spread,
+    job_with,
+    place,
+    ring_link_load,
+    training_qos,
+)
+from .spec import BackgroundTraffic, Training, TrainingJob, training_topologies
+
+if TYPE_CHECKING:
+    from testbed.net.fabric import Fabric
+    from testbed.runner import RunContext
+
+MASTER_PORT = 29500
+
+
+class Background:
+    """The experiment's background traffic, running until stopped."""
+
+    def __init__(self, fab: Fabric, specs: list[BackgroundTraffic], log_dir: Path,
+                 seconds: float):
+        self.fab, self.specs, self.log_dir, self.seconds = fab, specs, log_dir, seconds
+        self.procs: list[subprocess.Popen] = []
+        self.clients: list[tuple[Path, str]] = []
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        topo = self.fab.topo
+        port = 5301
+        for b, bg in enumerate(self.specs):
+            if bg.kind == "incast":
+                reader, servers = bg.hosts[0], bg.hosts[1:]
+                for s in servers:
+                    self.procs.append(self.fab.start_process(
+                        s, [sys.executable, "-m", "testbed.workloads.incast", "serve",
+                                      "--port", str(port), "--dscp", str(bg.dscp)],
+                        f"background incast server {s}", self.log_dir / f"bg{b}-{s}.log"))
+                self.fab.wait_listening([(s, port) for s in servers])
+                addrs = ",".join(f"{topo.node(s).ip}:{port}" for s in servers)
+                self.procs.append(self.fab.start_process(
+                    reader, [sys.executable, "-m", "testbed.workloads.incast", "read",
+                                       "--servers", addrs, "--block-bytes", str(bg.block_bytes),
+                                       "--rounds", "1000000", "--dscp", str(bg.dscp)],
+                    f"background incast reader {reader}", self.log_dir / f"bg{b}-reader.log"))
+                port += 1
+                continue
+            pairs = [tuple(bg.hosts)] if bg.kind == "iperf" else \
+                [(a, c) for a in bg.hosts for c in bg.hosts if a != c]
+            flows = [dataclasses.replace(f, port=f.port + port - 5201, dscp=bg.dscp,
+                                         udp_mbps=bg.udp_mbps, omit_s=0)
+                     for f in assign_ports(pairs, self.seconds, 0)]
+            port = max(f.port for f in flows) + 1
+            for i, f in enumerate(flows):
+                self.procs.append(self.fab.start_process(
+                    f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
+                    f"background iperf3 server {f.dst}", self.log_dir / f"bg{b}-{i}-server.log"))
+            self.fab.wait_listening([(f.dst, f.port) for f in flows])
+            for i, f in enumerate(flows):
+                log = self.log_dir / f"bg{b}-{i}-client.json"
+                self.procs.append(self.fab.start_process(
+                    f.src, ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port),
+                                      "-J", *f.client_args()],
+                    f"background iperf3 {f.src}->{f.dst}", log))
+                self.clients.append((log, f"{f.src}->{f.dst}"))
+
+    def stop(self) -> float | None:
+        """Stops everything; returns the background flows' total sending rate (Mb/s, over
+        their whole life: iperf3 reports it when interrupted), None without flows."""
+        self.fab.stop_processes(self.procs)
+        if not self.clients:
+            return None
+        total = 0.0
+        for log, _ in self.clients:
+            try:
+                total += json.loads(log.read_text())["end"]["sum_sent"]["bits_per_second"]
+            except (OSError, ValueError, KeyError):
+                pass
+        return round(total / 1e6, 3)
+
+
+def run_processes(fab: Fabric, placement: Placement, job_dir: Path,
+                  argv_of: Callable[[int, str], list[str]], timeout_s: float,
+                  label: str) -> dict:
+    """Start every rank in its host; fail fast when one dies (its error in the message, the
+    others stopped). Returns the machine's peak memory in use while the job ran."""
+    procs: list[tuple[int, str, subprocess.Popen]] = []
+    mem_low = _mem_available()
+    try:
+        for rank, host, role in placement.ranks:
+            procs.append((rank, host, fab.start_process(host, argv_of(rank, host),
+                                                    f"training {role} rank {rank} in {host}",
+                                                    job_dir / f"rank{rank}.log")))
+        deadline = time.time() + timeout_s
+        while True:
+            mem_low = min(mem_low, _mem_available())
+            codes = [(rank, host, p.poll()) for rank, host, p in procs]
+            failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
+            if failed:
+                rank, host, code = failed[0]
+                err = job_dir / f"rank{rank}.error"
+                why = err.read_text().strip() if err.exists() else \
+                    (job_dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
+                raise TestbedError(f"training {label}: rank {rank} in {host} failed "
+                                   f"(exit {code}): {why}")
+            if all(c == 0 for _, _, c in codes):
+                break
+            if time.time() > deadline:
+                raise TestbedError(f"training {label}: not finished after {timeout_s:.0f} s "
+                                   "(job_timeout_s)")
+            time.sleep(0.3)
+    finally:
+        fab.stop_processes([p for _, _, p in procs])
+    return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
+
+
+def run_job(ctx: RunContext, fab: Fabric, exp: Training, job: TrainingJob, n: int, index: int,
+            fabric_label: str, outcome: Outcome, experiment: int = 0) -> tuple[dict, list[list]]:
+    topo = fab.topo
+    placement = place(topo, job, n)
+    label = f"{fabric_label} {job_with(job, n).label()}"
+    job_dir = ctx.out_dir / "training" / f"{experiment}-{index:02d}-{slug(label)}"  # unique per run
+    job_dir.mkdir(parents=True, exist_ok=True)
+    master = f"{topo.node(placement.ranks[0][1]).ip}:{MASTER_PORT + index}"
+    world = len(placement.ranks)
+    straggler = exp.straggler
+    slow_rank = len(placement.servers) + straggler.worker if straggler else None
+    opts = dict(sync=job.sync, model=exp.model, width=exp.width, depth=exp.depth,
+                data=exp.data, iters=exp.iters, batch=exp.batch, lr=exp.lr,
+                bucket_mb=job.bucket_mb, compression=job.compression,
+                topk_ratio=job.topk_ratio, qsgd_levels=job.qsgd_levels, ps_shards=job.ps_shards,
+                consistency=job.consistency, staleness=job.staleness,
+                local_steps=job.local_steps, eval_every=exp.eval_every or exp.iters,
+                seed=exp.seed, timeout_s=exp.timeout_s)
+    if job.priority != "none":
+        opts.update(priority=job.priority,
+                    dscp=",".join(str(d) for d in (exp.p3_dscp if job.priority == "p3"
+                                                   else [0])))
+
+    def argv_of(rank: int, host: str) -> list[str]:
+        extra = dict(opts)
+        if straggler and rank == slow_rank and straggler.compute_delay_ms:
+            extra["compute_delay_ms"] = straggler.compute_delay_ms
+        if exp.fault and rank == len(placement.servers) + exp.fault.worker:
+            extra["crash_at_iter"] = exp.fault.at_iter
+        return train_argv(rank, world, master, job_dir, ifname(host, 0), **extra)
+
+    rtt = fab.ping_rtt_s(placement.workers[0], placement.ranks[-1][1]
+                         if world > 1 else placement.workers[0])
+    sink = placement.servers[0] if placement.servers else placement.workers[0]
+    _, sw, sw_port = topo.ports_of(sink)[0]
+    toward_sink = ifname(sw, sw_port)
+    dp = fab.dataplane()  # every switch queue, from the BPF counters in shared memory
+    sampler = fab.class_sampler(dp, switch_slots(dp), exp.sample_hz)
+    background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
+    ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
+            f"{', '.join(h for _, h, _ in placement.ranks)}")
+    # a BCube host relays other hosts' packets: its interface counters include them
+    measured: dict = {"hosts_relay": any(h.relay for h in topo.hosts)}  # + background rate
+    with ctx.traffic_phase(fab, outcome, label) as checks:
+        background.start()
+        sampler.start()
+        try:
+            measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
+                                          label))
+        finally:
+            sampler.stop()
+            measured["background_sent_mbps"] = background.stop()
+    names = {p["id"]: p["ifname"] for p in dp.ports}
+    dp.close()
+    queue = queue_stats(sampler.samples, names, toward_sink, sampler.achieved_rate_hz())
+    rate = min(host_link(topo, h).rate_mbps for h in placement.workers)
+    # a server's ingress: its link, or several of them on a multi-port (BCube) server
+    hosts = [h for _, h, _ in placement.ranks]
+    server_rate = min((host_link(topo, h).rate_mbps * ingress_spread(topo, h, hosts)
+                       for h in placement.servers), default=rate)
+    # ring flows that share a link share its rate (None for a parameter server)
+    measured["ring_link_load"] = (round(ring_link_load(topo, placement.workers), 3)
+                                  if job.sync != "ps" else None)
+    summary, iter_rows = summarise(exp, job, n, placement, job_dir, fabric_label,
+                                   (rate, server_rate), fab.links.mtu_bytes, rtt,
+                                   queue, measured, checks, experiment)
+    share = summary["worker_cpu_wait_share"]
+    if summary["cpu_bound"] and not checks["cpu"]["cpu_bound"]:
+        outcome.warnings.append(
+            f"{label}: CPU-bound (a worker waited {summary['worker_cpu_wait_s'] * 1000:.0f} ms "
+            f"for a core per iteration, {share:.0%} of it); its iteration time is not the "
+            "network's")
+    return summary, iter_rows
+
+
+def run(ctx: RunContext, exp: Training) -> Outcome:
+    out = Outcome()
+    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
+    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Training))
+    rows, iter_rows = [], []
+    qos = training_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
+    routing = ctx.spec.controller.routing
+    index = 0
+    for topo in training_topologies(exp, ctx.topo):
+        for rate in exp.rates_mbps or [None]:
+            jobs = [(job, n) for job in exp.jobs for n in (exp.workers or [job.workers])]
+            # a straggler's link is slowed on the host of that worker of the first job
+            slow_host = None
+            if exp.straggler and exp.straggler.rate_mbps:
+                job0, n0 = jobs[0]
+                slow_host = place(topo, job0, n0).workers[exp.straggler.worker]
+                for job, n in jobs:
+                    if place(topo, job, n).workers[exp.straggler.worker] != slow_host:
+                        raise TestbedError("training: the straggler's host must be the same "
+                                           "in every job; list jobs with equal placements")
+            fabric = at_rate(topo, rate, slow_host, exp.straggler.rate_mbps
+                             if exp.straggler else None)
+            fabric_label = f"{topo.kind}" + (f"@{rate:g}Mbps" if rate else "")
+            with ctx.fabric(fabric, routing, f"training {fabric_label}", qos=qos,
+                            rate_mbps=None) as fab:
+                for job, n in jobs:
+                    summary, its = run_job(ctx, fab, exp, job, n, index, fabric_label, out,
+                                           experiment)
+                    index += 1
+                    rows.append(summary)
+                    iter_rows += its
+                    ctx.log(f"    iteration {summary['iter_s_median']} s, communication "
+                            f"{summary['comm_s_median']} s (model {summary['model_comm_s']} s,"
+                            f" x{summary['comm_over_model']}), test accuracy "
+                            f"{summary['test_acc']}, machine idle "
+                            f"{summary['machine_idle_mean']:.0%}, workers waited for a core "
+                            f"{summary['worker_cpu_wait_share'] or 0:.0%} of an iteration")
+    # a spec may hold several training experiments: their rows follow each other (the
+    # results writer appends)
+    header = list(dict.fromkeys(k for r in rows for k in r))  # every job's fields, in order
+    ctx.write_csv("training.csv", header, [[r.get(k) for k in header] for r in rows])
+    ctx.write_csv("training_iterations.csv",
+                  ["experiment", "fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS,
+                  iter_rows)
+    out.headline = {"jobs": len(rows), "results": [
+        {k: r[k] for k in ("fabric", "job", "iter_s_median", "comm_s_median", "model_comm_s",
+                           "comm_over_model", "test_acc", "cpu_bound")} for r in rows]}
+    return out
+
+
+def _meminfo(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _mem_available() -> int:
+    return _meminfo("MemAvailable")
+
+
+def _mem_total() -> int:
+    return _meminfo("MemTotal")

@@ -1,0 +1,217 @@
+"""The training experiment's spec: the model, the jobs (how their workers synchronise),
+background traffic, stragglers and faults; checked before anything starts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from testbed.config.loader import SpecError
+from testbed.config.network import TopologySpec, one_of, positive
+from testbed.config.spec import ExperimentSpec, Spec
+from topologies import TopologyError, build
+from topologies.model import Topology
+
+SYNCS = ("ring", "ps", "local")
+COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign")
+MODELS = ("mlp", "cnn", "transformer")
+DATASETS = ("digits", "synthetic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingJob:
+    """One training job: how `workers` processes synchronise (see testbed/workloads/train.py)."""
+    name: str = ""
+    sync: str = "ring"                 # ring | ps | local
+    workers: int = 4
+    ps_shards: int = 1
+    ps_placement: str = "dedicated"    # dedicated (own hosts) | colocated (on worker hosts)
+    consistency: str = "bsp"           # bsp | ssp | asp (parameter server)
+    staleness: int = 2                 # SSP bound, in iterations
+    local_steps: int = 4               # local SGD: average every H steps
+    compression: str = "none"          # none | fp16 | topk | qsgd | sign
+    topk_ratio: float = 0.01
+    qsgd_levels: int = 16
+    priority: str = "none"             # none (DDP buckets) | fifo | p3 (layer-wise, ring)
+    bucket_mb: float = 25.0
+
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = [self.sync]
+        if self.sync == "ps":
+            parts.append(f"{self.ps_shards}x{self.ps_placement[:3]}-{self.consistency}")
+            if self.consistency == "ssp":
+                parts[-1] += str(self.staleness)
+        if self.sync == "local":
+            parts.append(f"h{self.local_steps}")
+        if self.compression != "none":
+            parts.append(self.compression)
+        if self.priority != "none":
+            parts.append(self.priority)
+        return "-".join(parts) + f"-{self.workers}w"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackgroundTraffic:
+    """Traffic beside training, for as long as each job runs. `hosts`: iperf [src, dst];
+    all_to_all [h, ...] (a flow between every ordered pair); incast [reader, server, ...]."""
+    kind: str = "iperf"                # iperf | all_to_all | incast
+    hosts: list[str] = field(default_factory=list)
+    dscp: int = 0
+    udp_mbps: float | None = None      # iperf / all_to_all: UDP at this rate instead of TCP
+    block_bytes: int = 1_000_000       # incast: bytes per round, split over the servers
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler:
+    """One worker made slow: its host's link at `rate_mbps`, and/or extra compute time."""
+    worker: int = 0                    # index among the job's workers
+    rate_mbps: float | None = None
+    compute_delay_ms: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Fault injection: a worker raises at the start of an iteration (the run must fail fast
+    with its error and stop the others)."""
+    worker: int = 0
+    at_iter: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training(ExperimentSpec):
+    """Training jobs of real Gloo workers in the emulated hosts, one fabric per
+    (topology, link rate); every job's iteration and communication times next to the
+    analytical model's."""
+    type: Literal["training"] = "training"
+    model: str = "mlp"
+    width: int = 256
+    depth: int = 2
+    data: str = "digits"
+    iters: int = 20
+    warmup_iters: int = 2              # left out of the medians
+    batch: int = 32
+    lr: float = 0.05
+    eval_every: int = 0                # 0: once, after the last iteration
+    seed: int = 0
+    timeout_s: float = 120.0           # a collective that waits longer fails the job
+    job_timeout_s: float = 1200.0
+    topologies: list[TopologySpec] = field(default_factory=list)  # default: the spec's
+    rates_mbps: list[float] = field(default_factory=list)  # every link; default: as built
+    workers: list[int] = field(default_factory=list)  # overrides each job's count
+    jobs: list[TrainingJob] = field(default_factory=lambda: [TrainingJob()])
+    background: list[BackgroundTraffic] = field(default_factory=list)
+    straggler: Straggler | None = None
+    fault: Fault | None = None
+    p3_dscp: list[int] = field(default_factory=lambda: [46, 34, 26])  # highest level first
+    sample_hz: float = 200.0           # every switch queue (BPF counters, shared memory)
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_training(self, path, topo)
+
+
+def training_topologies(exp: Training, topo: Topology) -> list[Topology]:
+    """The fabrics a training experiment runs on (the spec's when it names none)."""
+    if not exp.topologies:
+        return [topo]
+    return [build(t.kind, **t.params) for t in exp.topologies]
+
+
+def job_hosts_needed(job: TrainingJob, workers: int) -> int:
+    return workers + (job.ps_shards if job.sync == "ps" and job.ps_placement == "dedicated"
+                      else 0)
+
+
+def check_training(exp: Training, path: str, topo: Topology) -> None:
+    one_of(exp.model, MODELS, f"{path}.model")
+    one_of(exp.data, DATASETS, f"{path}.data")
+    for name in ("width", "depth", "iters", "batch", "lr", "timeout_s", "job_timeout_s"):
+        positive(getattr(exp, name), f"{path}.{name}")
+    if not 0 <= exp.warmup_iters < exp.iters:
+        raise SpecError(f"{path}.warmup_iters: must be in 0..iters-1 (got {exp.warmup_iters})")
+    if exp.eval_every < 0:
+        raise SpecError(f"{path}.eval_every: must be >= 0 (got {exp.eval_every})")
+    for j, rate in enumerate(exp.rates_mbps):
+        positive(rate, f"{path}.rates_mbps[{j}]")
+    for j, n in enumerate(exp.workers):
+        if n < 1:
+            raise SpecError(f"{path}.workers[{j}]: must be >= 1 (got {n})")
+    if len(exp.p3_dscp) < 1 or not all(0 <= d <= 63 for d in exp.p3_dscp) or \
+            len(set(exp.p3_dscp)) != len(exp.p3_dscp):
+        raise SpecError(f"{path}.p3_dscp: distinct DSCP values in 0..63 (got {exp.p3_dscp})")
+    if not exp.jobs:
+        raise SpecError(f"{path}.jobs: at least one job")
+    try:
+        fabrics = training_topologies(exp, topo)
+    except TopologyError as exc:
+        raise SpecError(f"{path}.topologies: {exc}") from None
+    fewest = min(len(t.hosts) for t in fabrics)
+    for j, job in enumerate(exp.jobs):
+        jp = f"{path}.jobs[{j}]"
+        one_of(job.sync, SYNCS, f"{jp}.sync")
+        one_of(job.consistency, ("bsp", "ssp", "asp"), f"{jp}.consistency")
+        one_of(job.ps_placement, ("dedicated", "colocated"), f"{jp}.ps_placement")
+        one_of(job.priority, ("none", "fifo", "p3"), f"{jp}.priority")
+        one_of(job.compression, COMPRESSIONS, f"{jp}.compression")
+        if not 0 < job.topk_ratio <= 1:
+            raise SpecError(f"{jp}.topk_ratio: must be in (0, 1] (got {job.topk_ratio})")
+        if not 1 <= job.qsgd_levels <= 127:
+            raise SpecError(f"{jp}.qsgd_levels: must be in 1..127 (got {job.qsgd_levels})")
+        if job.staleness < 0:
+            raise SpecError(f"{jp}.staleness: must be >= 0 (got {job.staleness})")
+        positive(job.local_steps, f"{jp}.local_steps")
+        positive(job.bucket_mb, f"{jp}.bucket_mb")
+        if job.priority != "none" and job.sync != "ring":
+            raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
+        if job.priority != "none" and job.compression != "none":
+            raise SpecError(f"{jp}.priority: not combined with compression")
+        if job.sync == "local" and job.compression != "none":
+            raise SpecError(f"{jp}.compression: local SGD averages parameters uncompressed")
+        for n in (exp.workers or [job.workers]):
+            if n < 1:
+                raise SpecError(f"{jp}.workers: must be >= 1 (got {n})")
+            if job.sync == "ps":
+                if job.ps_shards < 1:
+                    raise SpecError(f"{jp}.ps_shards: must be >= 1 (got {job.ps_shards})")
+                if job.ps_placement == "dedicated" and job.ps_shards >= fewest:
+                    raise SpecError(f"{jp}.ps_shards: {job.ps_shards} dedicated servers leave "
+                                    f"no host for workers ({fewest} hosts)")
+                if job.ps_placement == "colocated" and job.ps_shards > n:
+                    raise SpecError(f"{jp}.ps_shards: {job.ps_shards} colocated servers need "
+                                    f"as many workers (got {n})")
+            need = job_hosts_needed(job, n)
+            if need > fewest:
+                raise SpecError(f"{jp}.workers: {n} workers"
+                                + (f" and {job.ps_shards} servers" if need > n else "")
+                                + f" need {need} hosts; the smallest fabric has {fewest}")
+    names = {h.name for t in fabrics for h in t.hosts}
+    for j, bg in enumerate(exp.background):
+        bp = f"{path}.background[{j}]"
+        one_of(bg.kind, ("iperf", "all_to_all", "incast"), f"{bp}.kind")
+        least = {"iperf": 2, "all_to_all": 2, "incast": 2}[bg.kind]
+        if len(bg.hosts) < least or (bg.kind == "iperf" and len(bg.hosts) != 2):
+            raise SpecError(f"{bp}.hosts: {bg.kind} needs "
+                            + ("[src, dst]" if bg.kind == "iperf" else f">= {least} hosts"))
+        for h in bg.hosts:
+            if h not in names:
+                raise SpecError(f"{bp}.hosts: no host {h!r} in the fabric")
+        if len(set(bg.hosts)) != len(bg.hosts):
+            raise SpecError(f"{bp}.hosts: a host appears twice")
+        if not 0 <= bg.dscp <= 63:
+            raise SpecError(f"{bp}.dscp: DSCP must be in 0..63 (got {bg.dscp})")
+        positive(bg.udp_mbps, f"{bp}.udp_mbps", allow_none=True)
+        positive(bg.block_bytes, f"{bp}.block_bytes")
+    if exp.fault is not None:
+        most = min(exp.workers or [job.workers for job in exp.jobs])
+        if not 0 <= exp.fault.worker < most:
+            raise SpecError(f"{path}.fault.worker: an index below {most} (got {exp.fault.worker})")
+        if not 0 <= exp.fault.at_iter < exp.iters:
+            raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
+    if exp.straggler is not None:
+        st = exp.straggler
+        most = min(exp.workers or [job.workers for job in exp.jobs])
+        if not 0 <= st.worker < most:
+            raise SpecError(f"{path}.straggler.worker: an index below {most} (got {st.worker})")
+        positive(st.rate_mbps, f"{path}.straggler.rate_mbps", allow_none=True)
+        if st.compute_delay_ms < 0:
+            raise SpecError(f"{path}.straggler.compute_delay_ms: must be >= 0")

@@ -1,0 +1,49 @@
+"""The checks around every traffic phase: packet conservation inside the switches and the
+CPU headroom of the machine while the traffic ran."""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .conservation import conservation_report, conservation_snapshot
+from .cpu import CpuMonitor, forwarding_verdict
+
+if TYPE_CHECKING:
+    from testbed.net.fabric import Fabric
+
+
+@contextlib.contextmanager
+def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: list[str],
+                  label: str) -> Iterator[dict]:
+    """Wraps one traffic phase: counters before, the caller's traffic, then the packet
+    conservation and CPU checks (warnings appended to `warnings`, the phase's record to
+    `events`). The yielded dict holds "conservation" and "cpu" once the block has ended."""
+    checks: dict = {}
+    t_start = time.time()
+    before = conservation_snapshot(fab)
+    yield checks
+    t_end = time.time()
+    time.sleep(0.8)  # let queues drain and the controller's counters be written
+    report = conservation_report(before, conservation_snapshot(fab))
+    verdict = forwarding_verdict(cpu.window(t_start - cpu.t0, t_end - cpu.t0),
+                                 report["packets_in"], t_end - t_start, fab.links.mtu_bytes)
+    if report["lost_in_switches"] > 0:
+        warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
+                        "switches without being counted (OVS send buffer?)")
+    elif report["lost_in_switches"] < 0:
+        warnings.append(f"{label}: {-report['lost_in_switches']} more packets left "
+                        "switches than entered them: counters read out of step "
+                        "(the controller's packet-out count late?); conservation "
+                        "unverified")
+    if report["socket_drops"]:
+        warnings.append(f"{label}: {report['socket_drops']} packets dropped at OVS "
+                        "receive sockets")
+    if verdict["cpu_bound"]:
+        warnings.append(
+            f"{label}: CPU-bound (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "
+            f"of queueing (median), machine idle {verdict['machine_idle_mean']:.0%} on average); "
+            "its numbers are not faithful")
+    events.append({"phase": label, "conservation": report, "cpu": verdict})
+    checks.update(conservation=report, cpu=verdict)

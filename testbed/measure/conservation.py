@@ -1,0 +1,131 @@
+"""Packet conservation: per switch, packets in (ports and the controller's packet-outs)
+against packets accounted for (egress qdiscs, to the controller, dropped by the flow
+table). Anything left was lost inside OVS without being counted."""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyroute2 import IPRoute
+
+from testbed.net import ovs
+from testbed.net.dpapi import Dataplane
+from testbed.system import run
+
+from .queues import qdisc_stats
+
+if TYPE_CHECKING:
+    from testbed.net.fabric import Fabric
+
+@dataclass
+class SwitchCounters:
+    rx: int = 0  # packets the switch's ports received
+    enqueued: int = 0  # packets that reached an egress qdisc (sent + dropped + queued)
+    qdisc_drops: int = 0
+    to_controller: int = 0  # flow entries that send to the controller
+    table_drops: int = 0  # explicit drop entries (unroutable packets)
+    socket_drops: int = 0  # OVS receive-socket overflow
+
+
+@dataclass
+class ConservationSnapshot:
+    t: float
+    switches: dict[str, SwitchCounters] = field(default_factory=dict)
+    packet_out: dict[str, int] = field(default_factory=dict)
+
+
+_FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
+
+
+def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
+    topo = fabric.topo
+    ctrl_state = _controller_state_since(fabric, time.time())
+    # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
+    # kernel counters do not. Wait for a full round so both describe the same packets.
+    run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
+    snap = ConservationSnapshot(t=time.time())
+    socket_drops = ovs.port_socket_drops(set(fabric.switch_ifaces()))
+    bpf = _bpf_port_counters(fabric)
+    with IPRoute() as ipr:
+        for sw in topo.switches:
+            c = SwitchCounters()
+            for port, _, _ in topo.ports_of(sw.name):
+                name = f"{sw.name}-eth{port}"
+                c.rx += int(Path(f"/sys/class/net/{name}/statistics/rx_packets").read_text())
+                st = qdisc_stats(ipr, ipr.link_lookup(ifname=name)[0]) or {}
+                c.enqueued += st.get("packets", 0) + st.get("drops", 0) + st.get("qlen", 0)
+                c.qdisc_drops += st.get("drops", 0)
+                c.socket_drops += socket_drops.get(name, 0)
+                if name in bpf:
+                    # The BPF dataplane drops before the qdisc (counted here, not by it,
+                    # headroom overflows included); its resume kicks pass the qdisc, and at
+                    # the far switch OVS drops them by a counted table-miss entry.
+                    b = bpf[name]
+                    c.enqueued += b["drops"] - b["kicks_sent"]
+                    c.qdisc_drops += b["drops"]
+            flows = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw.name], check=False).stdout
+            for m in _FLOW_RE.finditer(flows):
+                if m.group(2).startswith("CONTROLLER"):
+                    if "," in m.group(2):
+                        continue  # forwarded, with a copy to the controller (hedera)
+                    c.to_controller += int(m.group(1))
+                elif m.group(2) == "drop":
+                    c.table_drops += int(m.group(1))
+            snap.switches[sw.name] = c
+            counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
+            snap.packet_out[sw.name] = int(counters.get("packet_out", 0))
+    return snap
+
+
+def _bpf_port_counters(fabric: Fabric) -> dict[str, dict[str, int]]:
+    plane = getattr(fabric, "qos_plane", None)
+    if plane is None:
+        return {}
+    dp = Dataplane(plane.description)
+    try:
+        ncls = len(dp.classes)
+        kicks = {p["id"]: dp.queue(p["id"], 0).kicks for p in dp.ports}
+        return {p["ifname"]: {
+            "drops": sum(dp.queue(p["id"], c).drops for c in range(ncls)),
+            "kicks_sent": kicks[p["id"]]}
+            for p in dp.ports}
+    finally:
+        dp.close()
+
+
+def _controller_state_since(fabric: Fabric, t: float, timeout: float = 2.0) -> dict:
+    """The controller's state as written at or after `t`, so that every packet-out it sent
+    before `t` is counted (it writes on each packet-out and every 0.5 s)."""
+    deadline = time.time() + timeout
+    state = fabric.controller.state()
+    while state.get("time", 0) < t and time.time() < deadline:
+        time.sleep(0.05)
+        state = fabric.controller.state()
+    return state
+
+
+def conservation_report(before: ConservationSnapshot, after: ConservationSnapshot) -> dict:
+    """Per switch: packets in (ports + controller packet-outs) minus packets accounted for
+    (egress qdiscs + to controller + dropped by the flow table). Anything left was lost
+    inside OVS without being counted: the silent loss of an undersized send buffer."""
+    per_switch = {}
+    total_lost = 0
+    total_in = 0
+    for name, a in after.switches.items():
+        b = before.switches[name]
+        pin = (a.rx - b.rx) + (after.packet_out[name] - before.packet_out[name])
+        accounted = ((a.enqueued - b.enqueued) + (a.to_controller - b.to_controller)
+                     + (a.table_drops - b.table_drops))
+        lost = pin - accounted
+        per_switch[name] = {"in": pin, "accounted": accounted, "lost": lost,
+                            "qdisc_drops": a.qdisc_drops - b.qdisc_drops,
+                            "socket_drops": a.socket_drops - b.socket_drops}
+        total_lost += lost
+        total_in += pin
+    return {"packets_in": total_in, "lost_in_switches": total_lost,
+            "qdisc_drops": sum(v["qdisc_drops"] for v in per_switch.values()),
+            "socket_drops": sum(v["socket_drops"] for v in per_switch.values()),
+            "per_switch": per_switch}

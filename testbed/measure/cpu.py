@@ -1,0 +1,128 @@
+"""CPU headroom while a run is live: the machine's idle share, OVS's forwarding thread, and
+the packets waiting in OVS's receive sockets, from which the queueing delay OVS adds is
+estimated (the verdict `cpu_bound`)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.net import ovs
+from testbed.results.stats import percentile
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# A phase is CPU-bound when OVS's forwarding thread has fallen behind so far that it adds
+# more than this much queueing delay (median) to every packet -- about what one 20 Mb/s hop
+# adds by serialization -- or when the machine has no idle time left for the hosts.
+# (The thread's busy share is no verdict: with steady traffic its poll loop never idles,
+# keeping up or not; measurements in docs/FIDELITY.md.)
+OVS_DELAY_LIMIT_MS = 1.0
+MACHINE_IDLE_MEAN_MIN = 0.10
+
+
+def _proc_cpu_seconds(path: str) -> float:
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def ovs_main_thread() -> str | None:
+    """/proc path of ovs-vswitchd's main thread, which polls every AF_PACKET port."""
+    pid_file = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    path = f"/proc/{pid}/task/{pid}/stat"
+    return path if Path(path).exists() else None
+
+
+@dataclass
+class CpuSample:
+    t: float
+    machine_busy: float  # fraction of all cores
+    ovs_thread: float  # fraction of one core
+    ovs_rx_backlog_bytes: int  # waiting in OVS's receive sockets (truesize)
+
+
+class CpuMonitor(threading.Thread):
+    """Samples machine CPU and OVS's forwarding thread once per `period_s`."""
+
+    def __init__(self, period_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.period_s = period_s
+        self.samples: list[CpuSample] = []
+        self._halt = threading.Event()
+        self.thread_path = ovs_main_thread()
+        self.t0 = time.time()
+        self.ifaces: set[str] = set()  # switch ports of the fabric that is up, if any
+
+    def watch(self, ifaces: set[str]) -> None:
+        """Follow the receive sockets of these switch ports (empty: no fabric is up)."""
+        self.ifaces = set(ifaces)
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        vals = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]))
+        return sum(vals), vals[3] + vals[4]
+
+    def _ovs_seconds(self) -> float:
+        return _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+
+    def run(self) -> None:
+        total0, idle0 = self._machine()
+        ovs0 = self._ovs_seconds()
+        t0 = time.time()
+        while not self._halt.wait(self.period_s):
+            total1, idle1 = self._machine()
+            t1 = time.time()
+            try:
+                ovs1 = self._ovs_seconds()
+            except OSError:  # ovs-vswitchd was restarted (larger send buffer): follow it
+                self.thread_path = ovs_main_thread()
+                ovs0 = ovs1 = self._ovs_seconds()
+            busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+            self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
+                                          ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0),
+                                          ovs_rx_backlog_bytes=ovs.rx_backlog_bytes(self.ifaces)))
+            total0, idle0, ovs0, t0 = total1, idle1, ovs1, t1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2)
+
+    def window(self, start: float, end: float) -> dict:
+        """Summary over samples taken between `start` and `end` (seconds since t0)."""
+        sel = [s for s in self.samples if start <= s.t <= end + self.period_s]
+        if not sel:  # too short to have been sampled: say so rather than borrow other samples
+            return {"ovs_rx_backlog_p50_bytes": None, "ovs_rx_backlog_p90_bytes": None,
+                    "machine_idle_min": None, "machine_idle_mean": None,
+                    "ovs_thread_p90": None, "ovs_thread_mean": None}
+        idle = [1 - s.machine_busy for s in sel]
+        ovs_load = [s.ovs_thread for s in sel]
+        backlog = [s.ovs_rx_backlog_bytes for s in sel]
+        return {"ovs_rx_backlog_p50_bytes": percentile(backlog, 50),
+                "ovs_rx_backlog_p90_bytes": percentile(backlog, 90),
+                "machine_idle_min": round(min(idle), 3),
+                "machine_idle_mean": round(sum(idle) / len(idle), 3),
+                "ovs_thread_p90": round(percentile(ovs_load, 90), 3),
+                "ovs_thread_mean": round(sum(ovs_load) / len(ovs_load), 3)}
+
+
+def forwarding_verdict(cpu: dict, packets_in: int, seconds: float, mtu_bytes: int) -> dict:
+    """`cpu` (a CpuMonitor window) plus the queueing delay OVS added, estimated as the
+    packets waiting in its receive sockets over the rate at which switches took packets in
+    during the phase, and the verdict `cpu_bound`."""
+    out = dict(cpu)
+    pps = packets_in / max(seconds, 1e-6)
+    truesize = ovs.frame_truesize(mtu_bytes)  # waiting bytes are counted in truesize
+    for q in ("p50", "p90"):
+        backlog = cpu.get(f"ovs_rx_backlog_{q}_bytes")
+        out[f"ovs_added_delay_{q}_ms"] = (round(1000 * backlog / truesize / pps, 3)
+                                          if backlog is not None and pps > 0 else None)
+    delay = out["ovs_added_delay_p50_ms"]
+    idle = cpu.get("machine_idle_mean")
+    out["cpu_bound"] = bool((delay is not None and delay > OVS_DELAY_LIMIT_MS)
+                            or (idle is not None and idle < MACHINE_IDLE_MEAN_MIN))
+    return out

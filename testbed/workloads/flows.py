@@ -1,0 +1,94 @@
+"""iperf3 flows as data: what a flow is, how its client is invoked, what its output says,
+and how flows of a traffic pattern get their ports. Pure: the fabric runs them
+(testbed/net/traffic.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+BASE_PORT = 5201
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flow:
+    src: str
+    dst: str
+    duration_s: float
+    omit_s: float = 1.0
+    port: int = BASE_PORT
+    dscp: int = 0  # marked by the sender's socket (iperf3 --dscp); selects a traffic class
+    udp_mbps: float | None = None  # UDP at this rate instead of TCP
+    nbytes: int | None = None  # a finite flow of this size (its completion time is measured,
+    #                            FlowRunner.run_finite); duration_s is its budget
+
+    def client_args(self) -> list[str]:
+        args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
+        if self.dscp:
+            args += ["--dscp", str(self.dscp)]
+        if self.udp_mbps is not None:
+            args += ["-u", "-b", f"{int(self.udp_mbps * 1e6)}", "-l", "1400"]
+        return args
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowResult:
+    src: str
+    dst: str
+    goodput_mbps: float
+    sent_mbps: float
+    retransmits: int
+    max_cwnd_bytes: int
+    sender_cc: str
+    receiver_cc: str
+    error: str = ""
+    seconds: float = 0.0  # a finite flow's completion time (request to last byte)
+
+
+def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
+    """Goodput is what the receiver got (payload bits per second), after the omit period."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
+                          max_cwnd_bytes=0, sender_cc="", receiver_cc="",
+                          error=f"unparsable iperf3 output: {text[:200]!r}")
+    end = data.get("end", {})
+    if "error" in data:
+        return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
+                          max_cwnd_bytes=0, sender_cc="", receiver_cc="", error=data["error"])
+    streams = end.get("streams", [{}])
+    return FlowResult(
+        src=src, dst=dst,
+        goodput_mbps=end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6,
+        sent_mbps=end.get("sum_sent", {}).get("bits_per_second", 0.0) / 1e6,
+        retransmits=int(end.get("sum_sent", {}).get("retransmits", 0)),
+        max_cwnd_bytes=int(streams[0].get("sender", {}).get("max_snd_cwnd", 0)),
+        sender_cc=end.get("sender_tcp_congestion", ""),
+        receiver_cc=end.get("receiver_tcp_congestion", ""))
+
+
+def parse_finite(f: Flow, text: str) -> FlowResult:
+    """A finite flow's completion time from the reader's JSON (one round)."""
+    try:
+        seconds = float(json.loads(text)["round_s"][0])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return FlowResult(src=f.src, dst=f.dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
+                          max_cwnd_bytes=0, sender_cc="", receiver_cc="",
+                          error=f"finite flow did not finish: {text[-200:]!r}")
+    rate = f.nbytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
+    return FlowResult(src=f.src, dst=f.dst, goodput_mbps=rate, sent_mbps=rate, retransmits=0,
+                      max_cwnd_bytes=0, sender_cc="", receiver_cc="", seconds=seconds)
+
+
+def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float,
+                 nbytes: int | None = None) -> list[Flow]:
+    """One flow per pair, each receiver's servers on distinct ports (finite flows of
+    `nbytes` when given)."""
+    used: dict[str, int] = {}
+    flows = []
+    for src, dst in pairs:
+        port = BASE_PORT + used.get(dst, 0)
+        used[dst] = used.get(dst, 0) + 1
+        flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port,
+                          nbytes=nbytes))
+    return flows
