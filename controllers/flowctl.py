@@ -25,9 +25,9 @@ from topologies.graph import shortest_paths
 from topologies.model import Topology
 
 from . import routing
-from .routing import FlowKey
 from .flowsched import HederaScheduler, Move
 from .priority import FlowInfo, PriorityPolicy, make_policy
+from .routing import FlowKey
 
 
 @dataclass(frozen=True)

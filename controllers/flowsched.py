@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from testbed.config.controller import ELEPHANT_FRACTION, SA_ITERATIONS
 
@@ -247,7 +248,8 @@ class HederaScheduler:
     run is repeatable; a placed flow moves only when that lowers the exceeded capacity.
     `last_energy` holds the period's exceeded capacity before and after."""
 
-    def __init__(self, paths, nic_bps, fraction: float = ELEPHANT_FRACTION,
+    def __init__(self, paths: Callable[[str, str], Sequence[Sequence[str]]],
+                 nic_bps: dict[str, float], fraction: float = ELEPHANT_FRACTION,
                  capacity: dict[Link, float] | None = None, expire_s: float = 10.0,
                  placement: str = "gff", iterations: int = SA_ITERATIONS,
                  seed: int = 0):
@@ -314,9 +316,10 @@ class HederaScheduler:
         for p in placed:
             if p.path is None:
                 continue
-            t = self.flows[p.flow]
+            key = cast(FlowKey, p.flow)
+            t = self.flows[key]
             t.path, t.demand = p.path, p.demand
-            moves.append(Move(p.flow, t.src, t.dst, p.demand, t.rate_bps, p.path))
+            moves.append(Move(key, t.src, t.dst, p.demand, t.rate_bps, p.path))
         return moves
 
     def _anneal(self, big: list[FlowKey], demands: list[float]) -> list[Move]:

@@ -18,8 +18,8 @@ class FlowInfo:
     """What a priority policy sees of a flow: its key (ip_src, ip_dst, 6, src_port,
     dst_port), its hosts, the bytes it has sent so far and its current rate."""
     key: FlowKey
-    src: str
-    dst: str
+    src: str | None  # None: an address that is no host of the fabric
+    dst: str | None
     bytes: int = 0
     rate_bps: float = 0.0
 
@@ -96,9 +96,11 @@ def make_policy(fp: FlowPriority) -> PriorityPolicy | None:
 def _load_class(ref: str) -> Any:
     where, _, name = ref.rpartition(":")
     if where.endswith(".py"):
-        loader = importlib.util.spec_from_file_location("testbed_priority_plugin", where)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
+        found = importlib.util.spec_from_file_location("testbed_priority_plugin", where)
+        if found is None or found.loader is None:
+            raise ImportError(f"cannot load {where}")
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
     else:
         module = importlib.import_module(where)
     return getattr(module, name)

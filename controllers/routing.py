@@ -175,7 +175,7 @@ def path_rules(topo: Topology, path: tuple[str, ...], key: tuple,
     for i, (here, nxt) in enumerate(zip(path[1:-1], path[2:])):
         port = next(p for p, peer, _ in topo.ports_of(here) if peer == nxt)
         # at the ingress switch the flow already has its counting entry: that one changes
-        rules.append(Rule(dpid=topo.node(here).dpid,
+        rules.append(Rule(dpid=topo.switch(here).dpid,
                           priority=PRIORITY_FLOW if i == 0 else PRIORITY_PLACED,
                           match=flow_match(key), out_port=port, idle_timeout=idle_timeout))
     return rules[::-1]
@@ -257,7 +257,7 @@ def _relay_plan(topo: Topology, mode: str) -> Plan:
         rules.extend(_base_rules(sw.dpid))
         for port, peer, peer_port in topo.ports_of(sw.name):
             if topo.is_host(peer):
-                mac = topo.node(peer).macs[peer_port]
+                mac = topo.host(peer).macs[peer_port]
                 rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE,
                                   match=(("eth_dst", mac),), out_port=port))
     routes: list[HostRoute] = []
@@ -267,10 +267,10 @@ def _relay_plan(topo: Topology, mode: str) -> Plan:
                 continue
             via = []
             for port in next_hops(topo, src.name, dst.name):
-                switch = topo.peer(src.name, port)[0]
+                switch = topo.neighbour(src.name, port)
                 for _, relay, _ in topo.ports_of(switch):
                     if relay != src.name and _on_shortest_path(topo, relay, dst.name, src.name):
-                        via.append((port, topo.node(relay).ip))
+                        via.append((port, topo.host(relay).ip))
             via.sort()
             if mode == "single":
                 via = [_bcube_first_choice(topo, src.name, via)]

@@ -41,7 +41,7 @@ def _distances(topo: Topology, dst: str) -> dict[str, int]:
 
 def _can_transit(topo: Topology, node: str) -> bool:
     if topo.is_host(node):
-        return topo.node(node).relay
+        return topo.host(node).relay
     return True
 
 
@@ -67,7 +67,7 @@ def count_shortest_paths(topo: Topology, src: str, dst: str) -> int:
 
     def paths(node: str) -> int:
         if node not in memo:
-            memo[node] = sum(paths(topo.peer(node, port)[0])
+            memo[node] = sum(paths(topo.neighbour(node, port))
                              for port in next_hops(topo, node, dst))
         return memo[node]
 
@@ -81,7 +81,7 @@ def shortest_paths(topo: Topology, src: str, dst: str) -> list[tuple[str, ...]]:
         return [(src,)]
     out: list[tuple[str, ...]] = []
     for port in next_hops(topo, src, dst):
-        peer = topo.peer(src, port)[0]
+        peer = topo.neighbour(src, port)
         out.extend((src, *rest) for rest in shortest_paths(topo, peer, dst))
     return out
 

@@ -60,7 +60,7 @@ def mininet_plan(topo: Topology) -> MnPlan:
         params = {}
         for end, (node, port) in (("1", (link.a, link.a_port)), ("2", (link.b, link.b_port))):
             if topo.is_host(node):
-                params[f"addr{end}"] = topo.node(node).macs[port]
+                params[f"addr{end}"] = topo.host(node).macs[port]
         links.append(MnLink(link.a, link.b, link.a_port, link.b_port,
                             ifname(link.a, link.a_port), ifname(link.b, link.b_port), params))
     return MnPlan(hosts, switches, links)

@@ -91,6 +91,20 @@ class Topology:
     def node(self, name: str) -> Host | Switch:
         return self._idx()["nodes"][name]
 
+    def host(self, name: str) -> Host:
+        """The host `name` (KeyError if it is not one)."""
+        node = self.node(name)
+        if not isinstance(node, Host):
+            raise KeyError(f"{name} is not a host")
+        return node
+
+    def switch(self, name: str) -> Switch:
+        """The switch `name` (KeyError if it is not one)."""
+        node = self.node(name)
+        if not isinstance(node, Switch):
+            raise KeyError(f"{name} is not a switch")
+        return node
+
     def is_host(self, name: str) -> bool:
         return isinstance(self._idx()["nodes"].get(name), Host)
 
@@ -103,6 +117,10 @@ class Topology:
     def peer(self, node: str, port: int) -> tuple[str, int] | None:
         """The (node, port) at the other end of the link on `node`'s `port`."""
         return self._idx()["peer"].get((node, port))
+
+    def neighbour(self, node: str, port: int) -> str:
+        """The node at the other end of `node`'s connected `port` (KeyError if none)."""
+        return self._idx()["peer"][(node, port)][0]
 
     def ports_of(self, node: str) -> list[tuple[int, str, int]]:
         """(port, peer node, peer port) for every connected port of `node`, by port."""

@@ -58,7 +58,7 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         return dict(value)
     if isinstance(tp, type) and isinstance(getattr(tp, "registry", None), dict):
         return _registered(tp, value, path)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_data(tp, value, path)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

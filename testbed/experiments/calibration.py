@@ -104,7 +104,7 @@ def run_queue(ctx: RunContext, exp: QueueCalibration) -> Outcome:
     bottleneck = "s1-eth2"  # s1's egress toward s2
     with ctx.fabric(topo, "single", "queue calibration",
                     buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
-        sampler = fab.qdisc_sampler([bottleneck], rate_hz=exp.sample_hz)
+        sampler = ctx.qdisc_sampler([bottleneck], rate_hz=exp.sample_hz)
         with ctx.traffic_phase(fab, out, "queue calibration") as checks:
             sampler.start()
             res = fab.run_flows(assign_ports([("h1", "h2")], exp.duration_s, 0.0), "queue")[0]

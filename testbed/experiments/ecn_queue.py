@@ -80,7 +80,7 @@ def run(ctx: RunContext, exp: EcnQueue) -> Outcome:
                         buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
             dp = fab.dataplane()
             port = dp.by_name[bottleneck]["id"]
-            sampler = fab.class_sampler(dp, [(port, 0)], rate_hz=exp.sample_hz,
+            sampler = ctx.class_sampler(dp, [(port, 0)], rate_hz=exp.sample_hz,
                                         paired=(port, 0))
             before = dp.queue(port, 0)
             flows = [Flow(src=f"h{i + 1}", dst=receiver, duration_s=exp.duration_s,

@@ -111,7 +111,7 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
         with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, burst_us=exp.burst_us,
                         buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
             dp = fab.dataplane()
-            sampler = fab.class_sampler(dp, switch_slots(dp))
+            sampler = ctx.class_sampler(dp, switch_slots(dp))
             sampler.start()
             servers = [fab.start_process(f"h{i + 1}", [sys.executable, "-m",
                                      "testbed.workloads.incast", "serve", "--port", "7000",

@@ -115,7 +115,7 @@ def run(ctx: RunContext, exp: PfcVictim) -> Outcome:
                           for i, s in enumerate(senders)]
             dp = fab.dataplane()
             before = fabric_drops(dp)
-            sampler = fab.class_sampler(dp, switch_slots(dp))
+            sampler = ctx.class_sampler(dp, switch_slots(dp))
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
                 sampler.start()

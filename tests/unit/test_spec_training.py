@@ -1,8 +1,8 @@
 """Bad training specs are refused before anything starts, naming the field (issue 4)."""
 import pytest
 
-from testbed.spec import SpecError, TrainingJob, loads
 from testbed.experiments.training.model import place, spread
+from testbed.spec import SpecError, TrainingJob, loads
 from topologies import build
 from topologies.model import at_rate
 

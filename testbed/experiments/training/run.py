@@ -174,7 +174,7 @@ def run_job(ctx: RunContext, fab: Fabric, exp: Training, job: TrainingJob, n: in
     _, sw, sw_port = topo.ports_of(sink)[0]
     toward_sink = ifname(sw, sw_port)
     dp = fab.dataplane()  # every switch queue, from the BPF counters in shared memory
-    sampler = fab.class_sampler(dp, switch_slots(dp), exp.sample_hz)
+    sampler = ctx.class_sampler(dp, switch_slots(dp), exp.sample_hz)
     background = Background(fab, exp.background, job_dir / "background", exp.job_timeout_s)
     ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
             f"{', '.join(h for _, h, _ in placement.ranks)}")
