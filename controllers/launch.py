@@ -1,8 +1,8 @@
 """Starts the Ryu controller for a run: `python -m controllers.launch [ryu-manager args] APP...`.
 
 The testbed starts this with an argv list; it applies the Ryu compatibility fix before Ryu's
-manager parses its options. The routing app reads its configuration from the environment
-(TESTBED_TOPOLOGY, TESTBED_ROUTING, TESTBED_STATE) that the runner sets explicitly.
+manager parses its options. Every app reads the phase's configuration file, named by the one
+variable the runner sets ($TESTBED_CONTROLLER_CONFIG; testbed/config/controller.py).
 """
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def permutation(out: Path, name: str) -> None:
 
 
 def _models(run: Path, table: list[dict]) -> dict[str, float]:
-    """The max-min model of each pattern (testbed.experiments.maxmin_model): from the CSV,
+    """The max-min model of each pattern (testbed.experiments.permutation.maxmin_model): from the CSV,
     or for runs older than that column from the flows saved in patterns/."""
     first = [r for r in table if r["routing"] == table[0]["routing"]]
     by_pattern: dict[str, list[float]] = {}
@@ -79,7 +79,7 @@ def _models(run: Path, table: list[dict]) -> dict[str, float]:
         for r in first:
             by_pattern.setdefault(r["pattern"], []).append(float(r["maxmin_model"]))
     else:
-        from testbed.experiments import maxmin_model
+        from testbed.experiments.permutation import maxmin_model
         from testbed.spec import load
         spec, topo = load(run / "spec.yaml")
         for pattern in dict.fromkeys(r["pattern"] for r in first):
@@ -247,8 +247,8 @@ def training(out: Path, name: str) -> None:
 
 def _training_cpu_bound(r: dict) -> bool:
     """The run's verdict, with the workers' CPU-wait limit of the current code."""
-    from testbed.monitor import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
-    from testbed.training import cpu_bound_verdict
+    from testbed.experiments.training.model import cpu_bound_verdict
+    from testbed.measure.cpu import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
 
     def num(key):
         v = r.get(key)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The test command of the README's quick start: installs what is missing, then runs the
-# unit tests and (as root, with OVS and Mininet) the integration tests.
+# The test command of the README's quick start: installs what is missing, runs the linter
+# (ruff) and the type checker (mypy, on the layers pyproject.toml names), then the unit tests
+# and (as root, with OVS and Mininet) the integration tests.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
+.venv/bin/ruff check .
+.venv/bin/mypy
 targets=(tests/unit)
 if [ "$(id -u)" -eq 0 ]; then
   targets+=(tests/integration)

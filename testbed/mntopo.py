@@ -18,18 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 from mininet.topo import Topo  # noqa: E402
 
 from topologies import KINDS, build, parse_params  # noqa: E402
-from topologies.mnplan import mininet_plan  # noqa: E402
+from topologies.mnplan import populate  # noqa: E402
 
 
 class TestbedTopo(Topo):
     def build(self, kind="fattree", *args):  # noqa: D401 (Mininet's signature)
-        plan = mininet_plan(build(kind, **parse_params(kind, [str(a) for a in args])))
-        for h in plan.hosts:
-            self.addHost(h.name, ip=h.ip, mac=h.mac)
-        for s in plan.switches:
-            self.addSwitch(s.name, dpid=s.dpid)
-        for link in plan.links:
-            self.addLink(link.a, link.b, **link.kwargs())
+        populate(self, build(kind, **parse_params(kind, [str(a) for a in args])))
 
 
 topos = {kind: (lambda *args, _kind=kind: TestbedTopo(_kind, *args)) for kind in KINDS}

@@ -35,7 +35,7 @@ from .results.plots import draw_all
 from .system import TestbedError, congestion_controls, is_root, kernel_release, run
 
 QOS_MECHANISMS = {
-    "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/bpf/tbqos.bpf.c)",
+    "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/net/bpf/tbqos.bpf.c)",
     "classes": "HTB classes per port (strict priority or weighted round robin), DSCP -> class",
     "ecn_marking": "tc-BPF, per packet on the class's instantaneous queue (step K or RED-like)",
     "pfc": "tc-BPF per-ingress XOFF/XON detection; controller pauses the upstream class "
@@ -62,6 +62,15 @@ class RunContext:
     send_buffer_bytes: int | None = None
     mechanisms: dict = field(default_factory=dict)  # what the phases used, for the manifest
     phases: dict = field(default_factory=dict)  # label -> host settings and classes it ran with
+    slugs: dict[str, int] = field(default_factory=dict)  # phase file names used so far
+
+    def phase_slug(self, label: str) -> str:
+        """The phase's name in file names, unique in the run: a second phase with the same
+        label (two training experiments on one fabric) gets "-2", so that its topology,
+        controller configuration and QoS logs never overwrite the first's."""
+        base = slug(label)
+        self.slugs[base] = self.slugs.get(base, 0) + 1
+        return base if self.slugs[base] == 1 else f"{base}-{self.slugs[base]}"
 
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
         """metrics/<name>: rows under a header with units, appended to what another
@@ -111,7 +120,7 @@ class RunContext:
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
-                     topology_json=self.out_dir / "topologies" / f"{slug(label)}.json",
+                     topology_json=self.out_dir / "topologies" / f"{self.phase_slug(label)}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")

@@ -9,6 +9,7 @@ own MAC. A host of a switched fabric gets its address as a /8, like Mininet's de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import Topology, ifname
 
@@ -64,3 +65,16 @@ def mininet_plan(topo: Topology) -> MnPlan:
         links.append(MnLink(link.a, link.b, link.a_port, link.b_port,
                             ifname(link.a, link.a_port), ifname(link.b, link.b_port), params))
     return MnPlan(hosts, switches, links)
+
+
+def populate(target: Any, topo: Topology) -> MnPlan:
+    """Add `topo`'s hosts, switches and links to `target`: a Mininet `Topo` or a `Mininet`
+    network (both take addHost, addSwitch and addLink this way). Returns the plan."""
+    plan = mininet_plan(topo)
+    for h in plan.hosts:
+        target.addHost(h.name, ip=h.ip, mac=h.mac)
+    for s in plan.switches:
+        target.addSwitch(s.name, dpid=s.dpid)
+    for link in plan.links:
+        target.addLink(link.a, link.b, **link.kwargs())
+    return plan

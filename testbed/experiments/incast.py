@@ -23,17 +23,8 @@ from testbed.results.plots import pyplot, save
 from topologies import dumbbell
 from topologies.model import Topology
 
+from . import qos_common as qc
 from .base import Experiment, Outcome, ecn_congestion_control
-from .qos_common import (
-    CLASS_QUEUES,
-    CLASS_QUEUES_HEADER,
-    class_queue_rows,
-    class_queues,
-    fabric_drops,
-    pfc_summary,
-    pfc_timelines,
-    switch_slots,
-)
 
 if TYPE_CHECKING:
     from testbed.runner import RunContext
@@ -111,7 +102,7 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
         with ctx.fabric(topo, "single", label, qos=cfg, hosts=hosts, burst_us=exp.burst_us,
                         buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
             dp = fab.dataplane()
-            sampler = ctx.class_sampler(dp, switch_slots(dp))
+            sampler = ctx.class_sampler(dp, qc.switch_slots(dp))
             sampler.start()
             servers = [fab.start_process(f"h{i + 1}", [sys.executable, "-m",
                                      "testbed.workloads.incast", "serve", "--port", "7000",
@@ -123,7 +114,7 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
                 for n in exp.senders:
                     senders = [f"h{i + 1}" for i in range(n)]
                     t_before = sum(fab.netstat(h, "TCPTimeouts") for h in senders)
-                    drops_before = fabric_drops(dp)
+                    drops_before = qc.fabric_drops(dp)
                     t_ns = time.monotonic_ns()
                     with ctx.traffic_phase(fab, out, f"{label} N={n}") as checks:
                         res = fab.run_process(reader, [
@@ -132,11 +123,11 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
                             "--block-bytes", str(exp.block_bytes), "--rounds", str(exp.rounds),
                             "--dscp", str(exp.dscp)], timeout=exp.rounds * 30 + 30)
                     t_end_ns = time.monotonic_ns()
-                    drops = {k: v - drops_before[k] for k, v in fabric_drops(dp).items()}
+                    drops = {k: v - drops_before[k] for k, v in qc.fabric_drops(dp).items()}
                     timeouts = sum(fab.netstat(h, "TCPTimeouts") for h in senders) - t_before
                     rounds = json.loads(res)["round_s"][1:]  # the first round opens cwnd
                     goodput = [exp.block_bytes * 8 / t / 1e6 for t in rounds]
-                    pfc = pfc_summary(fab.qos_status_dir, t_ns, t_end_ns)
+                    pfc = qc.pfc_summary(fab.qos_status_dir, t_ns, t_end_ns)
                     row = {"variant": variant, "senders": n,
                            "goodput_mbps": round(statistics.mean(goodput), 3),
                            "goodput_min_mbps": round(min(goodput), 3),
@@ -152,32 +143,43 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
                             f"{timeouts} timeouts, {drops['switch_drops']} drops, "
                             f"{drops['lossless_overflow']} headroom overflows, "
                             f"{pfc['pauses']} pauses")
-                summary[variant] = pfc_summary(fab.qos_status_dir)
+                summary[variant] = qc.pfc_summary(fab.qos_status_dir)
             finally:
                 fab.stop_processes(servers)
                 sampler.stop()
-                queue_rows += class_queue_rows(dp, sampler.samples, label)
+                queue_rows += qc.class_queue_rows(dp, sampler.samples, label)
                 dp.close()
     ctx.write_csv("incast.csv", list(rows[0]), [list(r.values()) for r in rows])
-    ctx.write_csv(CLASS_QUEUES, CLASS_QUEUES_HEADER, queue_rows)
+    ctx.write_csv(qc.CLASS_QUEUES, qc.CLASS_QUEUES_HEADER, queue_rows)
     payload = exp.rate_mbps * tcp_payload_fraction(ctx.spec.links.mtu_bytes)
-    out.headline = {"link_payload_mbps": round(payload, 2), "burst_us": exp.burst_us,
-                    "buffer_pkts": exp.buffer_pkts, "block_bytes": exp.block_bytes,
-                    "pfc_reaction": summary.get("pfc")}
+    out.headline, warnings = analyse(rows, exp, summary, payload)
+    out.warnings += warnings
+    return out
+
+
+def analyse(rows: list[dict], exp: Incast, pfc_reaction: dict,
+            payload_mbps: float) -> tuple[dict, list[str]]:
+    """Headline and warnings from incast.csv's rows: per variant the goodput at the largest
+    N, its collapse from the best N, drops, timeouts and headroom overflows there."""
+    n_max = max(exp.senders)
+    headline: dict = {"link_payload_mbps": round(payload_mbps, 2), "burst_us": exp.burst_us,
+                      "buffer_pkts": exp.buffer_pkts, "block_bytes": exp.block_bytes,
+                      "pfc_reaction": pfc_reaction.get("pfc")}
     for variant in exp.variants:
         vr = [r for r in rows if r["variant"] == variant]
         best = max(r["goodput_mbps"] for r in vr)
         at_max = [r for r in vr if r["senders"] == n_max][0]
-        out.headline[variant] = {
+        headline[variant] = {
             "goodput_at_max_n_mbps": at_max["goodput_mbps"],
             "collapse_from_best": round(1 - at_max["goodput_mbps"] / best, 3) if best else None,
             "drops_at_max_n": at_max["switch_drops"], "timeouts_at_max_n": at_max["tcp_timeouts"],
             "lossless_overflow_at_max_n": at_max["lossless_overflow"]}
-    if "pfc" in exp.variants and (out.headline["pfc"]["drops_at_max_n"]
-                                  or out.headline["pfc"]["lossless_overflow_at_max_n"]):
-        out.warnings.append("incast: the fabric dropped packets with PFC on the lossless class "
-                            "(headroom too small for the measured pause reaction time?)")
-    return out
+    warnings = []
+    if "pfc" in exp.variants and (headline["pfc"]["drops_at_max_n"]
+                                  or headline["pfc"]["lossless_overflow_at_max_n"]):
+        warnings.append("incast: the fabric dropped packets with PFC on the lossless class "
+                        "(headroom too small for the measured pause reaction time?)")
+    return headline, warnings
 
 
 def plot(rows: list[dict], plots: Path) -> Path:
@@ -201,6 +203,5 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "incast.png")
 
 
-EXPERIMENT = Experiment(spec=Incast, run=run,
-                        plots={"incast.csv": plot, CLASS_QUEUES: class_queues},
-                        dir_plots=(pfc_timelines,))
+EXPERIMENT = Experiment(spec=Incast, run=run, plots={"incast.csv": plot, **qc.PLOTS},
+                        dir_plots=qc.DIR_PLOTS)

@@ -139,7 +139,8 @@ def run(ctx: RunContext, exp: Permutation) -> Outcome:
                                  checks["cpu"]["ovs_thread_p90"], checks["cpu"]["machine_idle_mean"],
                                  checks["cpu"]["cpu_bound"],
                                  checks["conservation"]["lost_in_switches"],
-                                 percentile_or_none(fcts, 50, 4), percentile_or_none(fcts, 99, 4), percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
+                                 percentile_or_none(fcts, 50, 4), percentile_or_none(fcts, 99, 4),
+                                 percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
                                  round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
                                        4)])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
@@ -158,26 +159,33 @@ def run(ctx: RunContext, exp: Permutation) -> Outcome:
                                             "goodput_mbps", "retransmits_pkts", "sender_cc",
                                             "fct_s", "ideal_fct_s", "slowdown"],
                   flow_rows)
-    out.headline = {"ideal_mbps": ideal}
+    out.headline = headline(rows, exp, ideal, ideal_fcts)
+    return out
+
+
+def headline(rows: list[list], exp: Permutation, ideal: float,
+             ideal_fcts: dict[str, float | None]) -> dict:
+    """The headline of permutation.csv's rows: per pattern and routing the mean fraction of
+    the ideal, the max-min model, ECMP over single path, and with several patterns the mean
+    over patterns of the phases that were not CPU-bound (and how many were)."""
+    out: dict = {"ideal_mbps": ideal}
     if ideal_fcts:
-        out.headline["ideal_fct_s"] = {k: round(v, 4) for k, v in ideal_fcts.items() if v}
+        out["ideal_fct_s"] = {k: round(v, 4) for k, v in ideal_fcts.items() if v}
     for pattern in exp.patterns:
         means = {}
         for routing in exp.routings:
             vals = [r[4] for r in rows if r[0] == routing and r[1] == pattern]
             means[routing] = sum(vals) / len(vals)
-            out.headline[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
+            out[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
         model = [r[-1] for r in rows if r[1] == pattern and r[0] == exp.routings[0]]
-        out.headline[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
+        out[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
         if "ecmp" in means and "single" in means and means["single"] > 0:
-            out.headline[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
+            out[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
     if len(exp.patterns) > 1:  # mean over patterns, CPU-bound phases left out (and counted)
         for routing in exp.routings:
             ok = [r[4] for r in rows if r[0] == routing and not r[8]]
-            out.headline[f"mean_{routing}_normalised"] = (round(sum(ok) / len(ok), 4)
-                                                          if ok else None)
-            out.headline[f"cpu_bound_phases_{routing}"] = sum(
-                1 for r in rows if r[0] == routing and r[8])
+            out[f"mean_{routing}_normalised"] = round(sum(ok) / len(ok), 4) if ok else None
+            out[f"cpu_bound_phases_{routing}"] = sum(1 for r in rows if r[0] == routing and r[8])
     return out
 
 

@@ -17,18 +17,8 @@ from testbed.workloads.flows import Flow
 from topologies import leafspine
 from topologies.model import Topology
 
+from . import qos_common as qc
 from .base import Experiment, Outcome, ecn_congestion_control
-from .qos_common import (
-    CLASS_QUEUES,
-    CLASS_QUEUES_HEADER,
-    class_queue_rows,
-    class_queues,
-    fabric_drops,
-    ingress_residual,
-    pfc_summary,
-    pfc_timelines,
-    switch_slots,
-)
 
 if TYPE_CHECKING:
     from testbed.runner import RunContext
@@ -114,18 +104,18 @@ def run(ctx: RunContext, exp: PfcVictim) -> Outcome:
                                omit_s=exp.omit_s, port=5202 + i, dscp=exp.dscp)
                           for i, s in enumerate(senders)]
             dp = fab.dataplane()
-            before = fabric_drops(dp)
-            sampler = ctx.class_sampler(dp, switch_slots(dp))
+            before = qc.fabric_drops(dp)
+            sampler = ctx.class_sampler(dp, qc.switch_slots(dp))
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
                 sampler.start()
                 res = fab.run_flows(flows, f"victim-{phase}")
                 sampler.stop()
-            queue_rows += class_queue_rows(dp, sampler.samples, label)
-            drops = {k: v - before[k] for k, v in fabric_drops(dp).items()}
-            residual = ingress_residual(dp)
+            queue_rows += qc.class_queue_rows(dp, sampler.samples, label)
+            drops = {k: v - before[k] for k, v in qc.fabric_drops(dp).items()}
+            residual = qc.ingress_residual(dp)
             dp.close()
-            pfc = pfc_summary(fab.qos_status_dir, t_ns)
+            pfc = qc.pfc_summary(fab.qos_status_dir, t_ns)
         victim, incast_flows = res[0], res[1:]
         hops = sorted(pfc.get("paused_links", {}))
         rows.append({"phase": phase, "victim_mbps": round(victim.goodput_mbps, 3),
@@ -141,15 +131,25 @@ def run(ctx: RunContext, exp: PfcVictim) -> Outcome:
         ctx.log(f"  {label}: victim {rows[-1]['victim_mbps']} Mb/s, incast "
                 f"{rows[-1]['incast_mbps']} Mb/s, {pfc['pauses']} pauses on {len(hops)} links")
     ctx.write_csv("pfc_victim.csv", list(rows[0]), [list(r.values()) for r in rows])
-    ctx.write_csv(CLASS_QUEUES, CLASS_QUEUES_HEADER, queue_rows)
-    by = {r["phase"]: r for r in rows}
-    out.headline = {"victim": f"{victim_src}->{victim_dst}", "incast": f"{senders}->{receiver}",
-                    **{f"victim_mbps_{p}": r["victim_mbps"] for p, r in by.items()},
-                    **{f"paused_links_{p}": r["paused_links"] for p, r in by.items()
-                       if p.startswith("pfc")}}
-    if "pfc" in by and by["pfc"]["switch_drops"]:
-        out.warnings.append("pfc victim: the fabric dropped packets with PFC on")
+    ctx.write_csv(qc.CLASS_QUEUES, qc.CLASS_QUEUES_HEADER, queue_rows)
+    out.headline, warnings = analyse(rows, f"{victim_src}->{victim_dst}",
+                                     f"{senders}->{receiver}")
+    out.warnings += warnings
     return out
+
+
+def analyse(rows: list[dict], victim: str, incast: str) -> tuple[dict, list[str]]:
+    """Headline and warnings from pfc_victim.csv's rows: the victim's goodput per phase and
+    the links PFC paused."""
+    by = {r["phase"]: r for r in rows}
+    headline = {"victim": victim, "incast": incast,
+                **{f"victim_mbps_{p}": r["victim_mbps"] for p, r in by.items()},
+                **{f"paused_links_{p}": r["paused_links"] for p, r in by.items()
+                   if p.startswith("pfc")}}
+    warnings = []
+    if "pfc" in by and by["pfc"]["switch_drops"]:
+        warnings.append("pfc victim: the fabric dropped packets with PFC on")
+    return headline, warnings
 
 
 def plot(rows: list[dict], plots: Path) -> Path:
@@ -167,6 +167,5 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "pfc_victim.png")
 
 
-EXPERIMENT = Experiment(spec=PfcVictim, run=run,
-                        plots={"pfc_victim.csv": plot, CLASS_QUEUES: class_queues},
-                        dir_plots=(pfc_timelines,))
+EXPERIMENT = Experiment(spec=PfcVictim, run=run, plots={"pfc_victim.csv": plot, **qc.PLOTS},
+                        dir_plots=qc.DIR_PLOTS)

@@ -170,3 +170,8 @@ def class_queues(rows: list[dict], plots: Path) -> Path:
     ax2.set_title("queue depth histogram per port/class (1 kHz)")
     ax2.legend(fontsize=6)
     return save(fig, plots / "class_queues.png")
+
+
+# the plots of what these experiments share: the class queues, and each fabric's pauses
+PLOTS = {CLASS_QUEUES: class_queues}
+DIR_PLOTS = (pfc_timelines,)

@@ -34,7 +34,7 @@ from testbed.system import (
 )
 from testbed.workloads.flows import Flow, FlowResult
 from testbed.workloads.launch import free_port
-from topologies.mnplan import IP_BASE, mininet_plan
+from topologies.mnplan import IP_BASE, populate
 from topologies.model import Topology, ifname
 
 from . import dataplane, ovs, traffic
@@ -205,13 +205,7 @@ class Fabric:
         c0 = net.addController("c0", controller=_StartedController, ip="127.0.0.1",
                                port=self.controller.launch.port)
         self.record.add_pid(c0.pid, "mininet controller node shell")
-        plan = mininet_plan(self.topo)
-        for host in plan.hosts:
-            net.addHost(host.name, ip=host.ip, mac=host.mac)
-        for sw in plan.switches:
-            net.addSwitch(sw.name, dpid=sw.dpid)
-        for link in plan.links:
-            net.addLink(link.a, link.b, **link.kwargs())
+        populate(net, self.topo)
         net.build()
         for host in net.hosts:
             self.record.add_pid(host.pid, f"mininet host {host.name}")

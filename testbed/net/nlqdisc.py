@@ -1,6 +1,6 @@
 """Reads qdisc backlogs of one interface with a single raw netlink dump: about a tenth of
 the cost of a pyroute2 call, so that the real queue can be read at 1 kHz next to the BPF
-dataplane's own count (testbed/monitor.py, ClassQueueSampler)."""
+dataplane's own count (testbed/measure/queues.py, ClassQueueSampler)."""
 from __future__ import annotations
 
 import socket

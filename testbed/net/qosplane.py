@@ -1,4 +1,4 @@
-"""Installs the traffic-class dataplane on a fabric (see testbed/qos.py for its structure):
+"""Installs the traffic-class dataplane on a fabric (see testbed/net/qos_render.py for its structure):
 builds and loads the BPF programs, gives every interface its HTB classes, tbf gates and BPF
 hooks, fills the maps that are the dataplane's own (ports, links, buffer limits) and writes
 `dataplane.json`, from which the controller's QoS apps (ECN, PFC, priority) and the monitor

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGIN = '''
 import json, os
 from controllers.compat import MAIN_DISPATCHER, OFP_VERSION, RyuApp, ofp_event, set_ev_cls
+from testbed.config.controller import phase_config
 
 
 class CountSwitches(RyuApp):
@@ -25,7 +26,7 @@ class CountSwitches(RyuApp):
     @set_ev_cls(ofp_event.EventOFPStateChange, MAIN_DISPATCHER)
     def state(self, ev):
         self.seen.add(ev.datapath.id)
-        results_dir = os.path.dirname(os.environ["TESTBED_STATE"])
+        results_dir = phase_config().results_dir
         with open(os.path.join(results_dir, "plugin_seen.json"), "w") as fh:
             json.dump(sorted(self.seen), fh)
 '''
