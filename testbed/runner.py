@@ -21,7 +21,7 @@ from testbed.config.qos import QosConfig
 from topologies.model import Topology, at_rate
 
 from .config.spec import Spec
-from .experiments import EXPERIMENTS
+from .experiments import EXPERIMENTS, csv_plots, dir_plots
 from .experiments.base import Outcome, slug
 from .measure import checks
 from .measure.cpu import CpuMonitor
@@ -111,16 +111,18 @@ class RunContext:
         qos = qos if qos is not None else self.spec.qos
         if qos is not None:
             self.mechanisms.update(QOS_MECHANISMS)
-        self.phases[label] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
-                              "qos": dataclasses.asdict(qos) if qos else None,
-                              "links": dataclasses.asdict(links)}
+        phase = self.phase_slug(label)
+        key = label if phase == slug(label) else f"{label} ({phase})"
+        self.phases[key] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
+                            "qos": dataclasses.asdict(qos) if qos else None,
+                            "links": dataclasses.asdict(links)}
         fab = Fabric(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
                      qos=qos,
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
-                     topology_json=self.out_dir / "topologies" / f"{self.phase_slug(label)}.json",
+                     topology_json=self.out_dir / "topologies" / f"{phase}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
@@ -275,8 +277,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     try:
-        made = draw_all(out, {name: fn for e in EXPERIMENTS.values() for name, fn in e.plots.items()},
-                        list(dict.fromkeys(p for e in EXPERIMENTS.values() for p in e.dir_plots)))
+        made = draw_all(out, csv_plots(), dir_plots())
     except Exception as exc:  # plots never hide results
         made = []
         results.setdefault("plots", {})["error"] = str(exc)

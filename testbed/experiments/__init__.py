@@ -14,7 +14,7 @@ from . import (
                reachability,
                training,
 )
-from .base import Experiment, register
+from .base import CsvPlot, DirPlot, Experiment, register
 
 EXPERIMENTS: dict[str, Experiment] = register(
     reachability.EXPERIMENT,
@@ -27,3 +27,13 @@ EXPERIMENTS: dict[str, Experiment] = register(
     pfc_victim.EXPERIMENT,
     training.EXPERIMENT,
 )
+
+
+def csv_plots() -> dict[str, CsvPlot]:
+    """Every experiment type's plots, by the metrics CSV each is drawn from."""
+    return {name: fn for e in EXPERIMENTS.values() for name, fn in e.plots.items()}
+
+
+def dir_plots() -> list[DirPlot]:
+    """Every plot that reads a whole results directory, each once."""
+    return list(dict.fromkeys(p for e in EXPERIMENTS.values() for p in e.dir_plots))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config.loader import from_data
-from testbed.config.qos import EcnProfile, PfcConfig, QosConfig
+from testbed.config.qos import EV_OVERFLOW, EV_XOFF, EV_XON, EcnProfile, PfcConfig, QosConfig
 from testbed.config.units import class_minor, frame_bytes
 
 from . import qos_render as qos
@@ -89,7 +89,7 @@ class PfcEvent:
 
     @property
     def name(self) -> str:
-        return {qos.EV_XOFF: "pause", qos.EV_XON: "resume", qos.EV_OVERFLOW: "overflow"}[self.kind]
+        return {EV_XOFF: "pause", EV_XON: "resume", EV_OVERFLOW: "overflow"}[self.kind]
 
 
 class Dataplane:

@@ -224,3 +224,12 @@ def test_incast_workload_on_loopback():
                          timeout_s=5)
     assert res["part_bytes"] == 300_000 and len(res["round_s"]) == 3
     assert all(t > 0 for t in res["round_s"])
+
+
+def test_pfc_events_are_named_by_their_kind():
+    from testbed.net.dpapi import Dataplane
+    record = qos.EVENT.pack(10, 5, 9, 3000, qcfg.EV_XOFF, 2, 1, 3, 12000)
+    ev = Dataplane.decode(record)
+    assert (ev.name, ev.rx_port, ev.cls) == ("pause", 2, 3)
+    assert [Dataplane.decode(qos.EVENT.pack(0, 0, 0, 0, k, 0, 0, 0, 0)).name
+            for k in (qcfg.EV_XON, qcfg.EV_OVERFLOW)] == ["resume", "overflow"]
