@@ -7,7 +7,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 .venv/bin/ruff check .
-.venv/bin/mypy
+.venv/bin/mypy  # strict, on the layers pyproject.toml names
+# and every module, leniently: a name that does not exist (a moved constant, a misspelt
+# attribute of a module or class) fails here instead of in a run
+.venv/bin/mypy --follow-imports=silent --allow-untyped-defs --allow-incomplete-defs \
+  --no-check-untyped-defs --no-warn-unused-ignores --disable-error-code union-attr \
+  --disable-error-code arg-type --disable-error-code assignment --disable-error-code operator \
+  --disable-error-code misc --disable-error-code var-annotated --disable-error-code list-item \
+  --disable-error-code return-value --disable-error-code index testbed controllers topologies
 targets=(tests/unit)
 if [ "$(id -u)" -eq 0 ]; then
   targets+=(tests/integration)

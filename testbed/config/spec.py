@@ -7,6 +7,7 @@ entry's `type`. `testbed validate SPEC` runs exactly this, offline.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -26,6 +27,12 @@ E = TypeVar("E", bound=type)
 POSITIVE_FIELDS = ("duration_s", "interval_s", "rate_mbps", "access_rate_mbps", "sample_hz")
 
 
+def type_name(spec_type: type) -> str:
+    """The `type` an experiment's spec class is named by in a spec (its field's default)."""
+    field_ = next(f for f in dataclasses.fields(spec_type) if f.name == "type")
+    return str(field_.default)
+
+
 class ExperimentSpec:
     """Base of every experiment's spec type (a frozen, kw_only dataclass with a `type`
     Literal field): `check` raises SpecError naming the field."""
@@ -35,7 +42,7 @@ class ExperimentSpec:
     @classmethod
     def register(cls, spec_type: E) -> E:
         """Class decorator: make `spec_type` loadable under its `type` name."""
-        name = spec_type.__dataclass_fields__["type"].default  # type: ignore[attr-defined]
+        name = type_name(spec_type)
         if name in cls.registry and cls.registry[name] is not spec_type:
             raise ValueError(f"experiment type {name!r} registered twice")
         cls.registry[name] = spec_type

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.config.spec import ExperimentSpec
+from testbed.config.spec import ExperimentSpec, type_name
 
 if TYPE_CHECKING:
     from testbed.runner import RunContext
@@ -44,7 +44,7 @@ class Experiment:
 
     @property
     def name(self) -> str:
-        return str(self.spec.__dataclass_fields__["type"].default)
+        return type_name(self.spec)
 
 
 def register(*experiments: Experiment) -> dict[str, Experiment]:

@@ -119,7 +119,7 @@ def run(ctx: RunContext, exp: Incast) -> Outcome:
                     with ctx.traffic_phase(fab, out, f"{label} N={n}") as checks:
                         res = fab.run_process(reader, [
                             sys.executable, "-m", "testbed.workloads.incast", "read",
-                            "--servers", ",".join(f"{topo.node(h).ip}:7000" for h in senders),
+                            "--servers", ",".join(f"{topo.host(h).ip}:7000" for h in senders),
                             "--block-bytes", str(exp.block_bytes), "--rounds", str(exp.rounds),
                             "--dscp", str(exp.dscp)], timeout=exp.rounds * 30 + 30)
                     t_end_ns = time.monotonic_ns()

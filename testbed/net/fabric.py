@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from controllers.routing import plan as routing_plan
 from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
@@ -67,7 +68,7 @@ class Fabric:
     log: Callable[[str], None] = print
     datapath: str = "user"
     times: StartupTimes = field(default_factory=StartupTimes)
-    net: object = None
+    net: Any = None  # the Mininet network while it runs
     controller: ControllerProcess | None = None
     host_cc: dict[str, str] = field(default_factory=dict)
     qos_status: dict = field(default_factory=dict)
@@ -372,7 +373,7 @@ class Fabric:
 
     def ping_rtt_s(self, src: str, dst: str) -> float | None:
         """Median RTT of a few pings (after the first, which may wait for ARP)."""
-        argv = ["ping", "-n", "-c", "6", "-i", "0.05", "-W", "2", self.topo.node(dst).ip]
+        argv = ["ping", "-n", "-c", "6", "-i", "0.05", "-W", "2", self.topo.host(dst).ip]
         out = subprocess.run(in_netns(self.host_pid(src), argv), capture_output=True,
                              text=True, timeout=30).stdout
         rtts = [float(line.split("time=")[1].split()[0]) for line in out.splitlines()

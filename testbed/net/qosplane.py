@@ -154,7 +154,7 @@ class QosPlane:
             if pid not in indexes:
                 indexes[pid] = interface_indexes(pid)
             ifindex[p.id] = indexes[pid][p.ifname]
-            mac = self.topo.node(p.node).macs[self._port_no(p)] if p.is_host else None
+            mac = self.topo.host(p.node).macs[self._port_no(p)] if p.is_host else None
             self.keys[p.id] = qos.if_key(ifindex[p.id], mac)
             cmds = qos.htb_class_commands(p, self.cfg, self.mtu,
                                           0 if p.is_host else self.burst_us, self.tbf_limits(p))

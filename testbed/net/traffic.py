@@ -94,7 +94,7 @@ class FlowRunner:
             wait_listening(self.fabric, [(f.dst, f.port) for f in flows])
             clients = []
             for i, f in enumerate(flows):
-                argv = ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port), "-J",
+                argv = ["iperf3", "-c", topo.host(f.dst).ip, "-p", str(f.port), "-J",
                         *f.client_args()]
                 clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
                                            self.log_dir / f"{tag}-{i}-client.json"))
@@ -138,7 +138,7 @@ class FlowRunner:
             readers = []
             for i, (f, port) in enumerate(zip(flows, placed)):
                 readers.append(self._spawn(
-                    f.dst, [*py, "read", "--servers", f"{topo.node(f.src).ip}:{port}",
+                    f.dst, [*py, "read", "--servers", f"{topo.host(f.src).ip}:{port}",
                             "--block-bytes", str(f.nbytes), "--rounds", "1",
                             "--dscp", str(f.dscp), "--timeout-s", f"{f.duration_s:g}"],
                     f"flow reader {f.dst}<-{f.src}", self.log_dir / f"{tag}-{i}-reader.json"))

@@ -60,7 +60,7 @@ class Background:
                                       "--port", str(port), "--dscp", str(bg.dscp)],
                         f"background incast server {s}", self.log_dir / f"bg{b}-{s}.log"))
                 self.fab.wait_listening([(s, port) for s in servers])
-                addrs = ",".join(f"{topo.node(s).ip}:{port}" for s in servers)
+                addrs = ",".join(f"{topo.host(s).ip}:{port}" for s in servers)
                 self.procs.append(self.fab.start_process(
                     reader, [sys.executable, "-m", "testbed.workloads.incast", "read",
                                        "--servers", addrs, "--block-bytes", str(bg.block_bytes),
@@ -82,7 +82,7 @@ class Background:
             for i, f in enumerate(flows):
                 log = self.log_dir / f"bg{b}-{i}-client.json"
                 self.procs.append(self.fab.start_process(
-                    f.src, ["iperf3", "-c", topo.node(f.dst).ip, "-p", str(f.port),
+                    f.src, ["iperf3", "-c", topo.host(f.dst).ip, "-p", str(f.port),
                                       "-J", *f.client_args()],
                     f"background iperf3 {f.src}->{f.dst}", log))
                 self.clients.append((log, f"{f.src}->{f.dst}"))
@@ -144,7 +144,7 @@ def run_job(ctx: RunContext, fab: Fabric, exp: Training, job: TrainingJob, n: in
     label = f"{fabric_label} {job_with(job, n).label()}"
     job_dir = ctx.out_dir / "training" / f"{experiment}-{index:02d}-{slug(label)}"  # unique per run
     job_dir.mkdir(parents=True, exist_ok=True)
-    master = f"{topo.node(placement.ranks[0][1]).ip}:{MASTER_PORT + index}"
+    master = f"{topo.host(placement.ranks[0][1]).ip}:{MASTER_PORT + index}"
     world = len(placement.ranks)
     straggler = exp.straggler
     slow_rank = len(placement.servers) + straggler.worker if straggler else None
