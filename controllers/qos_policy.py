@@ -7,6 +7,7 @@ replace them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from testbed.config.qos import EV_OVERFLOW, EV_XOFF, EV_XON, EcnProfile, PfcConfig, QosConfig
@@ -72,3 +73,18 @@ def plan_batch(events: list[tuple[int, int, int]], ports: list[dict]) -> list[Pa
         if action.verb != "none":
             last[(action.port, action.cls)] = action
     return sorted(last.values(), key=lambda a: a.verb != "pause")
+
+
+def expired_pauses(paused: Iterable[tuple[int, int]], ports: list[dict],
+                   ingress: Callable[[int, int], tuple[bool, int]],
+                   xon_bytes: int) -> list[PauseAction]:
+    """Like the pause timer of 802.1Qbb (a pause expires unless renewed): a paused
+    transmitter (port, class) stays paused only while its partner's ingress still asks for
+    it and holds more than XON; `ingress(rx_port, cls)` gives (asks, bytes held). Ends
+    pauses whose XON was lost to a race between the two CPUs' BPF programs."""
+    out = []
+    for port, cls in sorted(paused):
+        asks, held = ingress(ports[port]["peer"], cls)
+        if not (asks and held > xon_bytes):
+            out.append(PauseAction("resume", port, cls))
+    return out

@@ -74,24 +74,24 @@ class PfcApp(QosApp):
                 next_check = time.monotonic() + self.WATCHDOG_S
 
     def _watchdog(self, dp, cfg):
-        """Like the pause timer of 802.1Qbb (a pause expires unless renewed): a transmitter
-        stays paused only while its partner's ingress still holds more than XON. This ends
-        pauses whose XON was lost to a race between the two CPUs' BPF programs."""
-        for port, cls in list(dp.paused):
-            rx = dp.ports[port]["peer"]
+        """Resumes the pauses qos_policy.expired_pauses says have expired."""
+        def ingress(rx, cls):
             st = dp.ingress(rx, cls)
-            if st.paused and st.bytes > cfg.pfc.xon_bytes:
-                continue
-            dp.clear_pause(rx, cls)
-            dp.resume(port, cls)
+            return bool(st.paused), st.bytes
+        for action in qos_policy.expired_pauses(dp.paused, dp.ports, ingress,
+                                                cfg.pfc.xon_bytes):
+            rx = dp.ports[action.port]["peer"]
+            held = dp.ingress(rx, action.cls).bytes
+            dp.clear_pause(rx, action.cls)
+            dp.resume(action.port, action.cls)
             self.watchdog_resumes += 1
             now = time.monotonic_ns()
             node = dp.ports[rx]
             self.writer.write(self.log_txt,
-                              f"{now} {node['node']} {node['ifname']} {cls} resume\n")
+                              f"{now} {node['node']} {node['ifname']} {action.cls} resume\n")
             self.writer.write(self.log_csv,
-                              f"{now},{node['node']},{node['ifname']},{cls},resume-timeout,"
-                              f"{dp.ports[port]['ifname']},{st.bytes},,,\n")
+                              f"{now},{node['node']},{node['ifname']},{action.cls},"
+                              f"resume-timeout,{dp.ports[action.port]['ifname']},{held},,,\n")
 
     def handle_batch(self, dp, events) -> None:
         t_start = time.monotonic_ns()

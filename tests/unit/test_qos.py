@@ -233,3 +233,12 @@ def test_pfc_events_are_named_by_their_kind():
     assert (ev.name, ev.rx_port, ev.cls) == ("pause", 2, 3)
     assert [Dataplane.decode(qos.EVENT.pack(0, 0, 0, 0, k, 0, 0, 0, 0)).name
             for k in (qcfg.EV_XON, qcfg.EV_OVERFLOW)] == ["resume", "overflow"]
+
+
+def test_a_pause_expires_unless_its_ingress_still_asks():
+    # transmitter 1 feeds ingress 2 (still above XON), transmitter 3 feeds ingress 4 (below)
+    ports = [{"peer": 1}, {"peer": 2}, {"peer": 1}, {"peer": 4}, {"peer": 3}]
+    held = {(2, 1): (True, 9000), (4, 1): (True, 1000), (2, 0): (False, 9000)}
+    out = qos_policy.expired_pauses({(1, 1), (3, 1), (1, 0)}, ports,
+                                    lambda rx, cls: held[(rx, cls)], xon_bytes=6000)
+    assert [(a.verb, a.port, a.cls) for a in out] == [("resume", 1, 0), ("resume", 3, 1)]
