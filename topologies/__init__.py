@@ -1,14 +1,14 @@
 """Pure topology descriptions (no Mininet, Ryu or torch imports)."""
 from .builders import (
-           KINDS,
-           bcube,
-           build,
-           dumbbell,
-           fattree,
-           leafspine,
-           nonblocking,
-           oversubscription,
-           parse_params,
+    KINDS,
+    bcube,
+    build,
+    dumbbell,
+    fattree,
+    leafspine,
+    nonblocking,
+    oversubscription,
+    parse_params,
 )
 from .model import Host, Link, Switch, Topology, TopologyError, ifname
 
