@@ -3,9 +3,9 @@
 On each switch connection it installs that switch's part of the routing plan (groups, then
 flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
 nothing is ever flooded in a looped fabric). It writes its state (connected and ready
-switches, packet-in/out counters) to the phase's `state_json` so the runner knows when every path is
-installed and can account for packets the controller injected. Its configuration is the
-phase's file (config/controller.py, `phase_config()`).
+switches, packet-in/out counters) to the phase's `state_json` so the runner knows when
+every path is installed and can account for packets the controller injected. Its
+configuration is the phase's file (config/controller.py, `phase_config()`).
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """What every experiment type shares: its registration, its outcome, and small pure checks.
 
 An experiment type is one module of this package (a package for a large one) holding its
-spec type (a subclass of `ExperimentSpec`), its runner `run(ctx, exp)`, its
-pure result analysis and its plots, and one `Experiment` record listed in
-`testbed/experiments/__init__.py`, which registers it. A runner reaches the emulated network only through the
-run context it is given (`ctx.fabric(...)`, `ctx.traffic_phase(...)`, `ctx.write_csv(...)`)
-and the phase handle that `ctx.fabric` yields (flows, processes in hosts, the dataplane,
-samplers), so that importing an experiment module -- what `testbed validate` does -- loads
-no runtime module.
+spec type (a subclass of `ExperimentSpec`), its runner `run(ctx, exp)`, its pure result
+analysis and its plots, and one `Experiment` record listed in
+`testbed/experiments/__init__.py`, which registers it. A runner reaches the emulated
+network only through the run context it is given (`ctx.fabric(...)`,
+`ctx.traffic_phase(...)`, `ctx.write_csv(...)`) and the phase handle that `ctx.fabric`
+yields (flows, processes in hosts, the dataplane), so that importing an experiment module
+-- what `testbed validate` does -- loads no runtime module. docs/ARCHITECTURE.md.
 """
 from __future__ import annotations
 
