@@ -11,20 +11,76 @@ yields (flows, processes in hosts, the dataplane), so that importing an experime
 """
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from testbed.config.spec import ExperimentSpec, type_name
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from testbed.config.network import HostConfig, LinkConfig
+from testbed.config.qos import QosConfig
+from testbed.config.spec import ExperimentSpec, Spec, type_name
+from testbed.workloads.flows import Flow, FlowResult
+from topologies.model import Topology
 
 # a plot: rows of one CSV file -> the PNG it drew (None: nothing to draw)
 CsvPlot = Callable[[list[dict], Path], "Path | None"]
 # a plot that reads the whole results directory -> the PNGs it drew
 DirPlot = Callable[[Path, Path], list[Path]]
+
+
+class Phase(Protocol):
+    """A running phase's fabric, as an experiment uses it (testbed/net/fabric.py)."""
+    topo: Topology
+    links: LinkConfig
+
+    @property
+    def qos_status_dir(self) -> Path: ...
+
+    def run_flows(self, flows: list[Flow], tag: str) -> list[FlowResult]: ...
+
+    def start_process(self, host: str, argv: list[str], what: str,
+                      log: Path) -> subprocess.Popen: ...
+
+    def run_process(self, host: str, argv: list[str], timeout: float) -> str: ...
+
+    def wait_listening(self, endpoints: list[tuple[str, int]]) -> None: ...
+
+    def stop_processes(self, procs: list[subprocess.Popen]) -> None: ...
+
+    def popen(self, host: str, argv: list[str]) -> subprocess.Popen: ...
+
+    def ping_rtt_s(self, src: str, dst: str) -> float | None: ...
+
+    def netstat(self, host: str, key: str) -> int: ...
+
+    def dataplane(self) -> Any: ...
+
+
+class Context(Protocol):
+    """The run, as an experiment uses it (testbed/runner.py's RunContext)."""
+    spec: Spec
+    topo: Topology
+    out_dir: Path
+    log: Callable[[str], None]
+
+    def fabric(self, topo: Topology, routing: str, label: str, *,
+               qos: QosConfig | None = None, hosts: HostConfig | None = None,
+               hedera: dict[str, Any] | None = None,
+               **link_overrides: Any) -> AbstractContextManager[Phase]: ...
+
+    def traffic_phase(self, fab: Phase, outcome: Outcome,
+                      label: str) -> AbstractContextManager[dict]: ...
+
+    def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path: ...
+
+    def congestion_controls(self) -> list[str]: ...
+
+    def qdisc_sampler(self, ifnames: list[str], rate_hz: float) -> Any: ...
+
+    def class_sampler(self, dp: Any, slots: list[tuple[int, int]], rate_hz: float = 1000.0,
+                      paired: tuple[int, int] | None = None) -> Any: ...
 
 
 @dataclass
@@ -38,7 +94,7 @@ class Outcome:
 class Experiment:
     """One registered experiment type."""
     spec: type
-    run: Callable[[RunContext, Any], Outcome]
+    run: Callable[[Context, Any], Outcome]
     plots: dict[str, CsvPlot] = field(default_factory=dict)  # metrics CSV -> its plot
     dir_plots: tuple[DirPlot, ...] = ()
 

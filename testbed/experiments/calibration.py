@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -16,10 +16,7 @@ from testbed.workloads.flows import assign_ports
 from topologies import dumbbell, nonblocking
 from topologies.model import Topology
 
-from .base import Experiment, Outcome, check_cc
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome, check_cc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +53,7 @@ class QueueCalibration(ExperimentSpec):
 
 # ---- link calibration ----------------------------------------------------------------------
 
-def run_links(ctx: RunContext, exp: LinkCalibration) -> Outcome:
+def run_links(ctx: Context, exp: LinkCalibration) -> Outcome:
     out = Outcome()
     rows = []
     for rate in exp.rates_mbps:
@@ -97,7 +94,7 @@ def plot_links(rows: list[dict], plots: Path) -> Path:
 
 # ---- queue calibration ---------------------------------------------------------------------
 
-def run_queue(ctx: RunContext, exp: QueueCalibration) -> Outcome:
+def run_queue(ctx: Context, exp: QueueCalibration) -> Outcome:
     out = Outcome()
     topo = dumbbell(senders=1, receivers=1, access_rate_mbps=exp.access_rate_mbps,
                     bottleneck_rate_mbps=exp.rate_mbps)

@@ -6,7 +6,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -19,11 +19,8 @@ from testbed.workloads.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology
 
-from .base import Experiment, Outcome, check_cc, ecn_congestion_control
+from .base import Context, Experiment, Outcome, check_cc, ecn_congestion_control
 from .qos_common import time_weights
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +52,7 @@ class EcnQueue(ExperimentSpec):
             raise SpecError(f"{path}.sample_hz: at most 5000 (got {self.sample_hz})")
 
 
-def run(ctx: RunContext, exp: EcnQueue) -> Outcome:
+def run(ctx: Context, exp: EcnQueue) -> Outcome:
     """Drop-tail TCP vs ECN marking at K on one bottleneck (DCTCP paper, Fig. 1 / 13;
     Mininet-HiFi's reproduction: TCP mean queue ~331-345 packets, DCTCP ~19-20 at K = 20)."""
     out = Outcome()

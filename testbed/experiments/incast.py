@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -24,10 +24,7 @@ from topologies import dumbbell
 from topologies.model import Topology
 
 from . import qos_common as qc
-from .base import Experiment, Outcome, ecn_congestion_control
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome, ecn_congestion_control
 
 INCAST_VARIANTS = ("lossy", "ecn", "pfc", "rto")
 
@@ -84,7 +81,7 @@ def incast_qos(exp: Incast, variant: str) -> QosConfig:
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 
-def run(ctx: RunContext, exp: Incast) -> Outcome:
+def run(ctx: Context, exp: Incast) -> Outcome:
     out = Outcome()
     n_max = max(exp.senders)
     topo = dumbbell(senders=n_max, receivers=1, access_rate_mbps=exp.rate_mbps,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from controllers.flowsched import estimate_demands
 from testbed.config.loader import SpecError
@@ -20,10 +20,7 @@ from topologies import nonblocking, patterns
 from topologies.graph import host_rate_sum
 from topologies.model import Topology
 
-from .base import Experiment, Outcome, check_cc
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome, check_cc
 
 ROUTINGS = ("nonblocking", "ecmp", "single", "hedera", "hedera_sa")
 
@@ -70,7 +67,7 @@ def parse_pattern(text: str, n_hosts: int, path: str = "pattern") -> patterns.Pa
         raise SpecError(str(exc)) from None
 
 
-def _save_pattern(ctx: RunContext, routing: str, pattern: str, rep: int, seed: int, pairs) -> None:
+def _save_pattern(ctx: Context, routing: str, pattern: str, rep: int, seed: int, pairs) -> None:
     """The flows of one phase, so that it can be replayed exactly (patterns/*.json)."""
     d = ctx.out_dir / "patterns"
     d.mkdir(parents=True, exist_ok=True)
@@ -89,7 +86,7 @@ def maxmin_model(pairs, hosts: int, mtu_bytes: int) -> float:
     return sum(estimate_demands(pairs)) / hosts * tcp_payload_fraction(mtu_bytes)
 
 
-def run(ctx: RunContext, exp: Permutation) -> Outcome:
+def run(ctx: Context, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
@@ -18,10 +18,7 @@ from topologies import leafspine
 from topologies.model import Topology
 
 from . import qos_common as qc
-from .base import Experiment, Outcome, ecn_congestion_control
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome, ecn_congestion_control
 
 VICTIM_PHASES = ("no-incast", "lossy", "pfc", "pfc+ecn")
 
@@ -77,7 +74,7 @@ def victim_qos(exp: PfcVictim, phase: str) -> QosConfig:
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 
-def run(ctx: RunContext, exp: PfcVictim) -> Outcome:
+def run(ctx: Context, exp: PfcVictim) -> Outcome:
     out = Outcome()
     hpl = exp.incast_senders + 1
     topo = leafspine(spines=1, leaves=3, hosts_per_leaf=hpl, host_rate=exp.host_rate_mbps,

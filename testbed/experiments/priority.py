@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.qos import QosConfig, TrafficClass
@@ -14,10 +14,7 @@ from testbed.workloads.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology
 
-from .base import Experiment, Outcome
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +37,7 @@ class PriorityQueues(ExperimentSpec):
             raise SpecError(f"{path}.weights: two integers >= 1 (got {self.weights})")
 
 
-def run(ctx: RunContext, exp: PriorityQueues) -> Outcome:
+def run(ctx: Context, exp: PriorityQueues) -> Outcome:
     """Two UDP classes over one bottleneck: strict priority (the high class offers part of
     the port, the low class saturates it), then weighted round robin (both saturate)."""
     out = Outcome()

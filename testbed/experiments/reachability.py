@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from topologies.model import Topology
 
-from .base import Experiment, Outcome
-
-if TYPE_CHECKING:
-    from testbed.runner import RunContext
+from .base import Context, Experiment, Outcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +27,7 @@ HEADER = ["src", "dst", "sent_pkts", "received_pkts", "loss_pct", "rtt_avg_ms", 
           "rtt_min_ms"]
 
 
-def run(ctx: RunContext, exp: Reachability) -> Outcome:
+def run(ctx: Context, exp: Reachability) -> Outcome:
     topo = ctx.topo
     rows = []
     with ctx.fabric(topo, ctx.spec.controller.routing, "reachability") as fab:

@@ -143,10 +143,29 @@ def test_the_import_reader_sees_what_it_should(tmp_path):
     import and a TYPE_CHECKING import, read as they are."""
     imports = imports_of(ROOT / "testbed" / "experiments" / "base.py")
     assert "testbed.config.spec" in imports
-    assert "testbed.runner" not in imports  # under TYPE_CHECKING only
+    assert "testbed.runner" not in imports  # experiments see the run through a Protocol
     assert "testbed.experiments.base" in imports_of(
         ROOT / "testbed" / "experiments" / "reachability.py")
     assert "mininet.net" in imports_of(ROOT / "testbed" / "net" / "fabric.py")
+
+
+def _members(protocol: type) -> set[str]:
+    return {n for n in vars(protocol) if not n.startswith("_")} | set(
+        getattr(protocol, "__annotations__", {}))
+
+
+def test_the_run_and_its_fabric_offer_what_experiments_use():
+    """Experiments know the run only as base.Context and base.Phase: the runner's context
+    and the fabric must have every member those promise."""
+    import dataclasses
+
+    from testbed.experiments.base import Context, Phase
+    from testbed.net.fabric import Fabric
+    from testbed.runner import RunContext
+    for impl, protocol in ((RunContext, Context), (Fabric, Phase)):
+        fields = {f.name for f in dataclasses.fields(impl)}
+        missing = [m for m in _members(protocol) if not hasattr(impl, m) and m not in fields]
+        assert not missing, f"{impl.__name__} lacks {missing}"
 
 
 SPECS = sorted((ROOT / "experiments").glob("*.yaml"))

@@ -10,14 +10,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
 from testbed.workloads.flows import assign_ports
 from testbed.workloads.launch import train_argv
 from topologies.model import at_rate, ifname
 
-from ..base import Outcome, slug
+from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
 from .analysis import ITER_FIELDS, queue_stats, summarise
 from .model import (
@@ -31,17 +30,13 @@ from .model import (
 )
 from .spec import BackgroundTraffic, Training, TrainingJob, training_topologies
 
-if TYPE_CHECKING:
-    from testbed.net.fabric import Fabric
-    from testbed.runner import RunContext
-
 MASTER_PORT = 29500
 
 
 class Background:
     """The experiment's background traffic, running until stopped."""
 
-    def __init__(self, fab: Fabric, specs: list[BackgroundTraffic], log_dir: Path,
+    def __init__(self, fab: Phase, specs: list[BackgroundTraffic], log_dir: Path,
                  seconds: float):
         self.fab, self.specs, self.log_dir, self.seconds = fab, specs, log_dir, seconds
         self.procs: list[subprocess.Popen] = []
@@ -102,7 +97,7 @@ class Background:
         return round(total / 1e6, 3)
 
 
-def run_processes(fab: Fabric, placement: Placement, job_dir: Path,
+def run_processes(fab: Phase, placement: Placement, job_dir: Path,
                   argv_of: Callable[[int, str], list[str]], timeout_s: float,
                   label: str) -> dict:
     """Start every rank in its host; fail fast when one dies (its error in the message, the
@@ -137,7 +132,7 @@ def run_processes(fab: Fabric, placement: Placement, job_dir: Path,
     return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
 
 
-def run_job(ctx: RunContext, fab: Fabric, exp: Training, job: TrainingJob, n: int, index: int,
+def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, index: int,
             fabric_label: str, outcome: Outcome, experiment: int = 0) -> tuple[dict, list[list]]:
     topo = fab.topo
     placement = place(topo, job, n)
@@ -212,7 +207,7 @@ def run_job(ctx: RunContext, fab: Fabric, exp: Training, job: TrainingJob, n: in
     return summary, iter_rows
 
 
-def run(ctx: RunContext, exp: Training) -> Outcome:
+def run(ctx: Context, exp: Training) -> Outcome:
     out = Outcome()
     position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
     experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Training))
