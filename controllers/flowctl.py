@@ -46,13 +46,21 @@ class FlowStat:
     byte_count: int
 
 
+@dataclass(frozen=True)
+class PlannedMove:
+    """A flow Hedera moves: its entries (send in order, a barrier after each) and the
+    record to log once they are in place (hedera_decisions.jsonl)."""
+    move: Move
+    mods: list[FlowMod]
+    record: dict
+
+
 @dataclass
 class PeriodResult:
-    """What one scheduling period decided: each move's entries (send in order, a barrier
-    after each), the ingress entries to re-mark, and the records for the logs."""
-    moves: list[tuple[Move, list[FlowMod]]] = field(default_factory=list)
+    """What one scheduling period decided: the moves, the ingress entries to re-mark, and
+    the records for the logs."""
+    moves: list[PlannedMove] = field(default_factory=list)
     remarks: list[FlowMod] = field(default_factory=list)
-    decisions: list[dict] = field(default_factory=list)   # hedera_decisions.jsonl
     priorities: list[dict] = field(default_factory=list)  # priority.jsonl
     period: dict = field(default_factory=dict)            # hedera_periods.jsonl
 
@@ -139,11 +147,10 @@ class FlowControl:
         result = PeriodResult()
         moves = self.scheduler.schedule() if self.hedera else []
         for move in moves:
-            result.moves.append((move, self._install(move)))
-            result.decisions.append({
+            result.moves.append(PlannedMove(move, self._install(move), {
                 "t": now, "flow": "/".join(map(str, move.flow)), "src": move.src,
                 "dst": move.dst, "rate_mbps": round(move.rate_bps / 1e6, 3),
-                "demand": round(move.demand, 4), "path": list(move.path)})
+                "demand": round(move.demand, 4), "path": list(move.path)}))
         if self.policy is not None:
             self._reprioritise(now, counters, ingress, result)
         sched = self.scheduler

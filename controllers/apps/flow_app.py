@@ -98,10 +98,9 @@ class FlowRouting(FabricRouting):
         stats = [FlowStat(dpid, e.priority, dict(e.match.items()), e.byte_count)
                  for dpid, entries in self.stats.items() for e in entries]
         result = self.control.period(time.time(), stats)
-        for move, mods in result.moves:
-            if self._install(mods):
-                self._write(self.decisions, [d for d in result.decisions
-                                             if d["flow"] == "/".join(map(str, move.flow))])
+        for planned in result.moves:
+            if self._install(planned.mods):
+                self._write(self.decisions, [planned.record])
         for mod in result.remarks:
             dp = self.datapaths.get(mod.rule.dpid)
             if dp is not None:

@@ -21,13 +21,9 @@ from typing import Any, Protocol
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.spec import ExperimentSpec, Spec, type_name
+from testbed.results.plots import CsvPlot, DirPlot
 from testbed.workloads.flows import Flow, FlowResult
 from topologies.model import Topology
-
-# a plot: rows of one CSV file -> the PNG it drew (None: nothing to draw)
-CsvPlot = Callable[[list[dict], Path], "Path | None"]
-# a plot that reads the whole results directory -> the PNGs it drew
-DirPlot = Callable[[Path, Path], list[Path]]
 
 
 class Phase(Protocol):

@@ -4,7 +4,6 @@ environment (its only setting: the path of the phase's configuration file), boun
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -16,7 +15,8 @@ from testbed.config.controller import CONFIG_ENV, ControllerConfig
 from testbed.config.loader import dump_json
 from testbed.system import TestbedError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .traffic import REPO_ROOT, host_env
+
 BUILTIN_APP = "controllers.apps.routing_app"
 FLOW_APP = "controllers.apps.flow_app"  # the routing app + Hedera and/or flow priorities
 
@@ -39,9 +39,7 @@ class ControllerLaunch:
                 *self.plugins]
 
     def env(self) -> dict[str, str]:
-        return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-                "PYTHONPATH": str(REPO_ROOT),
-                "PYTHONWARNINGS": "ignore::DeprecationWarning",
+        return {**host_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning",
                 CONFIG_ENV: str(self.config_path)}
 
 

@@ -17,9 +17,9 @@ from testbed.workloads.flows import BASE_PORT, Flow, FlowResult, parse_finite, p
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _host_env() -> dict[str, str]:
-    """Explicit environment of workload processes: PATH, and the repository on PYTHONPATH so
-    that `python -m testbed...` works inside a host."""
+def host_env() -> dict[str, str]:
+    """Explicit environment of the processes the testbed starts (workloads in hosts, the
+    controller): PATH, and the repository on PYTHONPATH so that `python -m ...` works."""
     return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "PYTHONPATH": str(REPO_ROOT)}
 
@@ -30,7 +30,7 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
     proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=out,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_host_env())
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=host_env())
     out.close()
     fabric.record.add_pid(proc.pid, what)
     return proc
@@ -39,7 +39,7 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
 def run_in_host(fabric, host: str, argv: list[str], timeout: float) -> str:
     """Run a process in a host's namespace to completion; returns its stdout."""
     proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_host_env(),
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=host_env(),
                             text=True)
     fabric.record.add_pid(proc.pid, f"workload in {host}")
     try:

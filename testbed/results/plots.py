@@ -8,7 +8,9 @@ from typing import Any
 
 from .files import read_rows
 
+# a plot: rows of one CSV file -> the PNG it drew (None: nothing to draw)
 CsvPlot = Callable[[list[dict], Path], "Path | None"]
+# a plot that reads the whole results directory -> the PNGs it drew
 DirPlot = Callable[[Path, Path], list[Path]]
 
 

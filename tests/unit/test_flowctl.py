@@ -58,15 +58,15 @@ def test_hedera_moves_an_elephant_last_switch_first():
     assert ctl.period(0.0, [stat(ctl, a, 0), stat(ctl, b, 0)]).moves == []
     result = ctl.period(1.0, [stat(ctl, a, 1_250_000), stat(ctl, b, 1_250_000)])  # 10 Mb/s
     assert len(result.moves) == 2
-    for move, mods in result.moves:
-        path = move.path
+    for planned in result.moves:
+        path, mods = planned.move.path, planned.mods
         assert [m.rule.dpid for m in mods] == [TOPO.switch(n).dpid for n in path[-2:0:-1]]
         assert [m.modify for m in mods] == [False] * (len(mods) - 1) + [True]
-    paths = {move.path for move, _ in result.moves}
+        assert planned.record["flow"] == "/".join(map(str, planned.move.flow))
+        assert planned.record["path"] == list(path)
+    paths = {planned.move.path for planned in result.moves}
     assert len({p[2] for p in paths}) == 2  # GFF put them on different aggregation switches
     assert result.period["elephants"] == 2 and result.period["moved"] == 2
-    assert [d["flow"] for d in result.decisions] == [
-        "/".join(map(str, m.flow)) for m, _ in result.moves]
 
 
 def test_priority_demotes_a_long_flow_in_place():
