@@ -1,0 +1,50 @@
+"""What every rank of a parallel job is told (pure): one JSON file the runner (or a local
+launch) writes and each worker reads with the strict loader."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cost import Plan
+from .desc import ModelDesc
+from .layout import Layout
+
+COMPUTE_MODES = ("real", "emulated")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealModel:
+    """Real compute: the training experiment's MLP on real data, its Linear layers paired
+    into Megatron MLP blocks (column-parallel, ReLU, row-parallel) for tensor parallelism."""
+    width: int = 64
+    depth: int = 3
+    data: str = "digits"
+    batch: int = 32              # samples per data-parallel replica per iteration
+    lr: float = 0.05
+    momentum: float = 0.9
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    layout: Layout
+    schedule: str = "1f1b"
+    micro_batches: int = 1
+    zero: int = 0
+    iters: int = 10
+    seed: int = 0
+    compute: str = "emulated"          # real | emulated
+    model: ModelDesc | None = None     # emulated: the transformer described
+    scale: float = 1.0                 # emulated: tensors (and FLOPs) shrunk by this factor
+    s_per_flop: float = 0.0            # emulated: seconds of compute per (scaled) FLOP
+    profile: dict[str, float] = field(default_factory=dict)  # emulated: fwd_s/bwd_s per layer
+    real: RealModel = field(default_factory=RealModel)
+    dscp: dict[str, int] = field(default_factory=dict)        # per collective type
+    timeout_s: float = 60.0
+    crash_rank: int = -1               # fault injection: this rank raises ...
+    crash_iter: int = -1               # ... at the start of this iteration
+    hang_rank: int = -1                # ... or stops answering (sleeps) there
+
+    def plan(self) -> Plan:
+        if self.model is None:
+            raise ValueError("an emulated job needs a model description")
+        return Plan(self.model, self.layout, self.schedule, self.micro_batches, self.zero,
+                    self.scale)
