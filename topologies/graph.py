@@ -86,6 +86,25 @@ def shortest_paths(topo: Topology, src: str, dst: str) -> list[tuple[str, ...]]:
     return out
 
 
+def link_shares(topo: Topology, flows: list[tuple[str, str, float]]
+                ) -> dict[tuple[str, str], float]:
+    """Each directed link's load per Mb/s of its rate when every (src, dst, weight) flow
+    sends `weight` units, split evenly over its shortest paths (a fluid view of ECMP).
+    Multiplied by a host's link rate: how many times that host's rate the link is asked to
+    carry (above 1: the flows sharing it slow down)."""
+    load: dict[tuple[str, str], float] = {}
+    for src, dst, weight in flows:
+        if src == dst or weight <= 0:
+            continue
+        paths = shortest_paths(topo, src, dst)
+        for path in paths:
+            for u, v in zip(path, path[1:]):
+                rate = next(topo.link_at(u, port).rate_mbps
+                            for port, peer, _ in topo.ports_of(u) if peer == v)
+                load[(u, v)] = load.get((u, v), 0.0) + weight / rate / len(paths)
+    return load
+
+
 def to_networkx(topo: Topology) -> nx.DiGraph:
     """Directed graph with one arc per link direction, capacity = link rate in Mb/s."""
     g = nx.DiGraph()

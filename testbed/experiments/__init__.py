@@ -8,6 +8,7 @@ from . import (
                calibration,
                ecn_queue,
                incast,
+               parallel,
                permutation,
                pfc_victim,
                priority,
@@ -26,6 +27,7 @@ EXPERIMENTS: dict[str, Experiment] = register(
     incast.EXPERIMENT,
     pfc_victim.EXPERIMENT,
     training.EXPERIMENT,
+    parallel.EXPERIMENT,
 )
 
 

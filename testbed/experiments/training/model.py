@@ -7,7 +7,7 @@ import dataclasses
 
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.workloads import commmodel
-from topologies.graph import distances_to, shortest_paths
+from topologies.graph import distances_to, link_shares
 from topologies.model import Topology
 
 from .spec import Training, TrainingJob
@@ -99,15 +99,8 @@ def ring_link_load(topo: Topology, hosts: list[str]) -> float:
     if len(hosts) < 2:
         return 1.0
     base = min(host_link(topo, h).rate_mbps for h in hosts)
-    load: dict[tuple[str, str], float] = {}
-    for a, b in zip(hosts, hosts[1:] + hosts[:1]):
-        paths = shortest_paths(topo, a, b)
-        for path in paths:
-            for u, v in zip(path, path[1:]):
-                rate = next(topo.link_at(u, port).rate_mbps
-                            for port, peer, _ in topo.ports_of(u) if peer == v)
-                load[(u, v)] = load.get((u, v), 0.0) + base / rate / len(paths)
-    return max(1.0, max(load.values()))
+    shares = link_shares(topo, [(a, b, 1.0) for a, b in zip(hosts, hosts[1:] + hosts[:1])])
+    return max(1.0, base * max(shares.values()))
 
 
 def training_qos(exp: Training, spec_qos: QosConfig | None,

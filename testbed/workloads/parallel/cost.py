@@ -21,9 +21,9 @@ path) and the activation transfer between stages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .desc import LayerWork, ModelDesc, layer_work, stage_layers
+from .desc import LayerWork, ModelDesc, layer_work, mlp_work, stage_layers
 from .layout import Layout
 from .schedule import bubble_fraction, simulate
 
@@ -41,28 +41,38 @@ def ring_gather_sent(size: float, n: int) -> float:
 
 @dataclass(frozen=True)
 class Plan:
-    """A job's shape: the model, the layout, and how the iteration runs."""
-    model: ModelDesc
+    """A job's shape: the model (a described transformer, or the real-compute MLP as
+    (width, depth, micro-batch samples)), the layout, and how the iteration runs."""
+    model: ModelDesc | None
     layout: Layout
     schedule: str = "1f1b"
     micro_batches: int = 1
     zero: int = 0                   # 0: plain DP allreduce; 1, 2: ZeRO-1/2; 3: ZeRO-3 / FSDP
     scale: float = 1.0
+    mlp: tuple[int, int, int] | None = None
 
     def layers(self) -> list[LayerWork]:
+        if self.model is None:
+            if self.mlp is None:
+                raise ValueError("a plan needs a model description or an MLP")
+            return mlp_work(*self.mlp, self.layout)
         return layer_work(self.model, self.layout, self.scale)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.model.dtype_bytes if self.model is not None else 4
 
     def stage_of(self, rank: int) -> int:
         return self.layout.coords(rank)[1]
 
     def stage_work(self, stage: int) -> list[LayerWork]:
         work = self.layers()
-        return [work[i] for i in stage_layers(self.model.layers, self.layout.pp)[stage]]
+        return [work[i] for i in stage_layers(len(work), self.layout.pp)[stage]]
 
 
 def sent_bytes(plan: Plan, rank: int) -> dict[str, float]:
     """Payload bytes this rank sends per iteration, by collective type."""
-    lay, m, nb = plan.layout, plan.micro_batches, plan.model.dtype_bytes
+    lay, m, nb = plan.layout, plan.micro_batches, plan.dtype_bytes
     work = plan.stage_work(plan.stage_of(rank))
     stage = plan.stage_of(rank)
     edp = lay.dp // lay.ep
@@ -89,22 +99,24 @@ def sent_bytes(plan: Plan, rank: int) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Network:
-    """What a rank gets from the fabric: bytes/s per collective type (its host link rate
-    over the load its group's traffic puts on the busiest link), and a per-step latency."""
+    """What a rank gets from the fabric, per collective type: bytes/s (its host link rate
+    over the load its group's traffic puts on the busiest link) and the one-way latency of
+    a step between two members (half the ping RTT between them: a TP pair inside an edge
+    switch is nearer than a DP pair across the core)."""
     bandwidth: dict[str, float]
-    latency_s: float = 0.0
+    latency_s: dict[str, float] = field(default_factory=dict)
 
     def ring(self, kind: str, sent: float, steps: int) -> float:
         if sent <= 0:
             return 0.0
-        return sent / self.bandwidth[kind] + steps * self.latency_s
+        return sent / self.bandwidth[kind] + steps * self.latency_s.get(kind, 0.0)
 
 
 def predict(plan: Plan, net: Network, s_per_flop: float) -> dict:
     """The model's iteration: per-stage forward/backward times per micro-batch, the pipeline
     (replayed), the synchronisation after it, each collective type's time on the critical
     path of the slowest rank, and the bubble."""
-    lay, m, nb = plan.layout, plan.micro_batches, plan.model.dtype_bytes
+    lay, m, nb = plan.layout, plan.micro_batches, plan.dtype_bytes
     edp = lay.dp // lay.ep
     fwd, bwd, comm_stage = [], [], []
     for s in range(lay.pp):

@@ -122,6 +122,28 @@ def layer_work(m: ModelDesc, layout: Layout, scale: float = 1.0) -> list[LayerWo
     return out
 
 
+def mlp_work(width: int, depth: int, micro_batch: int, layout: Layout) -> list[LayerWork]:
+    """The real-compute MLP (testbed/workloads/models.py: 64 inputs, `depth` hidden layers
+    of `width`, 10 outputs) as the worker runs it: Linear layers in pairs, each pair a
+    Megatron MLP block (one TP allreduce of the micro-batch's output forward, one of the
+    input gradient backward), a lone last Linear replicated; fp32."""
+    dims = [64] + [width] * depth + [10]
+    linears = list(zip(dims, dims[1:]))
+    out = []
+    for u in range(0, len(linears), 2):
+        pair = linears[u:u + 2]
+        params = sum(i * o + o for i, o in pair)
+        flops = 2 * micro_batch * sum(i * o for i, o in pair)
+        tp = layout.tp if len(pair) == 2 else 1
+        # a pair's TP slice: its inner dimension over the TP group, the last bias whole
+        local = (params - pair[-1][1]) // tp + pair[-1][1] if tp > 1 else params
+        out.append(LayerWork(index=len(out), fwd_flops=flops / tp, bwd_flops=2 * flops / tp,
+                             params=local, tp_allreduces=1 if tp > 1 else 0,
+                             tp_elems=micro_batch * pair[-1][1] if tp > 1 else 0,
+                             act_elems=micro_batch * pair[-1][1]))
+    return out
+
+
 def stage_layers(n_layers: int, pp: int) -> list[range]:
     """Layers of each pipeline stage: contiguous, as even as possible (earlier stages get
     the remainder)."""

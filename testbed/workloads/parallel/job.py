@@ -44,6 +44,11 @@ class JobConfig:
     hang_rank: int = -1                # ... or stops answering (sleeps) there
 
     def plan(self) -> Plan:
+        """The job as the analytical model sees it."""
+        if self.compute == "real":
+            return Plan(None, self.layout, self.schedule, self.micro_batches, self.zero,
+                        mlp=(self.real.width, self.real.depth,
+                             self.real.batch // self.micro_batches))
         if self.model is None:
             raise ValueError("an emulated job needs a model description")
         return Plan(self.model, self.layout, self.schedule, self.micro_batches, self.zero,

@@ -35,6 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from testbed.config.loader import load_json
+from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 
 from ..layerwise import mark_sockets, socket_fds
 from ..train import Timeline, counters, union_s
@@ -43,7 +44,7 @@ from .desc import LayerWork, stage_layers
 from .job import JobConfig
 from .schedule import actions
 
-TCP_HEADERS = 66  # Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12, per segment sent
+TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
 TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
 
 
@@ -502,8 +503,11 @@ class Runner:
         self.timeline.span(f"iteration {it}", "iteration", t0, t1, tid=7)
         # the bubble: the share of the pipeline phase this rank spent outside its layers
         # (waiting for a neighbour, or for its own sends)
+        # perf_counter is the machine's monotonic clock, the same in every namespace: the
+        # analysis lines up the ranks of a group with these
         row = {"iteration": it, "iter_s": t1 - t0, "pipeline_s": t_pipe - t0,
                "sync_s": t1 - t_pipe, "pp_wait_s": waited,
+               "t_start": t0, "t_sync_start": t_pipe, "t_sync_end": t1,
                "bubble": 1 - compute / (t_pipe - t0) if t_pipe > t0 else 0.0}
         if self.real:
             row["loss"] = sum(losses) if losses else None

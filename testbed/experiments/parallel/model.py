@@ -1,0 +1,160 @@
+"""The parallel experiment's pure decisions: the job each rank is told, the bandwidth each
+collective type gets on this fabric with this placement, the model's volumes and times,
+the bytes the model expects to cross the core, and the switch classes."""
+from __future__ import annotations
+
+from testbed.config.qos import QosConfig, TrafficClass
+from testbed.config.units import (
+    ETHERNET_HEADER_BYTES,
+    IP_TCP_HEADER_BYTES,
+    tcp_payload_fraction,
+)
+from testbed.workloads.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
+from testbed.workloads.parallel.job import JobConfig
+from testbed.workloads.parallel.layout import Layout
+from topologies.graph import link_shares, shortest_paths
+from topologies.model import Topology
+
+from .spec import Parallel, ParallelJob
+
+CORE_ROLES = ("core", "spine")
+GROUP_OF_KIND = {"tp": "tp", "pp": "pp", "dp": "dp", "ep": "ep", "fsdp": "dp"}
+
+
+def time_scale(exp: Parallel, rate_mbps: float) -> float:
+    """How much longer emulated compute takes than on the stated device: 1, or (to keep the
+    communication/computation ratio of a `reference_link_gbps` fabric at this rate) the
+    reference rate over this one. The FLOPs are already times `scale`."""
+    if exp.reference_link_gbps is None:
+        return 1.0
+    return exp.reference_link_gbps * 1000 / rate_mbps
+
+
+def s_per_flop(exp: Parallel, rate_mbps: float) -> float:
+    if exp.compute != "emulated" or exp.device_tflops is None:
+        return 0.0
+    return time_scale(exp, rate_mbps) / (exp.device_tflops * 1e12)
+
+
+def job_config(exp: Parallel, job: ParallelJob, rate_mbps: float) -> JobConfig:
+    emulated = exp.compute == "emulated"
+    profile = {}
+    if emulated and exp.layer_fwd_s is not None and exp.layer_bwd_s is not None:
+        scale = time_scale(exp, rate_mbps) * exp.scale
+        profile = {"fwd_s": exp.layer_fwd_s * scale, "bwd_s": exp.layer_bwd_s * scale}
+    return JobConfig(layout=job.layout, schedule=job.schedule,
+                     micro_batches=job.micro_batches, zero=job.zero, iters=exp.iters,
+                     seed=exp.seed, compute=exp.compute,
+                     model=exp.describe_model() if emulated else None,
+                     scale=exp.scale, s_per_flop=s_per_flop(exp, rate_mbps), profile=profile,
+                     real=exp.real, dscp=dict(exp.dscp), timeout_s=exp.timeout_s)
+
+
+def kind_flows(layout: Layout, hosts: list[str], kind: str) -> list[tuple[str, str, float]]:
+    """The flows every group of one collective type runs at once, each rank sending one
+    unit: rings (TP, DP, FSDP allreduce / all-gather / reduce-scatter) to the next rank,
+    pipeline stages to the next stage (and back, on the other direction of the links),
+    all-to-all (EP) to every other member, 1/(n-1) each."""
+    flows: list[tuple[str, str, float]] = []
+    for g in layout.groups(GROUP_OF_KIND[kind]):
+        n = len(g)
+        if n < 2:
+            continue
+        if kind == "ep":
+            flows += [(hosts[a], hosts[b], 1 / (n - 1)) for a in g for b in g if a != b]
+        elif kind == "pp":
+            flows += [(hosts[a], hosts[b], 1.0) for a, b in zip(g, g[1:])]
+            flows += [(hosts[b], hosts[a], 1.0) for a, b in zip(g, g[1:])]
+        else:
+            flows += [(hosts[g[i]], hosts[g[(i + 1) % n]], 1.0) for i in range(n)]
+    return flows
+
+
+def link_load(topo: Topology, flows: list[tuple[str, str, float]], rate_mbps: float) -> float:
+    """How many times a host's rate the busiest link is asked to carry (at least 1)."""
+    shares = link_shares(topo, flows)
+    return max(1.0, rate_mbps * max(shares.values())) if shares else 1.0
+
+
+def network(topo: Topology, layout: Layout, hosts: list[str], rate_mbps: float, mtu: int,
+            rtt_s: dict[str, float]) -> tuple[Network, dict[str, float]]:
+    """The model's network for this placement (with the RTT measured between two members of
+    each type's first group), and each type's busiest-link load."""
+    payload_bps = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / 8
+    loads = {k: link_load(topo, kind_flows(layout, hosts, k), rate_mbps) for k in KINDS}
+    return (Network({k: payload_bps / loads[k] for k in KINDS},
+                    {k: v / 2 for k, v in rtt_s.items()}), loads)
+
+
+def probe_pairs(layout: Layout, hosts: list[str]) -> dict[str, tuple[str, str]]:
+    """For each collective type the job runs, two hosts of its first group's first flow
+    (whose RTT stands for the type's step latency)."""
+    out = {}
+    for k in KINDS:
+        flows = kind_flows(layout, hosts, k)
+        if flows:
+            out[k] = flows[0][:2]
+    return out
+
+
+def wire_factor(mtu: int) -> float:
+    """Bytes a host sends per payload byte: every full segment's Ethernet, IP and TCP
+    headers, and the ACKs it returns for what it receives (one per two segments, and a
+    rank of these collectives receives about what it sends)."""
+    mss = mtu - IP_TCP_HEADER_BYTES
+    per_segment = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES
+    return 1 + per_segment / mss + per_segment / (2 * mss)
+
+
+def core_fraction(topo: Topology, src: str, dst: str) -> float:
+    """The share of a flow's (evenly split) shortest paths that go through a core or spine
+    switch."""
+    paths = shortest_paths(topo, src, dst)
+    roles = {s.name: s.role for s in topo.switches}
+    through = sum(1 for p in paths if any(roles.get(n) in CORE_ROLES for n in p))
+    return through / len(paths) if paths else 0.0
+
+
+def core_bytes(plan: Plan, topo: Topology, hosts: list[str]) -> dict[str, float]:
+    """Payload bytes per iteration the model expects to cross the core, per collective type:
+    each rank's volume split over its flows of that type, times the share of each flow's
+    paths through the core."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for kind in KINDS:
+        flows = kind_flows(plan.layout, hosts, kind)
+        by_src: dict[str, list[tuple[str, float]]] = {}
+        for s, d, w in flows:
+            by_src.setdefault(s, []).append((d, w))
+        for rank, host in enumerate(hosts):
+            vol = sent_bytes(plan, rank)[kind]
+            peers = by_src.get(host, [])
+            total_w = sum(w for _, w in peers)
+            for d, w in peers:
+                out[kind] += vol * w / total_w * core_fraction(topo, host, d)
+    return out
+
+
+def prediction(plan: Plan, net: Network, spf: float, profile: dict[str, float]) -> dict:
+    """The model's iteration for the job (a measured per-layer profile replaces FLOPs:
+    seconds per FLOP chosen so that each layer's forward takes the profiled time)."""
+    if profile:
+        work = plan.layers()[0]
+        spf = profile["fwd_s"] / work.fwd_flops if work.fwd_flops else 0.0
+    return predict(plan, net, spf)
+
+
+def parallel_qos(exp: Parallel, spec_qos: QosConfig | None,
+                 buffer_pkts: int | None) -> QosConfig:
+    """The spec's classes when it has some; otherwise one class per collective type (its
+    DSCP), served round-robin with equal weights, beside best effort: the switch counts
+    each type's bytes per port, and no type is favoured."""
+    if spec_qos is not None:
+        return spec_qos
+    classes = [TrafficClass(name="best-effort", dscp=[0], buffer_pkts=buffer_pkts)]
+    by_dscp: dict[int, list[str]] = {}
+    for kind, d in exp.dscp.items():
+        if d:
+            by_dscp.setdefault(d, []).append(kind)
+    for d, kinds in sorted(by_dscp.items()):
+        classes.append(TrafficClass(name="+".join(kinds), dscp=[d], buffer_pkts=buffer_pkts))
+    return QosConfig(classes=classes, scheduler="wrr", ecn_enabled=False)

@@ -1,0 +1,79 @@
+"""Plots of the parallel experiment, drawn only from its CSV files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.results.files import read_rows
+from testbed.results.plots import pyplot, save
+
+
+def _f(value: str | None) -> float:
+    return float(value) if value not in (None, "", "None") else 0.0
+
+
+def kinds(rows: list[dict], plots: Path) -> Path:
+    """Per job and collective type: bytes a rank sends per iteration and the time it spends,
+    measured beside the model."""
+    labels = [f"{r['fabric']} {r['job']}\n{r['kind']}" for r in rows]
+    x = list(range(len(rows)))
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.7 * len(rows) + 2), 7), sharex=True)
+    for ax, (m, mod, unit) in zip(axes, (("wire_bytes_per_rank", "model_wire_bytes_per_rank",
+                                          "bytes on the wire per rank and iteration"),
+                                         ("comm_s", "model_comm_s",
+                                          "seconds per iteration"))):
+        ax.bar([i - 0.2 for i in x], [_f(r[m]) for r in rows], 0.4, label="measured")
+        ax.bar([i + 0.2 for i in x], [_f(r[mod]) for r in rows], 0.4, label="model",
+               color="tab:gray")
+        ax.set_ylabel(unit, fontsize=8)
+        ax.legend(fontsize=8)
+    axes[1].set_xticks(x, labels, rotation=70, ha="right", fontsize=7)
+    axes[0].set_title("Parallel jobs: each collective type, measured vs model")
+    return save(fig, plots / "parallel_kinds.png")
+
+
+def jobs(rows: list[dict], plots: Path) -> list[Path]:
+    """Iteration time per job (measured, model), and the pipeline bubble beside
+    (p-1)/(m+p-1)."""
+    made = []
+    labels = [f"{r['fabric']}\n{r['job']}" for r in rows]
+    x = list(range(len(rows)))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
+    ax.bar([i - 0.2 for i in x], [_f(r["iter_s_median"]) for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [_f(r["model_iter_s"]) for r in rows], 0.4, label="model",
+           color="tab:gray")
+    for i, r in enumerate(rows):
+        if r.get("cpu_bound") == "True":
+            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"])), ha="center", va="bottom",
+                        color="tab:red", fontsize=7)
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("iteration time (s, median)")
+    ax.legend(fontsize=8)
+    made.append(save(fig, plots / "parallel_iteration.png"))
+    pipes = [r for r in rows if int(r["pp"]) > 1]
+    if pipes:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for sched, marker in (("gpipe", "o"), ("1f1b", "s")):
+            pts = sorted((int(r["micro_batches"]), _f(r["bubble"]), _f(r["bubble_ideal"]))
+                         for r in pipes if r["schedule"] == sched)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker + "-",
+                        label=f"{sched} measured")
+        ideal = sorted({(int(r["micro_batches"]), _f(r["bubble_ideal"])) for r in pipes})
+        ax.plot([p[0] for p in ideal], [p[1] for p in ideal], "k--", label="(p-1)/(m+p-1)")
+        ax.set_xlabel("micro-batches per iteration (m)")
+        ax.set_ylabel("pipeline bubble (share of the pipeline phase idle)")
+        ax.legend(fontsize=8)
+        made.append(save(fig, plots / "parallel_bubble.png"))
+    return made
+
+
+def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
+    made: list[Path] = []
+    jobs_csv, kinds_csv = out_dir / "metrics" / "parallel.csv", out_dir / "metrics" / "parallel_kinds.csv"
+    if jobs_csv.exists() and (rows := read_rows(jobs_csv)):
+        made += jobs(rows, plots)
+    if kinds_csv.exists() and (rows := read_rows(kinds_csv)):
+        made.append(kinds(rows, plots))
+    return made

@@ -1,0 +1,160 @@
+"""The parallel experiment's runner: for each fabric and link rate, each job's ranks start
+in their placed hosts (one rank per host), every switch queue is sampled, and the bytes
+each class (collective type) put through the core are read from the switches' counters."""
+from __future__ import annotations
+
+import sys
+
+from testbed.config.loader import dump_json
+from testbed.workloads.parallel.cost import KINDS, sent_bytes
+from topologies.model import Topology, at_rate, ifname
+
+from ..base import Context, Outcome, Phase, slug
+from ..qos_common import switch_slots
+from ..training.analysis import queue_stats
+from ..training.model import Placement, host_link
+from ..training.run import run_processes
+from .analysis import ITER_FIELDS, KIND_FIELDS, read_records, summarise
+from .model import (
+    CORE_ROLES,
+    core_bytes,
+    job_config,
+    network,
+    parallel_qos,
+    prediction,
+    probe_pairs,
+)
+from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
+
+MASTER_PORT = 29700
+
+
+def class_kinds(dp) -> dict[int, str]:
+    """Switch class index -> the collective type it carries (its name), others omitted."""
+    return {i: c["name"].split("+")[0] for i, c in enumerate(dp.classes)
+            if c["name"].split("+")[0] in KINDS}
+
+
+def core_counters(dp, topo: Topology) -> dict[tuple[int, int], int]:
+    """Bytes enqueued so far on every class of every core / spine switch egress port."""
+    roles = {s.name: s.role for s in topo.switches}
+    return {(p["id"], c): dp.queue(p["id"], c).enq_bytes for p in dp.ports
+            if not p["is_host"] and roles.get(p["node"]) in CORE_ROLES
+            for c in range(len(dp.classes))}
+
+
+def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: int,
+            fabric_label: str, rate: float, outcome: Outcome, experiment: int
+            ) -> tuple[dict, list[list], list[list], list[list]]:
+    topo = fab.topo
+    hosts = job_hosts(job, topo)
+    label = job.label()
+    job_dir = ctx.out_dir / "parallel" / f"{experiment}-{index:02d}-{slug(fabric_label)}-{slug(label)}"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    cfg = job_config(exp, job, rate)
+    dump_json(cfg, job_dir / "job.json")
+    master = f"{topo.host(hosts[0]).ip}:{MASTER_PORT + index}"
+    world = len(hosts)
+
+    def argv_of(rank: int, host: str) -> list[str]:
+        return [sys.executable, "-m", "testbed.workloads.parallel.worker", "--rank", str(rank),
+                "--world-size", str(world), "--master", master, "--config",
+                str(job_dir / "job.json"), "--out", str(job_dir), "--ifname", ifname(host, 0)]
+
+    pairs = probe_pairs(job.layout, hosts)
+    rtts = {k: fab.ping_rtt_s(a, b) for k, (a, b) in pairs.items()}
+    rtt = {k: v for k, v in rtts.items() if v is not None}
+    dp = fab.dataplane()
+    sampler = ctx.class_sampler(dp, switch_slots(dp), exp.sample_hz)
+    kinds = class_kinds(dp)
+    groups = [[experiment, fabric_label, label, kind, g, " ".join(str(r) for r in ranks),
+               " ".join(hosts[r] for r in ranks)]
+              for kind in ("tp", "pp", "dp", "ep") for g, ranks in
+              enumerate(job.layout.groups(kind)) if len(ranks) > 1]
+    ctx.write_csv("parallel_groups.csv", ["experiment", "fabric", "job", "kind", "group",
+                                          "ranks", "hosts"], groups)
+    ctx.log(f"  {fabric_label} {label}: {world} ranks on {', '.join(hosts)}")
+    measured: dict = {}
+    with ctx.traffic_phase(fab, outcome, f"{fabric_label} {label}") as checks:
+        before = core_counters(dp, topo)
+        sampler.start()
+        try:
+            measured.update(run_processes(fab, Placement([], hosts), job_dir, argv_of,
+                                          exp.job_timeout_s, f"{fabric_label} {label}"))
+        finally:
+            sampler.stop()
+        after = core_counters(dp, topo)
+    core = dict.fromkeys(KINDS, 0)
+    other = 0
+    for (port, cls), b in after.items():
+        if cls in kinds:
+            core[kinds[cls]] += b - before[(port, cls)]
+        else:
+            other += b - before[(port, cls)]
+    measured["core_other_bytes"] = other
+    names = {p["id"]: p["ifname"] for p in dp.ports}
+    _, sw, sw_port = topo.ports_of(hosts[0])[0]
+    dp.close()
+    queue = queue_stats(sampler.samples, names, ifname(sw, sw_port), sampler.achieved_rate_hz())
+    rows = {r: read_records(job_dir / f"rank{r}.jsonl") for r in range(world)}
+    host_rate = min(host_link(topo, h).rate_mbps for h in hosts)
+    mtu = fab.links.mtu_bytes
+    net, loads = network(topo, job.layout, hosts, host_rate, mtu, rtt)
+    plan = cfg.plan()
+    pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
+    model_sent = {r: sent_bytes(plan, r) for r in range(world)}
+    summary, kind_rows, iter_rows = summarise(
+        experiment=experiment, fabric=fabric_label, label=label, plan=plan,
+        compute=exp.compute, model_name=exp.model if exp.compute == "emulated" else "mlp",
+        hosts=hosts, rows=rows, warmup=exp.warmup_iters, pred=pred, model_sent=model_sent,
+        net=net, loads=loads, model_core=core_bytes(plan, topo, hosts),
+        core_measured=core if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
+        queue=queue, measured=measured, checks=checks)
+    if summary["cpu_bound"] and not checks["cpu"]["cpu_bound"]:
+        outcome.warnings.append(
+            f"{fabric_label} {label}: CPU-bound (a rank waited "
+            f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
+            "times are not the network's")
+    return summary, kind_rows, iter_rows, groups
+
+
+def run(ctx: Context, exp: Parallel) -> Outcome:
+    out = Outcome()
+    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
+    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Parallel))
+    rows, kind_rows, iter_rows = [], [], []
+    qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
+    index = 0
+    for topo in parallel_topologies(exp, ctx.topo):
+        for rate in exp.rates_mbps or [ctx.spec.links.rate_mbps]:
+            fabric = at_rate(topo, rate)
+            fabric_label = f"{topo.kind}" + (f"@{rate:g}Mbps" if rate else "")
+            with ctx.fabric(fabric, ctx.spec.controller.routing, f"parallel {fabric_label}",
+                            qos=qos, rate_mbps=None) as fab:
+                link_rate = rate or min(link.rate_mbps for link in fabric.links)
+                for job in exp.jobs:
+                    summary, kr, ir, _ = run_job(ctx, fab, exp, job, index, fabric_label,
+                                                 link_rate, out, experiment)
+                    index += 1
+                    rows.append(summary)
+                    kind_rows += kr
+                    iter_rows += ir
+                    ctx.log(f"    iteration {summary['iter_s_median']} s (model "
+                            f"{summary['model_iter_s']} s, x{summary['iter_over_model']}), "
+                            f"bubble {summary['bubble']} (ideal {summary['bubble_ideal']}), "
+                            f"core {summary['core_bytes_per_iter']} B/iter (model "
+                            f"{summary['model_core_bytes_per_iter']}), machine idle "
+                            f"{summary['machine_idle_mean']:.0%}")
+                    for k in kr:
+                        ctx.log(f"      {k[3]}: {k[4]} B/rank (model {k[5]}, x{k[6]}), "
+                                f"{k[10]} s (model {k[11]}, x{k[12]})")
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    ctx.write_csv("parallel.csv", header, [[r.get(k) for k in header] for r in rows])
+    ctx.write_csv("parallel_kinds.csv", KIND_FIELDS, kind_rows)
+    ctx.write_csv("parallel_iterations.csv",
+                  ["experiment", "fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS,
+                  iter_rows)
+    out.headline = {"jobs": len(rows), "results": [
+        {k: r[k] for k in ("fabric", "job", "iter_s_median", "model_iter_s", "iter_over_model",
+                           "bubble", "bubble_ideal", "cpu_bound")} for r in rows]}
+    return out

@@ -1,0 +1,185 @@
+"""The parallel-training experiment's spec: a model (a real MLP, or a described transformer
+with emulated compute), jobs with their parallel layout and placement, the fabrics and link
+rates; every field checked before anything starts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from testbed.config.loader import SpecError
+from testbed.config.network import TopologySpec, one_of, positive
+from testbed.config.spec import ExperimentSpec, Spec
+from testbed.workloads.parallel.cost import KINDS
+from testbed.workloads.parallel.desc import ModelDesc, load_models
+from testbed.workloads.parallel.job import COMPUTE_MODES, RealModel
+from testbed.workloads.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.parallel.schedule import SCHEDULES
+from topologies import TopologyError, build
+from topologies.model import Topology
+
+# one DSCP (and, unless the spec has its own qos, one switch class) per collective type,
+# so that switch counters tell the types apart: AF11, AF12, AF21, AF31, AF41
+DEFAULT_DSCP = {"tp": 10, "pp": 12, "dp": 18, "ep": 26, "fsdp": 34}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelJob:
+    """One job: its layout (dp x tp x pp ranks, ep carved out of dp), pipeline schedule,
+    ZeRO stage and placement (`packed`, `spread`, `random` with `seed`, or `hosts`)."""
+    name: str = ""
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    schedule: str = "1f1b"
+    micro_batches: int = 1
+    zero: int = 0                      # 0: DP allreduce; 1, 2: ZeRO-1/2; 3: ZeRO-3 / FSDP
+    placement: str = "packed"          # packed | spread | random
+    hosts: list[str] = field(default_factory=list)  # explicit: rank i on hosts[i]
+    seed: int = 0
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep)
+
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = [self.layout.label()]
+        if self.pp > 1:
+            parts.append(f"{self.schedule}-m{self.micro_batches}")
+        elif self.micro_batches > 1:
+            parts.append(f"m{self.micro_batches}")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        parts.append("explicit" if self.hosts else self.placement)
+        return "-".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallel(ExperimentSpec):
+    """Large-model parallel training jobs (TP, PP, ZeRO/FSDP, EP, combined) of real Gloo
+    workers on the fabric, each collective type's bytes and time beside the analytical
+    model; docs/PARALLEL.md."""
+    type: Literal["parallel"] = "parallel"
+    compute: str = "emulated"          # real (the MLP on digits) | emulated
+    model: str = "gpt-tiny"            # emulated: a description in models.yaml ...
+    model_desc: ModelDesc | None = None  # ... or one written here
+    scale: float = 1e-3                # emulated: tensors and FLOPs times this
+    device_tflops: float | None = 100.0  # emulated: the accelerator's sustained speed
+    reference_link_gbps: float | None = None  # keep the comm/compute ratio of this link
+    layer_fwd_s: float | None = None   # emulated: a measured per-layer time instead of FLOPs
+    layer_bwd_s: float | None = None
+    real: RealModel = field(default_factory=RealModel)
+    iters: int = 6
+    warmup_iters: int = 1
+    seed: int = 0
+    topologies: list[TopologySpec] = field(default_factory=list)  # default: the spec's
+    rates_mbps: list[float] = field(default_factory=list)  # every link; default: as built
+    jobs: list[ParallelJob] = field(default_factory=lambda: [ParallelJob()])
+    dscp: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DSCP))
+    timeout_s: float = 120.0
+    job_timeout_s: float = 1200.0
+    sample_hz: float = 200.0
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_parallel(self, path, topo)
+
+    def describe_model(self) -> ModelDesc:
+        """The described transformer (emulated compute)."""
+        if self.model_desc is not None:
+            return self.model_desc
+        return load_models()[self.model]
+
+
+def parallel_topologies(exp: Parallel, topo: Topology) -> list[Topology]:
+    if not exp.topologies:
+        return [topo]
+    return [build(t.kind, **t.params) for t in exp.topologies]
+
+
+def job_hosts(job: ParallelJob, topo: Topology) -> list[str]:
+    """The host of each rank."""
+    return place(topo, job.layout.world, job.hosts or job.placement, job.seed)
+
+
+def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
+    one_of(exp.compute, COMPUTE_MODES, f"{path}.compute")
+    for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz", "scale"):
+        positive(getattr(exp, name), f"{path}.{name}")
+    if not 0 <= exp.warmup_iters < exp.iters:
+        raise SpecError(f"{path}.warmup_iters: must be in 0..iters-1 (got {exp.warmup_iters})")
+    for j, rate in enumerate(exp.rates_mbps):
+        positive(rate, f"{path}.rates_mbps[{j}]")
+    for kind, d in exp.dscp.items():
+        one_of(kind, KINDS, f"{path}.dscp")
+        if not 0 <= d <= 63:
+            raise SpecError(f"{path}.dscp.{kind}: DSCP must be in 0..63 (got {d})")
+    model = None
+    if exp.compute == "emulated":
+        if exp.model_desc is None and exp.model not in load_models():
+            raise SpecError(f"{path}.model: unknown {exp.model!r} (one of "
+                            f"{', '.join(load_models())}, or write model_desc)")
+        model = exp.describe_model()
+        if (exp.layer_fwd_s is None) != (exp.layer_bwd_s is None):
+            raise SpecError(f"{path}.layer_fwd_s: give both layer_fwd_s and layer_bwd_s")
+        if exp.layer_fwd_s is None:
+            if exp.device_tflops is None:
+                raise SpecError(f"{path}.device_tflops: emulated compute needs a device "
+                                "speed (or a profile: layer_fwd_s and layer_bwd_s)")
+            positive(exp.device_tflops, f"{path}.device_tflops")
+        else:
+            positive(exp.layer_fwd_s, f"{path}.layer_fwd_s")
+            positive(exp.layer_bwd_s, f"{path}.layer_bwd_s")
+        positive(exp.reference_link_gbps, f"{path}.reference_link_gbps", allow_none=True)
+    else:
+        for name in ("width", "depth", "batch", "lr"):
+            positive(getattr(exp.real, name), f"{path}.real.{name}")
+        if exp.real.data not in ("digits", "synthetic"):
+            raise SpecError(f"{path}.real.data: digits or synthetic (got {exp.real.data!r})")
+    if not exp.jobs:
+        raise SpecError(f"{path}.jobs: at least one job")
+    try:
+        fabrics = parallel_topologies(exp, topo)
+    except TopologyError as exc:
+        raise SpecError(f"{path}.topologies: {exc}") from None
+    for j, job in enumerate(exp.jobs):
+        jp = f"{path}.jobs[{j}]"
+        one_of(job.schedule, SCHEDULES, f"{jp}.schedule")
+        one_of(job.placement, POLICIES, f"{jp}.placement")
+        if not 0 <= job.zero <= 3:
+            raise SpecError(f"{jp}.zero: 0 (plain data parallel), 1, 2 or 3 (got {job.zero})")
+        if job.micro_batches < 1:
+            raise SpecError(f"{jp}.micro_batches: must be >= 1 (got {job.micro_batches})")
+        try:
+            job.layout.check()
+        except ValueError as exc:
+            raise SpecError(f"{jp}.{exc}") from None
+        if model is not None:
+            try:
+                model.check(job.layout, f"{path}.model")
+            except ValueError as exc:
+                where = str(exc) if str(exc).startswith(f"{path}.") else f"{jp}.{exc}"
+                raise SpecError(where) from None
+        else:
+            check_real(exp.real, job, jp)
+        for t in fabrics:
+            try:
+                job_hosts(job, t)
+            except ValueError as exc:
+                field_name = "hosts" if job.hosts else "dp"
+                raise SpecError(f"{jp}.{field_name}: {exc} ({t.kind})") from None
+
+
+def check_real(real: RealModel, job: ParallelJob, jp: str) -> None:
+    """Real compute: the MLP's Linear layers paired into TP units, split into stages."""
+    units = (real.depth + 2) // 2  # depth + 1 Linear layers, in pairs
+    if job.ep > 1:
+        raise SpecError(f"{jp}.ep: real compute has no experts (use compute: emulated)")
+    if real.width % job.tp:
+        raise SpecError(f"{jp}.tp: {job.tp} must divide real.width={real.width}")
+    if job.pp > units:
+        raise SpecError(f"{jp}.pp: {job.pp} stages for {units} layer pairs of the MLP")
+    if real.batch % job.micro_batches:
+        raise SpecError(f"{jp}.micro_batches: {job.micro_batches} must divide "
+                        f"real.batch={real.batch}")
