@@ -21,7 +21,8 @@ ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "comput
 KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_bytes_per_rank",
                "bytes_over_model", "wire_bytes_per_rank", "model_wire_bytes_per_rank",
                "wire_over_model", "comm_s", "model_comm_s", "comm_over_model",
-               "core_bytes", "model_core_bytes", "link_load"]
+               "core_bytes", "model_core_bytes", "link_load", "measured_link_load",
+               "model_hashed_comm_s", "comm_over_hashed_model"]
 
 
 def read_records(path: Path) -> list[dict]:
@@ -74,7 +75,8 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: Plan, compute: 
               model_name: str, hosts: list[str], rows: dict[int, list[dict]], warmup: int,
               pred: dict, model_sent: dict[int, dict[str, float]], net: Network,
               loads: dict[str, float], model_core: dict[str, float],
-              core_measured: dict[str, int] | None, rate_mbps: float, mtu: int,
+              core_measured: dict[str, int] | None,
+              busiest_measured: dict[str, int] | None, rate_mbps: float, mtu: int,
               rtt: dict[str, float], queue: dict, measured: dict, checks: dict,
               ) -> tuple[dict, list[list], list[list]]:
     """(the job's summary row, its rows per collective type, every rank's iteration rows)."""
@@ -87,6 +89,7 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: Plan, compute: 
     bubble = median_or_none([statistics.mean(r["bubble"] for r in its)
                              for its in iters.values() if its])
     wf = wire_factor(mtu)
+    n_iters = max((len(rs) for rs in rows.values()), default=0) or 1
     kind_rows = []
     by_kind = {}
     for k in KINDS:
@@ -108,20 +111,29 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: Plan, compute: 
         if not model_b and not measured_b:
             continue
         core = core_measured.get(k) if core_measured else None
-        per_iter_core = core / len(iters) if core is not None and iters else None
+        # the switch counters span the whole job: every iteration, warm-up included
+        per_iter_core = core / n_iters if core is not None else None
         by_kind[k] = (measured_b, model_b, comm, model_comm)
+        # the busiest switch port's bytes of this type over one flow's (a rank's, split over
+        # its peers for an all-to-all): how many flows ECMP's hashing actually put on one
+        # link, where the model spreads them evenly over the shortest paths
+        unit = (wire_b or 0) * n_iters / (lay.ep - 1 if k == "ep" else 1)
+        hashed = (max(1.0, busiest_measured[k] / unit)
+                  if busiest_measured is not None and unit else None)
+        hashed_comm = (model_comm * hashed / loads[k]
+                       if hashed is not None and model_comm is not None and k != "pp" else None)
         kind_rows.append([experiment, fabric, label, k, _r(measured_b, 0), _r(model_b, 0),
                           _ratio(measured_b, model_b), _r(wire_b, 0), _r(model_b * wf, 0),
                           _ratio(wire_b, model_b * wf), _r(comm), _r(model_comm),
                           _ratio(comm, model_comm), _r(per_iter_core, 0),
-                          _r(model_core[k] * wf, 0), round(loads[k], 3)])
+                          _r(model_core[k] * wf, 0), round(loads[k], 3), _r(hashed, 3),
+                          _r(hashed_comm), _ratio(comm, hashed_comm)])
     waits = [median_or_none([r["cpu_wait_s"] for r in rs[warmup:]]) for rs in rows.values()]
     wait = max((w for w in waits if w is not None), default=None)
     wait_share = wait / iter_s if wait is not None and iter_s else None
     cpu = checks["cpu"]
     losses = [r["loss"] for rs in rows.values() for r in rs[-1:] if r.get("loss") is not None]
-    core_total = (sum(core_measured.values()) / len(iters)
-                  if core_measured is not None and iters else None)
+    core_total = sum(core_measured.values()) / n_iters if core_measured is not None else None
     summary = {
         "experiment": experiment, "fabric": fabric, "job": label, "layout": lay.label(),
         "world": lay.world, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep,

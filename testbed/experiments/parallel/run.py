@@ -35,12 +35,30 @@ def class_kinds(dp) -> dict[int, str]:
             if c["name"].split("+")[0] in KINDS}
 
 
-def core_counters(dp, topo: Topology) -> dict[tuple[int, int], int]:
-    """Bytes enqueued so far on every class of every core / spine switch egress port."""
-    roles = {s.name: s.role for s in topo.switches}
+def port_counters(dp) -> dict[tuple[int, int], int]:
+    """Bytes enqueued so far on every class of every switch egress port."""
     return {(p["id"], c): dp.queue(p["id"], c).enq_bytes for p in dp.ports
-            if not p["is_host"] and roles.get(p["node"]) in CORE_ROLES
-            for c in range(len(dp.classes))}
+            if not p["is_host"] for c in range(len(dp.classes))}
+
+
+def class_bytes(dp, topo: Topology, before: dict, after: dict, kinds: dict[int, str]
+                ) -> tuple[dict[str, int], dict[str, int], int]:
+    """From two snapshots: bytes per collective type through core / spine egress ports, the
+    busiest switch port's bytes per type, and the core bytes of other classes."""
+    roles = {s.name: s.role for s in topo.switches}
+    node = {p["id"]: p["node"] for p in dp.ports}
+    core, busiest = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0)
+    other = 0
+    for (port, cls), b in after.items():
+        delta = b - before[(port, cls)]
+        in_core = roles.get(node[port]) in CORE_ROLES
+        if cls in kinds:
+            k = kinds[cls]
+            busiest[k] = max(busiest[k], delta)
+            core[k] += delta if in_core else 0
+        elif in_core:
+            other += delta
+    return core, busiest, other
 
 
 def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: int,
@@ -76,21 +94,15 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     ctx.log(f"  {fabric_label} {label}: {world} ranks on {', '.join(hosts)}")
     measured: dict = {}
     with ctx.traffic_phase(fab, outcome, f"{fabric_label} {label}") as checks:
-        before = core_counters(dp, topo)
+        before = port_counters(dp)
         sampler.start()
         try:
             measured.update(run_processes(fab, Placement([], hosts), job_dir, argv_of,
                                           exp.job_timeout_s, f"{fabric_label} {label}"))
         finally:
             sampler.stop()
-        after = core_counters(dp, topo)
-    core = dict.fromkeys(KINDS, 0)
-    other = 0
-    for (port, cls), b in after.items():
-        if cls in kinds:
-            core[kinds[cls]] += b - before[(port, cls)]
-        else:
-            other += b - before[(port, cls)]
+        after = port_counters(dp)
+    core, busiest, other = class_bytes(dp, topo, before, after, kinds)
     measured["core_other_bytes"] = other
     names = {p["id"]: p["ifname"] for p in dp.ports}
     _, sw, sw_port = topo.ports_of(hosts[0])[0]
@@ -108,7 +120,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         compute=exp.compute, model_name=exp.model if exp.compute == "emulated" else "mlp",
         hosts=hosts, rows=rows, warmup=exp.warmup_iters, pred=pred, model_sent=model_sent,
         net=net, loads=loads, model_core=core_bytes(plan, topo, hosts),
-        core_measured=core if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
+        core_measured=core if kinds else None,
+        busiest_measured=busiest if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
         queue=queue, measured=measured, checks=checks)
     if summary["cpu_bound"] and not checks["cpu"]["cpu_bound"]:
         outcome.warnings.append(
@@ -125,29 +138,33 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
     rows, kind_rows, iter_rows = [], [], []
     qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     index = 0
-    for topo in parallel_topologies(exp, ctx.topo):
-        for rate in exp.rates_mbps or [ctx.spec.links.rate_mbps]:
-            fabric = at_rate(topo, rate)
-            fabric_label = f"{topo.kind}" + (f"@{rate:g}Mbps" if rate else "")
-            with ctx.fabric(fabric, ctx.spec.controller.routing, f"parallel {fabric_label}",
-                            qos=qos, rate_mbps=None) as fab:
-                link_rate = rate or min(link.rate_mbps for link in fabric.links)
-                for job in exp.jobs:
-                    summary, kr, ir, _ = run_job(ctx, fab, exp, job, index, fabric_label,
-                                                 link_rate, out, experiment)
-                    index += 1
-                    rows.append(summary)
-                    kind_rows += kr
-                    iter_rows += ir
-                    ctx.log(f"    iteration {summary['iter_s_median']} s (model "
-                            f"{summary['model_iter_s']} s, x{summary['iter_over_model']}), "
-                            f"bubble {summary['bubble']} (ideal {summary['bubble_ideal']}), "
-                            f"core {summary['core_bytes_per_iter']} B/iter (model "
-                            f"{summary['model_core_bytes_per_iter']}), machine idle "
-                            f"{summary['machine_idle_mean']:.0%}")
-                    for k in kr:
-                        ctx.log(f"      {k[3]}: {k[4]} B/rank (model {k[5]}, x{k[6]}), "
-                                f"{k[10]} s (model {k[11]}, x{k[12]})")
+    fabrics = [(topo, rate, routing) for topo in parallel_topologies(exp, ctx.topo)
+               for rate in exp.rates_mbps or [ctx.spec.links.rate_mbps]
+               for routing in exp.routings or [ctx.spec.controller.routing]]
+    for topo, rate, routing in fabrics:
+        fabric = at_rate(topo, rate)
+        fabric_label = (f"{topo.kind}" + (f"@{rate:g}Mbps" if rate else "")
+                        + (f"/{routing}" if len(exp.routings) > 1 else ""))
+        with ctx.fabric(fabric, routing, f"parallel {fabric_label}",
+                        qos=qos, rate_mbps=None) as fab:
+            link_rate = rate or min(link.rate_mbps for link in fabric.links)
+            for job in exp.jobs:
+                summary, kr, ir, _ = run_job(ctx, fab, exp, job, index, fabric_label,
+                                             link_rate, out, experiment)
+                index += 1
+                rows.append(summary)
+                kind_rows += kr
+                iter_rows += ir
+                ctx.log(f"    iteration {summary['iter_s_median']} s (model "
+                        f"{summary['model_iter_s']} s, x{summary['iter_over_model']}), "
+                        f"bubble {summary['bubble']} (ideal {summary['bubble_ideal']}), "
+                        f"core {summary['core_bytes_per_iter']} B/iter (model "
+                        f"{summary['model_core_bytes_per_iter']}), machine idle "
+                        f"{summary['machine_idle_mean']:.0%}")
+                for k in kr:
+                    ctx.log(f"      {k[3]}: {k[4]} B/rank (model {k[5]}, x{k[6]}), "
+                            f"{k[10]} s (model {k[11]}, x{k[12]}; busiest link {k[16]} "
+                            f"flows, model {k[15]})")
     header = list(dict.fromkeys(k for r in rows for k in r))
     ctx.write_csv("parallel.csv", header, [[r.get(k) for k in header] for r in rows])
     ctx.write_csv("parallel_kinds.csv", KIND_FIELDS, kind_rows)

@@ -76,6 +76,7 @@ class Parallel(ExperimentSpec):
     seed: int = 0
     topologies: list[TopologySpec] = field(default_factory=list)  # default: the spec's
     rates_mbps: list[float] = field(default_factory=list)  # every link; default: as built
+    routings: list[Literal["ecmp", "single", "hedera"]] = field(default_factory=list)
     jobs: list[ParallelJob] = field(default_factory=lambda: [ParallelJob()])
     dscp: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DSCP))
     timeout_s: float = 120.0
@@ -143,6 +144,8 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
         fabrics = parallel_topologies(exp, topo)
     except TopologyError as exc:
         raise SpecError(f"{path}.topologies: {exc}") from None
+    if "hedera" in exp.routings and any(h.relay for t in fabrics for h in t.hosts):
+        raise SpecError(f"{path}.routings: hedera needs a switched fabric (not BCube)")
     for j, job in enumerate(exp.jobs):
         jp = f"{path}.jobs[{j}]"
         one_of(job.schedule, SCHEDULES, f"{jp}.schedule")
