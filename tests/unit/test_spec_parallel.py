@@ -24,7 +24,7 @@ def spec(**parallel):
     ({"jobs": [{"dp": 2, "hosts": ["h1", "h99"]}]}, "experiments[0].jobs[0].hosts: no host 'h99'"),
     ({"jobs": [{"dp": 2, "hosts": ["h1"]}]}, "experiments[0].jobs[0].hosts: 1 hosts for 2 ranks"),
     ({"model": "gpt5"}, "experiments[0].model: unknown 'gpt5'"),
-    ({"model_desc": {"layers": 2, "hidden": 64}}, "experiments[0].model_desc: missing heads"),
+    ({"model_desc": {"layers": 2, "hidden": 64}}, "experiments[0].model_desc.heads: required"),
     ({"model_desc": {"layers": 2, "hidden": 64, "heads": 3, "seq": 8}},
      "experiments[0].model.heads: must divide hidden"),
     ({"device_tflops": None}, "experiments[0].device_tflops: emulated compute needs a device"),

@@ -3,6 +3,8 @@ collective type gets on this fabric with this placement, the model's volumes and
 the bytes the model expects to cross the core, and the switch classes."""
 from __future__ import annotations
 
+import re
+
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.units import (
     ETHERNET_HEADER_BYTES,
@@ -47,10 +49,32 @@ def job_config(exp: Parallel, job: ParallelJob, rate_mbps: float) -> JobConfig:
                      seed=exp.seed, compute=exp.compute,
                      model=exp.describe_model() if emulated else None,
                      scale=exp.scale, s_per_flop=s_per_flop(exp, rate_mbps), profile=profile,
-                     real=exp.real, dscp=dict(exp.dscp), timeout_s=exp.timeout_s)
+                     real=exp.real, dscp=dict(exp.dscp), timeout_s=exp.timeout_s,
+                     **fault_fields(exp))
 
 
-def kind_flows(layout: Layout, hosts: list[str], kind: str) -> list[tuple[str, str, float]]:
+def fault_fields(exp: Parallel) -> dict[str, int]:
+    f = exp.fault
+    if f is None:
+        return {}
+    if f.kind == "crash":
+        return {"crash_rank": f.rank, "crash_iter": f.at_iter}
+    return {"hang_rank": f.rank, "crash_iter": f.at_iter}
+
+
+def unanswered(errors: dict[int, str]) -> list[int]:
+    """The ranks the failed ranks were waiting for when they gave up (named in their error
+    as "with ranks [...]") that did not fail themselves: a hung rank."""
+    waited_for: set[int] = set()
+    for text in errors.values():
+        m = re.search(r"with ranks \[([\d, ]*)\]", text)
+        if m:
+            waited_for |= {int(x) for x in m.group(1).split(",") if x.strip()}
+    return sorted(waited_for - set(errors))
+
+
+def kind_flows(layout: Layout, hosts: list[str], kind: str,
+               forward_only: bool = False) -> list[tuple[str, str, float]]:
     """The flows every group of one collective type runs at once, each rank sending one
     unit: rings (TP, DP, FSDP allreduce / all-gather / reduce-scatter) to the next rank,
     pipeline stages to the next stage (and back, on the other direction of the links),
@@ -64,7 +88,8 @@ def kind_flows(layout: Layout, hosts: list[str], kind: str) -> list[tuple[str, s
             flows += [(hosts[a], hosts[b], 1 / (n - 1)) for a in g for b in g if a != b]
         elif kind == "pp":
             flows += [(hosts[a], hosts[b], 1.0) for a, b in zip(g, g[1:])]
-            flows += [(hosts[b], hosts[a], 1.0) for a, b in zip(g, g[1:])]
+            if not forward_only:
+                flows += [(hosts[b], hosts[a], 1.0) for a, b in zip(g, g[1:])]
         else:
             flows += [(hosts[g[i]], hosts[g[(i + 1) % n]], 1.0) for i in range(n)]
     return flows
@@ -81,7 +106,10 @@ def network(topo: Topology, layout: Layout, hosts: list[str], rate_mbps: float, 
     """The model's network for this placement (with the RTT measured between two members of
     each type's first group), and each type's busiest-link load."""
     payload_bps = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / 8
-    loads = {k: link_load(topo, kind_flows(layout, hosts, k), rate_mbps) for k in KINDS}
+    # a pipeline transfer runs alone on its stage's link (the replay serialises a stage's
+    # sends); the other types' flows all run at once
+    loads = {k: link_load(topo, kind_flows(layout, hosts, k, forward_only=k == "pp"),
+                          rate_mbps) for k in KINDS}
     return (Network({k: payload_bps / loads[k] for k in KINDS},
                     {k: v / 2 for k, v in rtt_s.items()}), loads)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from testbed.config.loader import dump_json
+from testbed.errors import TestbedError
 from testbed.workloads.parallel.cost import KINDS, sent_bytes
 from topologies.model import Topology, at_rate, ifname
 
@@ -23,6 +24,7 @@ from .model import (
     parallel_qos,
     prediction,
     probe_pairs,
+    unanswered,
 )
 from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
 
@@ -99,6 +101,14 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         try:
             measured.update(run_processes(fab, Placement([], hosts), job_dir, argv_of,
                                           exp.job_timeout_s, f"{fabric_label} {label}"))
+        except TestbedError as exc:  # a hung rank fails no one but its neighbours
+            errors = {r: (job_dir / f"rank{r}.error").read_text() for r in range(world)
+                      if (job_dir / f"rank{r}.error").exists()}
+            silent = unanswered(errors)
+            if silent:
+                raise TestbedError(f"{exc}; rank(s) {', '.join(map(str, silent))} stopped "
+                                   "answering") from None
+            raise
         finally:
             sampler.stop()
         after = port_counters(dp)

@@ -57,6 +57,16 @@ class ParallelJob:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParallelFault:
+    """Fault injection: a rank raises (`crash`) or stops answering (`hang`) at the start of
+    an iteration; the job must fail within its timeout, naming the rank, and stop the
+    others."""
+    rank: int = 0
+    at_iter: int = 0
+    kind: str = "crash"                # crash | hang
+
+
+@dataclass(frozen=True, kw_only=True)
 class Parallel(ExperimentSpec):
     """Large-model parallel training jobs (TP, PP, ZeRO/FSDP, EP, combined) of real Gloo
     workers on the fabric, each collective type's bytes and time beside the analytical
@@ -79,7 +89,8 @@ class Parallel(ExperimentSpec):
     routings: list[Literal["ecmp", "single", "hedera"]] = field(default_factory=list)
     jobs: list[ParallelJob] = field(default_factory=lambda: [ParallelJob()])
     dscp: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DSCP))
-    timeout_s: float = 120.0
+    fault: ParallelFault | None = None
+    timeout_s: float = 120.0           # a collective that waits longer fails the job
     job_timeout_s: float = 1200.0
     sample_hz: float = 200.0
 
@@ -144,6 +155,13 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
         fabrics = parallel_topologies(exp, topo)
     except TopologyError as exc:
         raise SpecError(f"{path}.topologies: {exc}") from None
+    if exp.fault is not None:
+        one_of(exp.fault.kind, ("crash", "hang"), f"{path}.fault.kind")
+        if not 0 <= exp.fault.at_iter < exp.iters:
+            raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
+        smallest = min(job.layout.world for job in exp.jobs) if exp.jobs else 0
+        if not 0 <= exp.fault.rank < smallest:
+            raise SpecError(f"{path}.fault.rank: a rank below {smallest} (got {exp.fault.rank})")
     if "hedera" in exp.routings and any(h.relay for t in fabrics for h in t.hosts):
         raise SpecError(f"{path}.routings: hedera needs a switched fabric (not BCube)")
     for j, job in enumerate(exp.jobs):

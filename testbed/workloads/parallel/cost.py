@@ -79,7 +79,8 @@ def sent_bytes(plan: Plan, rank: int) -> dict[str, float]:
     dense = sum(w.params for w in work) * nb
     expert = sum(w.expert_params for w in work) * nb
     out = dict.fromkeys(KINDS, 0.0)
-    out["tp"] = sum(2 * w.tp_allreduces * m * ring_allreduce_sent(w.tp_elems * nb, lay.tp)
+    out["tp"] = sum(w.tp_allreduces * m * (ring_allreduce_sent(w.tp_elems * nb, lay.tp)
+                                           + ring_allreduce_sent(w.tp_elems_bwd * nb, lay.tp))
                     for w in work)
     out["ep"] = sum(4 * m * ring_gather_sent(w.a2a_elems * nb, lay.ep) for w in work)
     neighbours = (stage > 0) + (stage < lay.pp - 1)
@@ -125,14 +126,16 @@ def predict(plan: Plan, net: Network, s_per_flop: float) -> dict:
         for w in plan.stage_work(s):
             tp = w.tp_allreduces * net.ring("tp", ring_allreduce_sent(w.tp_elems * nb, lay.tp),
                                             2 * (lay.tp - 1))
+            tp_b = w.tp_allreduces * net.ring(
+                "tp", ring_allreduce_sent(w.tp_elems_bwd * nb, lay.tp), 2 * (lay.tp - 1))
             ep = 2 * net.ring("ep", ring_gather_sent(w.a2a_elems * nb, lay.ep), 1)
             ag = 0.0
             if plan.zero == 3:
                 ag = (net.ring("fsdp", ring_gather_sent(w.params * nb, lay.dp), lay.dp - 1)
                       + net.ring("fsdp", ring_gather_sent(w.expert_params * nb, edp), edp - 1))
             f += w.fwd_flops * s_per_flop + tp + ep + ag
-            b += w.bwd_flops * s_per_flop + tp + ep + ag
-            comm["tp"] += 2 * m * tp
+            b += w.bwd_flops * s_per_flop + tp_b + ep + ag
+            comm["tp"] += m * (tp + tp_b)
             comm["ep"] += 2 * m * ep
             comm["fsdp"] += 2 * m * ag
         fwd.append(f)

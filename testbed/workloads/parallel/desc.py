@@ -23,7 +23,7 @@ comparing with a published number).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .layout import Layout
@@ -84,10 +84,14 @@ class LayerWork:
     params: int                  # dense parameters this rank holds (after TP)
     expert_params: int = 0       # expert parameters this rank holds (after TP and EP)
     tp_allreduces: int = 0       # per direction (forward; the same in backward)
-    tp_elems: int = 0            # elements of each TP allreduce
+    tp_elems: int = 0            # elements of each TP allreduce (forward)
+    tp_bwd_elems: int = 0        # ... backward, when it differs (0: the same)
     a2a_elems: int = 0           # elements of each all-to-all (2 forward, 2 backward)
     act_elems: int = 0           # the layer's output, what crosses a stage boundary
-    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def tp_elems_bwd(self) -> int:
+        return self.tp_bwd_elems or self.tp_elems
 
 
 def scaled(n: float, scale: float) -> int:
@@ -129,7 +133,7 @@ def mlp_work(width: int, depth: int, micro_batch: int, layout: Layout) -> list[L
     input gradient backward), a lone last Linear replicated; fp32."""
     dims = [64] + [width] * depth + [10]
     linears = list(zip(dims, dims[1:]))
-    out = []
+    out: list[LayerWork] = []
     for u in range(0, len(linears), 2):
         pair = linears[u:u + 2]
         params = sum(i * o + o for i, o in pair)
@@ -139,7 +143,9 @@ def mlp_work(width: int, depth: int, micro_batch: int, layout: Layout) -> list[L
         local = (params - pair[-1][1]) // tp + pair[-1][1] if tp > 1 else params
         out.append(LayerWork(index=len(out), fwd_flops=flops / tp, bwd_flops=2 * flops / tp,
                              params=local, tp_allreduces=1 if tp > 1 else 0,
+                             # forward: the pair's output; backward: its input's gradient
                              tp_elems=micro_batch * pair[-1][1] if tp > 1 else 0,
+                             tp_bwd_elems=micro_batch * pair[0][0] if tp > 1 else 0,
                              act_elems=micro_batch * pair[-1][1]))
     return out
 

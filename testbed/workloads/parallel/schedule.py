@@ -42,14 +42,18 @@ def bubble_fraction(stages: int, micro: int) -> float:
 def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
              bwd_s: float | list[float], transfer_s: float = 0.0) -> dict:
     """Event-driven replay: each stage runs its actions in order, a forward waits for the
-    previous stage's forward of that micro-batch (plus the transfer), a backward for the next
-    stage's backward. Transfers overlap compute (asynchronous sends). Returns the iteration
+    previous stage's forward of that micro-batch to arrive, a backward for the next stage's
+    backward. Transfers overlap compute (asynchronous sends into receives posted ahead) but
+    leave one at a time on the sending stage's link (forward activations and backward
+    gradients of a middle stage share it). Returns the iteration
     time, each stage's busy time and the bubble (1 - busy / iteration, averaged). Times may
     differ per stage (a list)."""
     fwd = fwd_s if isinstance(fwd_s, list) else [fwd_s] * stages
     bwd = bwd_s if isinstance(bwd_s, list) else [bwd_s] * stages
     plans = [actions(schedule, s, stages, micro) for s in range(stages)]
     done: dict[tuple[str, int, int], float] = {}
+    arrived: dict[tuple[str, int, int], float] = {}
+    nic = [0.0] * stages  # when each stage's link is free to send the next tensor
     clock = [0.0] * stages
     pos = [0] * stages
     while any(pos[s] < len(plans[s]) for s in range(stages)):
@@ -64,10 +68,15 @@ def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
                 dep = ("B", s + 1, mb) if s < stages - 1 else ("F", s, mb)
             if dep is not None and dep not in done:
                 continue
-            ready = done[dep] + (transfer_s if dep[1] != s else 0.0) if dep else 0.0
+            ready = arrived[dep] if dep and dep[1] != s else (done[dep] if dep else 0.0)
             start = max(clock[s], ready)
             clock[s] = start + (fwd[s] if kind == "F" else bwd[s])
             done[(kind, s, mb)] = clock[s]
+            if (kind == "F" and s < stages - 1) or (kind == "B" and s > 0):
+                # the output leaves on the stage's link, after what it sent before
+                leave = max(clock[s], nic[s])
+                nic[s] = leave + transfer_s
+                arrived[(kind, s, mb)] = nic[s]
             pos[s] += 1
             progressed = True
         if not progressed:

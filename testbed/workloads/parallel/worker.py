@@ -45,6 +45,7 @@ from .job import JobConfig
 from .schedule import actions
 
 TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
+IN_FLIGHT: list[str] = []  # what a failed rank was waiting for, for its error file
 TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
 
 
@@ -81,6 +82,7 @@ class Comm:
         self.fds: dict[str, set[int]] = {k: set() for k in KINDS}
         self.spans: list[tuple[float, float, str]] = []
         self.marked: dict[str, int] = {}
+        self.in_flight = ""  # the blocking operation under way, named in a timeout's error
         plan = {"tp": "tp", "pp": "pp", "dp": "dp", "ep": "ep", "edp": "dp"}
         if cfg.zero:
             plan.update(dp="fsdp", edp="fsdp")
@@ -107,24 +109,31 @@ class Comm:
         return {k: tcp_sent(self.fds[k]) for k in KINDS}
 
     def _span(self, account: str, name: str, start: float, nbytes: int) -> None:
+        self.in_flight = ""
         end = time.perf_counter()
         self.spans.append((start, end, account))
         self.timeline.span(name, account, start, end, tid=TID[account], bytes=nbytes)
 
+    def _enter(self, what: str, kind: str) -> None:
+        self.in_flight = f"{what} with ranks {self.groups[kind][1]}"
+
     def allreduce(self, kind: str, t, account: str | None = None) -> None:
         pg, _ = self.groups[kind]
+        self._enter(f"{kind} allreduce", kind)
         start = time.perf_counter()
         self.dist.all_reduce(t, group=pg)
         self._span(account or kind, f"{kind} allreduce", start, t.numel() * t.element_size())
 
     def all_gather(self, kind: str, out, shard) -> None:
         pg, _ = self.groups[kind]
+        self._enter(f"{kind} all-gather", kind)
         start = time.perf_counter()
         self.dist.all_gather_into_tensor(out, shard, group=pg)
         self._span("fsdp", f"{kind} all-gather", start, out.numel() * out.element_size())
 
     def all_to_all(self, t, out) -> None:
         pg, _ = self.groups["ep"]
+        self._enter("ep all-to-all", "ep")
         start = time.perf_counter()
         self.dist.all_to_all_single(out, t, group=pg)
         self._span("ep", "ep all-to-all", start, t.numel() * t.element_size())
@@ -134,6 +143,7 @@ class Comm:
         this rank's chunk, summed over the group. n-1 steps, each sending one chunk to the
         next rank while receiving one from the previous."""
         pg, ranks = self.groups[kind]
+        self._enter(f"{kind} reduce-scatter", kind)
         n, i = len(ranks), ranks.index(self.rank)
         chunks = flat.view(n, -1).clone()
         buf = chunks[0].clone()
@@ -155,11 +165,20 @@ class Comm:
                            bytes=t.numel() * t.element_size())
         return work
 
-    def recv(self, t, stage: int, tag: int) -> float:
-        """Blocks until the neighbour's tensor is here; returns the seconds waited."""
+    def irecv(self, t, stage: int, tag: int):
+        """Posts a receive from a neighbour stage (posted early, as Megatron-LM does, so that
+        the transfer overlaps this stage's compute: Gloo sends only once the receive is
+        posted)."""
         pg, ranks = self.groups["pp"]
+        return self.dist.irecv(t, ranks[stage], group=pg, tag=tag), t, ranks[stage]
+
+    def wait(self, posted) -> float:
+        """Blocks until a posted receive has its tensor; returns the seconds waited."""
+        work, t, src = posted
+        self.in_flight = f"pp recv with ranks [{src}]"
         start = time.perf_counter()
-        self.dist.recv(t, ranks[stage], group=pg, tag=tag)
+        work.wait()
+        self.in_flight = ""
         end = time.perf_counter()
         self.spans.append((start, end, "pp"))
         self.timeline.span("pp recv (wait)", "wait", start, end, tid=TID["wait"],
@@ -465,15 +484,20 @@ class Runner:
             ys = self.ytr[idx].split(self.mb_size)
         losses, sends, waited = [], [], 0.0
         self.comm.spans.clear()
-        if not self.real:
-            self.model.compute_spans.clear()
         t0 = time.perf_counter()
         compute = 0.0
-        for kind, mb in actions(cfg.schedule, self.stage, lay.pp, cfg.micro_batches):
+        m = cfg.micro_batches
+        acts = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage - 1),
+                                                dtype=dtype), self.stage - 1, 2 * mb)
+                for mb in range(m)} if self.stage > 0 else {}
+        grads = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage),
+                                                 dtype=dtype), self.stage + 1, 2 * mb + 1)
+                 for mb in range(m)} if self.stage < last else {}
+        for kind, mb in actions(cfg.schedule, self.stage, lay.pp, m):
             if kind == "F":
                 if self.stage > 0:
-                    x = torch.empty(self.boundary_shape(self.stage - 1), dtype=dtype)
-                    waited += self.comm.recv(x, self.stage - 1, tag=2 * mb)
+                    waited += self.comm.wait(acts[mb])
+                    x = acts.pop(mb)[1]
                 else:
                     x = xs[mb].reshape(len(xs[mb]), -1) if self.real else None
                 c0 = time.perf_counter()
@@ -485,8 +509,8 @@ class Runner:
                     losses.append(self.loss(mb, y, ys[mb]))
             else:
                 if self.stage < last:
-                    g = torch.empty(self.boundary_shape(self.stage), dtype=dtype)
-                    waited += self.comm.recv(g, self.stage + 1, tag=2 * mb + 1)
+                    waited += self.comm.wait(grads[mb])
+                    g = grads.pop(mb)[1]
                 else:
                     g = self.grad_out.pop(mb) if self.real else None
                 c0 = time.perf_counter()
@@ -588,8 +612,12 @@ def run(cfg: JobConfig, rank: int, world: int, master: str, out: Path,
     dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=cfg.timeout_s))
     r = Runner(cfg, rank, out, ifname)
+    IN_FLIGHT[:] = [""]
     try:
         r.run()
+    except Exception:
+        IN_FLIGHT[:] = [r.comm.in_flight]
+        raise
     finally:
         r.close()
     dist.barrier()
@@ -616,7 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         run(cfg, args.rank, args.world_size, args.master, out, args.ifname)
         return 0
     except Exception as exc:  # the runner reads this file to say which rank failed and why
-        (out / f"rank{args.rank}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        where = f" (during {IN_FLIGHT[0]})" if IN_FLIGHT and IN_FLIGHT[0] else ""
+        (out / f"rank{args.rank}.error").write_text(f"{type(exc).__name__}: {exc}{where}\n")
         print(f"rank {args.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
