@@ -263,6 +263,36 @@ TRAINING = ("training_priority", "training_compression", "training_consistency",
             "training_16_cnn", "training_link_rate", "training_ring_vs_ps")
 
 
+PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",
+            "parallel_placement")
+
+
+def parallel(out: Path, name: str) -> None:
+    """One row per job, then one per (job, collective type)."""
+    print("| fabric | job | iteration | model | x | pipeline bubble (ideal) | core bytes/iter "
+          "(model) | machine idle | rank CPU wait | CPU-bound |\n|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows(out / name, "parallel.csv"):
+        bubble = (f"{_g(r, 'bubble', '{:.3f}')} ({_g(r, 'bubble_ideal', '{:.3f}')})"
+                  if int(r["pp"]) > 1 else "-")
+        core = (f"{float(r['core_bytes_per_iter']) / 1e6:.2f} MB "
+                f"({float(r['model_core_bytes_per_iter']) / 1e6:.2f})"
+                if r.get("core_bytes_per_iter") not in (None, "", "None") else "-")
+        print(f"| {r['fabric']} | {r['job']} | {_g(r, 'iter_s_median', '{:.3f} s')} | "
+              f"{_g(r, 'model_iter_s', '{:.3f} s')} | **{_g(r, 'iter_over_model', '{:.2f}')}** | "
+              f"{bubble} | {core} | {_g(r, 'machine_idle_mean', '{:.0%}')} | "
+              f"{_g(r, 'worker_cpu_wait_share', '{:.0%}')} | {r['cpu_bound']} |")
+    print("\n| fabric | job | type | bytes/rank/iter | model | x | wire x | comm | model | x "
+          "| busiest link (flows), model | x hashed model |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows(out / name, "parallel_kinds.csv"):
+        print(f"| {r['fabric']} | {r['job']} | {r['kind']} | "
+              f"{_g(r, 'bytes_per_rank', '{:,.0f}')} | {_g(r, 'model_bytes_per_rank', '{:,.0f}')} | "
+              f"**{_g(r, 'bytes_over_model', '{:.3f}')}** | {_g(r, 'wire_over_model', '{:.3f}')} | "
+              f"{_g(r, 'comm_s', '{:.3f} s')} | {_g(r, 'model_comm_s', '{:.3f} s')} | "
+              f"**{_g(r, 'comm_over_model', '{:.2f}')}** | {_g(r, 'measured_link_load', '{:.2f}')}, "
+              f"{_g(r, 'link_load', '{:.2f}')} | {_g(r, 'comm_over_hashed_model', '{:.2f}')} |")
+
+
 def main(out: Path) -> None:
     for title, fn in (("Reachability", reachability), ("Link calibration", link),
                       ("Queue calibration", queue), ("Startup", startup)):
@@ -285,6 +315,10 @@ def main(out: Path) -> None:
         if (out / name / "metrics" / "training.csv").exists():
             print(f"\n### {name}\n")
             training(out, name)
+    for name in PARALLEL:
+        if (out / name / "metrics" / "parallel.csv").exists():
+            print(f"\n### {name}\n")
+            parallel(out, name)
 
 
 if __name__ == "__main__":

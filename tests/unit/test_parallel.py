@@ -149,3 +149,31 @@ def test_real_compute_tp_pp_fsdp_match_data_parallel(tmp_path):
         got = _losses(local_job(cfg, tmp_path / name), lay)
         for d in (0, 1):
             assert got[d] == pytest.approx(reference[d], rel=1e-5, abs=1e-5), name
+
+
+def test_experiment_model_on_a_fabric():
+    """Per-type loads and core bytes for packed and spread placements (pure)."""
+    from testbed.experiments.parallel.model import core_bytes, kind_flows, network, unanswered
+    topo = build("leafspine", spines=2, leaves=4, hosts_per_leaf=4, host_rate=20,
+                 uplink_rate=20)  # 2:1 oversubscribed
+    lay = Layout(dp=4, tp=2, pp=2)
+    plan = Plan(load_models()["gpt-tiny"], lay, micro_batches=2)
+    packed, spread = place(topo, 16, "packed"), place(topo, 16, "spread")
+    _, lp = network(topo, lay, packed, 20, 9000, {})
+    _, ls = network(topo, lay, spread, 20, 9000, {})
+    assert lp["tp"] == 1.0 and ls["tp"] == 2.0  # spread TP rings cross the 2:1 uplinks
+    cp, cs = core_bytes(plan, topo, packed), core_bytes(plan, topo, spread)
+    assert cp["tp"] == 0 and cs["tp"] == pytest.approx(
+        sum(sent_bytes(plan, r)["tp"] for r in range(16)))
+    assert cp["dp"] == pytest.approx(sum(sent_bytes(plan, r)["dp"] for r in range(16)))
+    assert len(kind_flows(lay, packed, "pp")) == 2 * len(kind_flows(lay, packed, "pp",
+                                                                     forward_only=True))
+    errors = {0: "RuntimeError: Timed out (during tp allreduce with ranks [0, 1])",
+              2: "RuntimeError: Timed out (during pp recv with ranks [0])"}
+    assert unanswered(errors) == [1]
+
+
+def test_layer_profile_on_this_machine():
+    from testbed.workloads.parallel.profile import profile
+    f, b = profile(load_models()["gpt-tiny"], repeat=1)
+    assert 0 < f < 5 and 0 < b < 10

@@ -114,10 +114,10 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: Plan, compute: 
         # the switch counters span the whole job: every iteration, warm-up included
         per_iter_core = core / n_iters if core is not None else None
         by_kind[k] = (measured_b, model_b, comm, model_comm)
-        # the busiest switch port's bytes of this type over one flow's (a rank's, split over
-        # its peers for an all-to-all): how many flows ECMP's hashing actually put on one
-        # link, where the model spreads them evenly over the shortest paths
-        unit = (wire_b or 0) * n_iters / (lay.ep - 1 if k == "ep" else 1)
+        # the busiest switch port's bytes of this type over what one rank sends: the load
+        # ECMP's hashing actually put on one link, in the model's unit (a host link's worth),
+        # where the model spreads every flow evenly over its shortest paths
+        unit = (wire_b or 0) * n_iters
         hashed = (max(1.0, busiest_measured[k] / unit)
                   if busiest_measured is not None and unit else None)
         hashed_comm = (model_comm * hashed / loads[k]

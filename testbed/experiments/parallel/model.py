@@ -164,10 +164,11 @@ def core_bytes(plan: Plan, topo: Topology, hosts: list[str]) -> dict[str, float]
 
 def prediction(plan: Plan, net: Network, spf: float, profile: dict[str, float]) -> dict:
     """The model's iteration for the job (a measured per-layer profile replaces FLOPs:
-    seconds per FLOP chosen so that each layer's forward takes the profiled time)."""
+    seconds per FLOP chosen so that a whole layer's forward takes the profiled time)."""
     if profile:
         work = plan.layers()[0]
-        spf = profile["fwd_s"] / work.fwd_flops if work.fwd_flops else 0.0
+        flops = work.fwd_flops * plan.layout.tp
+        spf = profile["fwd_s"] / flops if flops else 0.0
     return predict(plan, net, spf)
 
 

@@ -173,8 +173,8 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
                         f"{summary['machine_idle_mean']:.0%}")
                 for k in kr:
                     ctx.log(f"      {k[3]}: {k[4]} B/rank (model {k[5]}, x{k[6]}), "
-                            f"{k[10]} s (model {k[11]}, x{k[12]}; busiest link {k[16]} "
-                            f"flows, model {k[15]})")
+                            f"{k[10]} s (model {k[11]}, x{k[12]}; busiest link load {k[16]}, "
+                            f"model {k[15]})")
     header = list(dict.fromkeys(k for r in rows for k in r))
     ctx.write_csv("parallel.csv", header, [[r.get(k) for k in header] for r in rows])
     ctx.write_csv("parallel_kinds.csv", KIND_FIELDS, kind_rows)
