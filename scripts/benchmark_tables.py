@@ -282,7 +282,7 @@ def parallel(out: Path, name: str) -> None:
               f"{bubble} | {core} | {_g(r, 'machine_idle_mean', '{:.0%}')} | "
               f"{_g(r, 'worker_cpu_wait_share', '{:.0%}')} | {r['cpu_bound']} |")
     print("\n| fabric | job | type | bytes/rank/iter | model | x | wire x | comm | model | x "
-          "| busiest link (flows), model | x hashed model |\n"
+          "| busiest link load, model | x hashed model |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows(out / name, "parallel_kinds.csv"):
         print(f"| {r['fabric']} | {r['job']} | {r['kind']} | "
