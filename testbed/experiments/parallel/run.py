@@ -100,7 +100,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         sampler.start()
         try:
             measured.update(run_processes(fab, Placement([], hosts), job_dir, argv_of,
-                                          exp.job_timeout_s, f"{fabric_label} {label}"))
+                                          exp.job_timeout_s, f"parallel {fabric_label} {label}"))
         except TestbedError as exc:  # a hung rank fails no one but its neighbours
             errors = {r: (job_dir / f"rank{r}.error").read_text() for r in range(world)
                       if (job_dir / f"rank{r}.error").exists()}

@@ -100,8 +100,9 @@ class Background:
 def run_processes(fab: Phase, placement: Placement, job_dir: Path,
                   argv_of: Callable[[int, str], list[str]], timeout_s: float,
                   label: str) -> dict:
-    """Start every rank in its host; fail fast when one dies (its error in the message, the
-    others stopped). Returns the machine's peak memory in use while the job ran."""
+    """Start every rank in its host; fail fast when one dies (its error in the message,
+    which `label` starts, the others stopped). Returns the machine's peak memory in use
+    while the job ran."""
     procs: list[tuple[int, str, subprocess.Popen]] = []
     mem_low = _mem_available()
     try:
@@ -119,12 +120,12 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
                 err = job_dir / f"rank{rank}.error"
                 why = err.read_text().strip() if err.exists() else \
                     (job_dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
-                raise TestbedError(f"training {label}: rank {rank} in {host} failed "
+                raise TestbedError(f"{label}: rank {rank} in {host} failed "
                                    f"(exit {code}): {why}")
             if all(c == 0 for _, _, c in codes):
                 break
             if time.time() > deadline:
-                raise TestbedError(f"training {label}: not finished after {timeout_s:.0f} s "
+                raise TestbedError(f"{label}: not finished after {timeout_s:.0f} s "
                                    "(job_timeout_s)")
             time.sleep(0.3)
     finally:
@@ -180,7 +181,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
         sampler.start()
         try:
             measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
-                                          label))
+                                          f"training {label}"))
         finally:
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
