@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from topologies import build
+from topologies.model import Topology
+
 from .loader import SpecError
 from .units import frame_bytes
 
@@ -76,3 +79,11 @@ def one_of(value: str, choices: tuple[str, ...], path: str) -> None:
     """SpecError unless `value` is one of `choices`."""
     if value not in choices:
         raise SpecError(f"{path}: unknown {value!r} (one of {', '.join(choices)})")
+
+
+def build_fabrics(specs: list[TopologySpec], default: Topology) -> list[Topology]:
+    """The topologies an experiment's `topologies` list names, or the spec's own when it
+    names none (TopologyError on bad parameters)."""
+    if not specs:
+        return [default]
+    return [build(t.kind, **t.params) for t in specs]

@@ -33,11 +33,9 @@ def socket_fds() -> set[int]:
     return fds
 
 
-def mark_sockets(fds: set[int], dscp: int) -> int:
-    """Set the DSCP of these (this process's, TCP over IPv4) sockets; returns how many.
-    Gloo offers no option for it, so the new group's connections are found by diffing the
-    process's descriptors around the group's creation."""
-    marked = 0
+def tcp_sockets(fds: set[int]):
+    """This process's IPv4 TCP sockets among these descriptors, each borrowed for the body
+    of the loop (the descriptor stays its owner's, Gloo's)."""
     for fd in fds:
         try:
             s = socket.socket(fileno=fd)
@@ -45,10 +43,19 @@ def mark_sockets(fds: set[int], dscp: int) -> int:
             continue
         try:
             if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM:
-                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-                marked += 1
+                yield s
         finally:
-            s.detach()  # the descriptor stays Gloo's
+            s.detach()
+
+
+def mark_sockets(fds: set[int], dscp: int) -> int:
+    """Set the DSCP of these (this process's, TCP over IPv4) sockets; returns how many.
+    Gloo offers no option for it, so the new group's connections are found by diffing the
+    process's descriptors around the group's creation."""
+    marked = 0
+    for s in tcp_sockets(fds):
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+        marked += 1
     return marked
 
 

@@ -130,10 +130,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args, out)
         return 0
-    except Exception as exc:  # the runner reads this file to say which worker failed and why
-        (out / f"rank{args.rank}.error").write_text(f"{type(exc).__name__}: {exc}\n")
-        print(f"rank {args.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        return report_failure(out, args.rank, exc)
+
+
+def report_failure(out: Path, rank: int, exc: Exception, where: str = "") -> int:
+    """Writes `rank<R>.error`, which the runner reads to say which rank failed and why
+    (`where`: what it was doing); returns the exit status."""
+    (out / f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}{where}\n")
+    print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 1
 
 
 def union_s(spans) -> float:

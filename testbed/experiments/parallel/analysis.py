@@ -3,9 +3,7 @@
 rows of every rank."""
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 from testbed.results.stats import median_or_none
 from testbed.workloads.parallel.cost import KINDS, Network, Plan
@@ -23,10 +21,6 @@ KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_b
                "wire_over_model", "comm_s", "model_comm_s", "comm_over_model",
                "core_bytes", "model_core_bytes", "link_load", "measured_link_load",
                "model_hashed_comm_s", "comm_over_hashed_model"]
-
-
-def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -12,10 +12,10 @@ from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
-from ..training.analysis import queue_stats
+from ..training.analysis import queue_stats, read_records
 from ..training.model import Placement, host_link
 from ..training.run import run_processes
-from .analysis import ITER_FIELDS, KIND_FIELDS, read_records, summarise
+from .analysis import ITER_FIELDS, KIND_FIELDS, summarise
 from .model import (
     CORE_ROLES,
     core_bytes,

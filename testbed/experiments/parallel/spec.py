@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from testbed.config.loader import SpecError
-from testbed.config.network import TopologySpec, one_of, positive
+from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.workloads.parallel.cost import KINDS
 from testbed.workloads.parallel.desc import ModelDesc, load_models
 from testbed.workloads.parallel.job import COMPUTE_MODES, RealModel
 from testbed.workloads.parallel.layout import POLICIES, Layout, place
 from testbed.workloads.parallel.schedule import SCHEDULES
-from topologies import TopologyError, build
+from topologies import TopologyError
 from topologies.model import Topology
+
+from ..training.spec import DATASETS
 
 # one DSCP (and, unless the spec has its own qos, one switch class) per collective type,
 # so that switch counters tell the types apart: AF11, AF12, AF21, AF31, AF41
@@ -105,9 +107,8 @@ class Parallel(ExperimentSpec):
 
 
 def parallel_topologies(exp: Parallel, topo: Topology) -> list[Topology]:
-    if not exp.topologies:
-        return [topo]
-    return [build(t.kind, **t.params) for t in exp.topologies]
+    """The fabrics a parallel experiment runs on (the spec's when it names none)."""
+    return build_fabrics(exp.topologies, topo)
 
 
 def job_hosts(job: ParallelJob, topo: Topology) -> list[str]:
@@ -147,8 +148,7 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
     else:
         for name in ("width", "depth", "batch", "lr"):
             positive(getattr(exp.real, name), f"{path}.real.{name}")
-        if exp.real.data not in ("digits", "synthetic"):
-            raise SpecError(f"{path}.real.data: digits or synthetic (got {exp.real.data!r})")
+        one_of(exp.real.data, DATASETS, f"{path}.real.data")
     if not exp.jobs:
         raise SpecError(f"{path}.jobs: at least one job")
     try:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from testbed.config.loader import SpecError
-from testbed.config.network import TopologySpec, one_of, positive
+from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
-from topologies import TopologyError, build
+from topologies import TopologyError
 from topologies.model import Topology
 
 SYNCS = ("ring", "ps", "local")
@@ -112,9 +112,7 @@ class Training(ExperimentSpec):
 
 def training_topologies(exp: Training, topo: Topology) -> list[Topology]:
     """The fabrics a training experiment runs on (the spec's when it names none)."""
-    if not exp.topologies:
-        return [topo]
-    return [build(t.kind, **t.params) for t in exp.topologies]
+    return build_fabrics(exp.topologies, topo)
 
 
 def job_hosts_needed(job: TrainingJob, workers: int) -> int:

@@ -37,8 +37,8 @@ from pathlib import Path
 from testbed.config.loader import load_json
 from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 
-from ..layerwise import mark_sockets, socket_fds
-from ..train import Timeline, counters, union_s
+from ..layerwise import mark_sockets, socket_fds, tcp_sockets
+from ..train import Timeline, counters, report_failure, union_s
 from .cost import KINDS
 from .desc import LayerWork, stage_layers
 from .job import JobConfig
@@ -53,20 +53,13 @@ def tcp_sent(fds: set[int]) -> tuple[int, int]:
     """(payload bytes acknowledged, segments sent) over these TCP sockets, from TCP_INFO
     (tcpi_bytes_acked at offset 120, tcpi_segs_out at 136)."""
     payload = segs = 0
-    for fd in fds:
+    for s in tcp_sockets(fds):
         try:
-            s = socket.socket(fileno=fd)
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
         except OSError:
             continue
-        try:
-            if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM:
-                info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-                payload += struct.unpack_from("Q", info, 120)[0]
-                segs += struct.unpack_from("I", info, 136)[0]
-        except OSError:
-            pass
-        finally:
-            s.detach()
+        payload += struct.unpack_from("Q", info, 120)[0]
+        segs += struct.unpack_from("I", info, 136)[0]
     return payload, segs
 
 
@@ -674,11 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_json(JobConfig, args.config)
         run(cfg, args.rank, args.world_size, args.master, out, args.ifname)
         return 0
-    except Exception as exc:  # the runner reads this file to say which rank failed and why
+    except Exception as exc:
         where = f" (during {IN_FLIGHT[0]})" if IN_FLIGHT and IN_FLIGHT[0] else ""
-        (out / f"rank{args.rank}.error").write_text(f"{type(exc).__name__}: {exc}{where}\n")
-        print(f"rank {args.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return report_failure(out, args.rank, exc, where)
 
 
 if __name__ == "__main__":
