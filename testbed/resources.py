@@ -53,6 +53,10 @@ class RunRecord:
     sysctls: dict[str, str] = field(default_factory=dict)  # name -> value to restore
     bpf_pins: list[str] = field(default_factory=list)  # directories under /sys/fs/bpf/testbed
 
+    def __post_init__(self) -> None:
+        if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
+            raise TestbedError(f"run id {self.run_id!r} cannot name a file in {STATE_DIR}/runs")
+
     @property
     def path(self) -> Path:
         return STATE_DIR / "runs" / f"{self.run_id}.json"
@@ -102,6 +106,8 @@ class RunLock:
         os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
         self.fd = fd
         leftovers = [r for r in records() if r.owner_pid != os.getpid()]
+        for rec in leftovers:
+            mark_killed(rec)  # we hold the lock: its owner is gone
         if leftovers:
             self.release()
             raise TestbedError(f"an earlier run ({leftovers[0].run_id}) left resources behind; "
@@ -165,17 +171,32 @@ def release_record(rec: RunRecord) -> list[str]:
             sysctl_set(name, value)
         except OSError:
             pass
-    _mark_incomplete(Path(rec.out_dir))
+    mark_killed(rec)
     rec.path.unlink(missing_ok=True)
     return removed
 
 
-def _mark_incomplete(out_dir: Path) -> None:
-    """A run that never wrote its summary gets one that says so."""
+IN_PROGRESS = "the run is in progress"
+
+
+def mark_killed(rec: RunRecord) -> None:
+    """A run whose process died without writing its summary (SIGKILL, a crash, power) gets
+    one that says so, found by whatever finds it dead: `testbed clean` or the next run. A
+    finished run's summary is left as it is."""
+    out_dir = Path(rec.out_dir)
+    if not out_dir.is_dir() or rec.owner_pid == os.getpid():
+        return
     summary = out_dir / "summary.json"
-    if out_dir.exists() and not summary.exists():
-        summary.write_text(json.dumps({"status": "incomplete",
-                                       "reason": "the run was interrupted; cleaned up later"}))
+    try:
+        reason = json.loads(summary.read_text()).get("reason")
+    except (OSError, ValueError, AttributeError):
+        reason = IN_PROGRESS
+    if reason == IN_PROGRESS:
+        died = time.strftime("%Y-%m-%dT%H:%M:%S")
+        summary.write_text(json.dumps({
+            "status": "killed",
+            "reason": f"the run's process (pid {rec.owner_pid}) died before it finished; "
+                      f"found dead at {died}"}))
 
 
 def clean() -> list[str]:

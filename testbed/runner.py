@@ -29,7 +29,7 @@ from .measure.queues import ClassQueueSampler, QueueSampler
 from .net import ovs
 from .net.dpapi import Dataplane
 from .net.fabric import Fabric
-from .resources import RunLock, RunRecord, release_record
+from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results.files import append_csv
 from .results.plots import draw_all
 from .system import TestbedError, congestion_controls, is_root, kernel_release, run
@@ -197,7 +197,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError(f"--out {out_dir} exists and is not empty; choose another directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps({"status": "incomplete",
-                                                      "reason": "the run is in progress"}))
+                                                      "reason": IN_PROGRESS}))
     (out_dir / "spec.yaml").write_text(spec_text)
     (out_dir / "topology.json").write_text(topo.to_json())  # the spec's fabric; each phase's
     # own (what its controller read) goes to topologies/<phase>.json
@@ -218,7 +218,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
             for w in outcome.warnings:
                 log(f"  warning: {w}")
     except (KeyboardInterrupt, Interrupted) as exc:
-        status, error = "incomplete", f"interrupted ({exc or 'SIGINT'})"
+        status, error = "incomplete", f"interrupted ({str(exc) or 'SIGINT'})"
     except TestbedError as exc:
         status, error = "failed", str(exc)
     except Exception as exc:  # a bug: keep the traceback in the results

@@ -11,20 +11,29 @@ from typing import Any
 from .model import Builder, Topology, TopologyError
 
 DEFAULT_RATE_MBPS = 100.0
+MAX_RATE_MBPS = 100_000.0  # 100 Gb/s: the fastest link a spec may name
+MAX_HOSTS = 4096  # far beyond one machine; stops a typo from building millions of nodes
 
 
 def _int_param(kind: str, name: str, value: Any, minimum: int, even: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TopologyError(f"{kind}: {name} must be an integer (got {value!r})")
-    if value < minimum or (even and value % 2):
-        need = f"an even integer >= {minimum}" if even else f"an integer >= {minimum}"
+    if not minimum <= value <= MAX_HOSTS or (even and value % 2):
+        need = f"an even integer in {minimum}..{MAX_HOSTS}" if even else \
+            f"an integer in {minimum}..{MAX_HOSTS}"
         raise TopologyError(f"{kind}: {name} must be {need} (got {value})")
     return value
 
 
+def _size(kind: str, formula: str, hosts: int) -> None:
+    if hosts > MAX_HOSTS:
+        raise TopologyError(f"{kind}: {formula} = {hosts} hosts is more than {MAX_HOSTS}")
+
+
 def _rate_param(kind: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100_000:
-        raise TopologyError(f"{kind}: {name} must be a rate in Mb/s in (0, 100000] (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RATE_MBPS:
+        raise TopologyError(f"{kind}: {name} must be a rate in Mb/s in (0, {MAX_RATE_MBPS:g}] "
+                            f"(got {value!r})")
     return float(value)
 
 
@@ -34,6 +43,7 @@ def fattree(k: int = 4, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
     aggregation 1..k/2 face edges, k/2+1..k face cores; core port p+1 faces pod p."""
     k = _int_param("fattree", "k", k, 2, even=True)
     rate = _rate_param("fattree", "rate_mbps", rate_mbps)
+    _size("fattree", "k^3/4", k ** 3 // 4)
     half = k // 2
     b = Builder("fattree", {"k": k, "rate_mbps": rate})
     cores = [b.switch(f"c{i + 1}", "core", index=i) for i in range(half * half)]
@@ -67,6 +77,7 @@ def leafspine(spines: int = 2, leaves: int = 4, hosts_per_leaf: int = 4,
     hosts_per_leaf = _int_param("leafspine", "hosts_per_leaf", hosts_per_leaf, 1)
     host_rate = _rate_param("leafspine", "host_rate", host_rate)
     uplink_rate = _rate_param("leafspine", "uplink_rate", uplink_rate)
+    _size("leafspine", "leaves x hosts_per_leaf", leaves * hosts_per_leaf)
     b = Builder("leafspine", {"spines": spines, "leaves": leaves,
                               "hosts_per_leaf": hosts_per_leaf,
                               "host_rate": host_rate, "uplink_rate": uplink_rate})
@@ -99,8 +110,9 @@ def bcube(n: int = 4, k: int = 1, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topol
     n = _int_param("bcube", "n", n, 2)
     k = _int_param("bcube", "k", k, 0)
     rate = _rate_param("bcube", "rate_mbps", rate_mbps)
-    if n ** (k + 1) > 4096:
-        raise TopologyError(f"bcube: n^(k+1) = {n ** (k + 1)} servers is more than 4096")
+    if k > 12:  # n >= 2: more than 4096 servers either way, and n^(k+1) stays small
+        raise TopologyError(f"bcube: k must be an integer in 0..12 (got {k})")
+    _size("bcube", "n^(k+1)", n ** (k + 1))
     b = Builder("bcube", {"n": n, "k": k, "rate_mbps": rate})
     per_level = n ** k
     switches = [[b.switch(f"b{level}_{j}", "bcube", level=level, index=j)
@@ -157,6 +169,7 @@ def dumbbell(senders: int = 1, receivers: int = 1, access_rate_mbps: float = DEF
     builds is s1's egress port toward s2 (port `senders + 1`)."""
     senders = _int_param("dumbbell", "senders", senders, 1)
     receivers = _int_param("dumbbell", "receivers", receivers, 1)
+    _size("dumbbell", "senders + receivers", senders + receivers)
     access = _rate_param("dumbbell", "access_rate_mbps", access_rate_mbps)
     bottleneck = _rate_param("dumbbell", "bottleneck_rate_mbps", bottleneck_rate_mbps)
     b = Builder("dumbbell", {"senders": senders, "receivers": receivers,
@@ -206,6 +219,8 @@ def parse_params(kind: str, args: list[str]) -> dict[str, Any]:
             if i >= len(names):
                 raise TopologyError(f"{kind}: too many parameters ({len(args)} > {len(names)})")
             key, value = names[i], arg
+        if key in out:
+            raise TopologyError(f"{kind}: parameter {key!r} given twice")
         out[key] = _number(value)
     return out
 

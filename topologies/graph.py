@@ -10,7 +10,7 @@ from collections import deque
 import networkx as nx
 
 from .builders import oversubscription
-from .model import Topology
+from .model import Topology, TopologyError
 
 
 def neighbours(topo: Topology, node: str) -> list[tuple[int, str, int]]:
@@ -155,6 +155,11 @@ def describe(topo: Topology, src: str | None = None, dst: str | None = None) -> 
     """A summary a person can read: counts, links, bisection and equal-cost paths."""
     src = src or topo.hosts[0].name
     dst = dst or topo.hosts[-1].name
+    hosts = {h.name for h in topo.hosts}
+    for name in (src, dst):
+        if name not in hosts:
+            raise TopologyError(f"{topo.kind}: no host {name!r} (hosts are "
+                                f"{topo.hosts[0].name}..{topo.hosts[-1].name})")
     roles: dict[str, int] = {}
     for s in topo.switches:
         roles[s.role] = roles.get(s.role, 0) + 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -62,7 +63,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         return from_data(tp, value, path)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{path}: expected a number, got {value!r}")
+            raise SpecError(f"{path}: expected a number, got {value!r}{_yaml_number_hint(value)}")
+        if not math.isfinite(value):
+            raise SpecError(f"{path}: must be a finite number (got {value})")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -73,6 +76,15 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             raise SpecError(f"{path}: expected {_type_name(tp)}, got {value!r}")
         return value
     raise SpecError(f"{path}: unsupported field type {tp}")
+
+
+def _yaml_number_hint(value: Any) -> str:
+    """YAML 1.1 reads `1e6` (no dot) as text: say how to write it as a number."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return ""
+    return " (YAML reads an exponent without a dot as text: write 1.0e+6, not 1e6)"
 
 
 def _key(tp: Any, key: Any) -> Any:
@@ -118,14 +130,40 @@ def from_data(cls: type[T], data: Any, path: str = "") -> T:
         raise SpecError(f"{path or 'spec'}: {exc}") from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
+    keeps the last one silently). Keys merged in with `<<` may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if first is not None:
+                raise SpecError(f"line {line}: duplicate key {key!r} (first on line {first})")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file's data, or SpecError naming the file."""
+    """A YAML file's data, or SpecError (the caller names the file): unreadable, not UTF-8
+    text, not YAML, or a mapping with a key given twice."""
     try:
-        return yaml.safe_load(Path(path).read_text())
+        text = Path(path).read_bytes().decode("utf-8")
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+        raise SpecError(f"cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                        f"offset {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+        raise SpecError(f"not valid YAML ({' '.join(str(exc).split())})") from None
 
 
 def load_json(cls: type[T], path: str | Path) -> T:

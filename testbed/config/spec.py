@@ -8,6 +8,7 @@ entry's `type`. `testbed validate SPEC` runs exactly this, offline.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -16,6 +17,7 @@ from topologies import TopologyError, build
 from topologies.model import Topology
 
 from .controller import ControllerSpec
+from .limits import check_tree
 from .loader import SpecError, from_data, read_yaml
 from .network import HostConfig, LinkConfig, TopologySpec, positive
 from .qos import QosConfig, QosError
@@ -25,6 +27,24 @@ E = TypeVar("E", bound=type)
 
 # fields that, wherever an experiment has them, must be > 0
 POSITIVE_FIELDS = ("duration_s", "interval_s", "rate_mbps", "access_rate_mbps", "sample_hz")
+
+
+# a spec's name becomes a directory (results/<name>-<stamp>) and a file name (the run's
+# record): nothing that could leave those folders or need quoting
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_name(name: str) -> None:
+    """SpecError unless `name` is safe as one path component (says which characters are
+    not)."""
+    if NAME_RE.fullmatch(name):
+        return
+    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    why = (f"characters {' '.join(repr(c) for c in bad)} not allowed" if bad
+           else "empty" if not name else "more than 64 characters" if len(name) > 64
+           else "must start with a letter or digit")
+    raise SpecError(f"name: {why} (got {name!r}); use letters, digits, '.', '_' and '-': "
+                    "it names the results directory and the run's record")
 
 
 def type_name(spec_type: type) -> str:
@@ -76,6 +96,7 @@ class Spec:
 
 def check(spec: Spec) -> Topology:
     """Semantic checks; returns the topology the spec describes."""
+    check_name(spec.name)
     try:
         topo = spec.build_topology()
     except TopologyError as exc:
@@ -98,6 +119,7 @@ def check(spec: Spec) -> Topology:
             exp.check(path, spec, topo)
         except QosError as exc:
             raise SpecError(str(exc)) from None
+    check_tree(spec)
     return topo
 
 

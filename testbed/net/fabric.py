@@ -139,7 +139,7 @@ class Fabric:
             if current is not None and current < self.needed_buffer_bytes:
                 self.log(f"OVS send buffer {current} B < {self.needed_buffer_bytes} B needed; "
                          "restarting ovs-vswitchd")
-                ovs.restart_vswitchd(self.needed_buffer_bytes)
+                ovs.restart_vswitchd(self.needed_buffer_bytes, self.record.remember_sysctl)
 
     def start(self) -> None:
         self.preflight()

@@ -16,6 +16,7 @@ import contextlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.config.units import frame_bytes
@@ -121,8 +122,10 @@ def needed_buffer_bytes(buffers_pkts: list[int], buffers_bytes: list[int],
 
 
 @contextlib.contextmanager
-def raised_socket_defaults(nbytes: int):
-    """Raise the default/max socket buffers while OVS creates its sockets, then restore."""
+def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | None = None):
+    """Raise the default/max socket buffers while OVS creates its sockets, then restore.
+    `remember(name, old value)` is called before each change (a run's record, so that
+    `testbed clean` restores them after a SIGKILL that skips the `finally`)."""
     names = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
              "net.core.rmem_default")
     saved = {name: sysctl_get(name) for name in names}
@@ -130,6 +133,8 @@ def raised_socket_defaults(nbytes: int):
     try:
         for name in names:
             if int(saved[name]) < nbytes:
+                if remember:
+                    remember(name, saved[name])
                 sysctl_set(name, nbytes)
         yield saved
     finally:
@@ -145,7 +150,8 @@ def start(sndbuf_bytes: int) -> None:
         raise TestbedError(f"Open vSwitch did not start: {proc.stderr.strip()[-300:]}")
 
 
-def restart_vswitchd(sndbuf_bytes: int) -> None:
+def restart_vswitchd(sndbuf_bytes: int,
+                     remember: Callable[[str, str], None] | None = None) -> None:
     """Restart ovs-vswitchd so that its send socket is created again with a larger buffer.
     Only done when OVS carries no bridges at all (nothing of anyone else's is disturbed)."""
     if bridges():
@@ -153,7 +159,7 @@ def restart_vswitchd(sndbuf_bytes: int) -> None:
             "Open vSwitch's send socket buffer is too small for this fabric and OVS carries "
             f"other bridges ({', '.join(bridges()[:5])}); remove them or restart OVS with "
             f"net.core.wmem_default >= {sndbuf_bytes} (see docs/FIDELITY.md)")
-    with raised_socket_defaults(sndbuf_bytes):
+    with raised_socket_defaults(sndbuf_bytes, remember):
         run([OVS_CTL, "restart", "--system-id=random"], check=False, timeout=120)
     deadline = time.time() + 20
     while not running() and time.time() < deadline:

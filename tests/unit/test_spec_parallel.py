@@ -10,7 +10,7 @@ def spec(**parallel):
             "experiments": [{"type": "parallel", **parallel}]}
 
 
-@pytest.mark.parametrize("parallel,field", [
+BAD_PARALLEL = [
     ({"jobs": [{"dp": 4, "tp": 2, "pp": 4}]}, "experiments[0].jobs[0].dp: 32 ranks need 32 hosts"),
     ({"jobs": [{"tp": 3}]}, "experiments[0].jobs[0].tp: 3 must divide hidden"),
     ({"jobs": [{"pp": 8}]}, "experiments[0].jobs[0].pp: 8 stages for 4 layers"),
@@ -37,7 +37,10 @@ def spec(**parallel):
      "experiments[0].jobs[0].micro_batches: 5 must divide"),
     ({"dscp": {"tp": 70}}, "experiments[0].dscp.tp: DSCP"),
     ({"dscp": {"xx": 1}}, "experiments[0].dscp: unknown 'xx'"),
-])
+]
+
+
+@pytest.mark.parametrize("parallel,field", BAD_PARALLEL)
 def test_bad_parallel_specs_name_the_field(parallel, field):
     with pytest.raises(SpecError) as err:
         loads(spec(**parallel))

@@ -12,7 +12,7 @@ def spec(**training):
             "experiments": [{"type": "training", **training}]}
 
 
-@pytest.mark.parametrize("training,field", [
+BAD_TRAINING = [
     ({"model": "vgg"}, "experiments[0].model: unknown 'vgg'"),
     ({"data": "mnist"}, "experiments[0].data"),
     ({"jobs": [{"sync": "allreduce"}]}, "experiments[0].jobs[0].sync: unknown 'allreduce'"),
@@ -36,7 +36,10 @@ def spec(**training):
     ({"iters": 5, "warmup_iters": 5}, "experiments[0].warmup_iters"),
     ({"p3_dscp": [46, 46]}, "experiments[0].p3_dscp"),
     ({"jobs": [{"workerz": 4}]}, "experiments[0].jobs[0].workerz: unknown key"),
-])
+]
+
+
+@pytest.mark.parametrize("training,field", BAD_TRAINING)
 def test_bad_training_specs_name_the_field(training, field):
     with pytest.raises(SpecError) as err:
         loads(spec(**training))

@@ -13,7 +13,7 @@ from topologies import (
     parse_params,
 )
 from topologies.graph import bisection_mbps, count_shortest_paths, describe
-from topologies.model import IFNAME_MAX, ifname
+from topologies.model import IFNAME_MAX, host_ip, ifname
 
 
 @pytest.mark.parametrize("k", [2, 4, 6, 8])
@@ -74,8 +74,12 @@ def test_name_over_limit_is_rejected():
 
 
 def test_too_many_hosts_is_rejected():
-    with pytest.raises(TopologyError, match="host number 65536"):
+    with pytest.raises(TopologyError, match="hosts must be an integer in 1..4096"):
         nonblocking(100_000)
+    with pytest.raises(TopologyError, match="k\\^3/4 = 4394 hosts is more than 4096"):
+        fattree(26)  # refused before a single node is built
+    with pytest.raises(TopologyError, match="host number 65536"):  # the addressing's own limit
+        host_ip(65_536)
 
 
 def test_leafspine_oversubscription_and_bisection():

@@ -163,8 +163,11 @@ def stage_layers(n_layers: int, pp: int) -> list[range]:
 
 
 def load_models(path: Path = MODELS_FILE) -> dict[str, ModelDesc]:
-    from testbed.config.loader import from_data, read_yaml
-    data = read_yaml(path)
+    from testbed.config.loader import SpecError, from_data, read_yaml
+    try:
+        data = read_yaml(path)
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     return {name: from_data(ModelDesc, d, f"{path.name}:{name}") for name, d in data.items()}
 
 

@@ -1,0 +1,191 @@
+"""The bad-input corpus (issue 14): every case goes through the command line as a user's file
+would, `testbed validate` and `testbed run`, and must give a non-zero exit, one error line
+naming the field (or the file's problem), no traceback, and nothing created: no results
+directory, no run record, and `run` never reaches the fabric."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from testbed import cli, resources, runner
+
+from .test_spec import BASE, INVALID, with_
+from .test_spec_parallel import BAD_PARALLEL
+from .test_spec_parallel import spec as parallel_spec
+from .test_spec_training import BAD_TRAINING
+from .test_spec_training import spec as training_spec
+
+
+def text(data: object) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def base_with(path: str, value: object) -> str:
+    return text(with_(path, value))
+
+
+def experiment(**fields: object) -> str:
+    data = copy.deepcopy(BASE)
+    data["experiments"] = [fields]
+    return text(data)
+
+
+SPEC_HEAD = "topology: {kind: fattree, params: {k: 4}}\nexperiments: [{type: reachability}]\n"
+
+# (file content, what the error must say)
+HARD_EDGES: list[tuple[str | bytes, str]] = [
+    # names that would leave the results and records folders, or need quoting
+    ("name: ../../../elsewhere/x\n" + SPEC_HEAD, "name: characters '/' not allowed"),
+    ("name: /tmp/abs\n" + SPEC_HEAD, "name: characters '/' not allowed"),
+    ("name: a/b\n" + SPEC_HEAD, "name: characters '/' not allowed"),
+    ("name: ..\n" + SPEC_HEAD, "name: must start with a letter or digit"),
+    ("name: .hidden\n" + SPEC_HEAD, "name: must start with a letter or digit"),
+    ("name: ''\n" + SPEC_HEAD, "name: empty"),
+    ("name: 'two words'\n" + SPEC_HEAD, "name: characters ' ' not allowed"),
+    ("name: 'x;rm -rf'\n" + SPEC_HEAD, "name: characters ' ' ';' not allowed"),
+    ("name: 'caf\u00e9'\n" + SPEC_HEAD, "name: characters '\u00e9' not allowed"),
+    ("name: '" + "x" * 65 + "'\n" + SPEC_HEAD, "name: more than 64 characters"),
+    ('name: "tab\\there"\n' + SPEC_HEAD, "name: characters '\\t' not allowed"),
+    ("name: 12\n" + SPEC_HEAD, "name: expected a string"),
+    # numbers that make no sense
+    (base_with("links.rate_mbps", float("nan")), "links.rate_mbps: must be a finite number"),
+    (base_with("links.rate_mbps", float("inf")), "links.rate_mbps: must be a finite number"),
+    (base_with("links.rate_mbps", -float("inf")), "links.rate_mbps: must be a finite number"),
+    (base_with("links.rate_mbps", 1e12), "links.rate_mbps: out of range for a rate in Mb/s"),
+    (base_with("links.rate_mbps", "1e12"), "YAML reads an exponent without a dot as text"),
+    (base_with("links.loss_pct", float("nan")), "links.loss_pct: must be a finite number"),
+    (base_with("links.delay_us", 10**12), "links.delay_us: out of range"),
+    (base_with("links.buffer_pkts", 10**9), "links.buffer_pkts: out of range"),
+    (base_with("links.host_queue_pkts", 10**30), "links.host_queue_pkts: out of range"),
+    (base_with("links.burst_us", 2_000_000), "links.burst_us: must be in 0..1000000"),
+    (base_with("hosts.rto_min_us", -5), "hosts.rto_min_us: out of range"),
+    (base_with("topology.params", {"k": 4, "rate_mbps": float("nan")}),
+     "fattree: rate_mbps must be a rate in Mb/s"),
+    (base_with("topology.params", {"k": 4, "rate_mbps": 1e12}),
+     "fattree: rate_mbps must be a rate in Mb/s"),
+    (base_with("topology.params", {"k": 1000}), "fattree: k^3/4 = 250000000 hosts is more than"),
+    (base_with("topology.params", {"k": 10**18}), "fattree: k must be an even integer in 2..4096"),
+    (base_with("topology", {"kind": "bcube", "params": {"n": 2, "k": 40}}),
+     "bcube: k must be an integer in 0..12"),
+    (base_with("topology", {"kind": "leafspine", "params": {"spines": 100000}}),
+     "leafspine: spines must be an integer in 1..4096"),
+    (base_with("topology", {"kind": "leafspine", "params": {"leaves": 1000,
+                                                           "hosts_per_leaf": 1000}}),
+     "leafspine: leaves x hosts_per_leaf = 1000000 hosts"),
+    (base_with("topology", {"kind": "dumbbell", "params": {"senders": 4000,
+                                                          "receivers": 4000}}),
+     "dumbbell: senders + receivers = 8000 hosts"),
+    (base_with("topology", {"kind": "nonblocking", "params": {"hosts": 0}}),
+     "nonblocking: hosts must be an integer in 1..4096"),
+    (experiment(type="permutation", duration_s=float("nan")),
+     "experiments[0].duration_s: must be a finite number"),
+    (experiment(type="permutation", duration_s=float("inf")),
+     "experiments[0].duration_s: must be a finite number"),
+    (experiment(type="permutation", duration_s=10**7),
+     "experiments[0].duration_s: out of range for a time in seconds"),
+    (experiment(type="permutation", seed=-1), "experiments[0].seed: out of range for a seed"),
+    (experiment(type="permutation", seed=2**64), "experiments[0].seed: out of range for a seed"),
+    (experiment(type="permutation", repeats=10**9), "experiments[0].repeats: out of range"),
+    (experiment(type="reachability", count=10**8), "experiments[0].count: out of range"),
+    (experiment(type="reachability", interval_s=float("nan")),
+     "experiments[0].interval_s: must be a finite number"),
+    (experiment(type="link_calibration", rates_mbps=[10, float("inf")]),
+     "experiments[0].rates_mbps[1]: must be a finite number"),
+    (experiment(type="link_calibration", rates_mbps=[10, 1e9]),
+     "experiments[0].rates_mbps[1]: out of range"),
+    (experiment(type="training", width=10**9), "experiments[0].width: out of range for a layer"),
+    (experiment(type="training", seed=10**20), "experiments[0].seed: out of range for a seed"),
+    (experiment(type="training", lr=float("nan")), "experiments[0].lr: must be a finite number"),
+    (experiment(type="training", iters=10**12), "experiments[0].iters: out of range"),
+    (experiment(type="parallel", scale=float("inf")),
+     "experiments[0].scale: must be a finite number"),
+    (experiment(type="parallel", device_tflops=float("nan")),
+     "experiments[0].device_tflops: must be a finite number"),
+    (experiment(type="parallel", model_desc={"layers": 2, "hidden": 10**9, "heads": 2,
+                                             "seq": 8}),
+     "experiments[0].model_desc.hidden: out of range for a layer width"),
+    (experiment(type="parallel", jobs=[{"seed": -3}]),
+     "experiments[0].jobs[0].seed: out of range for a seed"),
+    # the file itself
+    ("name: a\nname: b\n" + SPEC_HEAD, "line 2: duplicate key 'name' (first on line 1)"),
+    ("name: a\nlinks: {buffer_pkts: 10, buffer_pkts: 20}\n" + SPEC_HEAD,
+     "line 2: duplicate key 'buffer_pkts'"),
+    ("name: a\n" + SPEC_HEAD + "topology: {kind: bcube}\n", "duplicate key 'topology'"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x00>\x00\x01\x00\x00\x00"
+     b"\xd0\x86\x01\x00", "not valid YAML (unacceptable character #x007f"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00", "not UTF-8 text (byte 0x89 at offset 0)"),
+    ("name: caf\u00e9\n".encode("latin-1") + SPEC_HEAD.encode(), "not UTF-8 text"),
+    (b"name: a\x00\n", "not valid YAML"),
+    ("name: [unclosed\n", "not valid YAML"),
+    ("", "spec: expected a mapping, got NoneType"),
+    ("just text\n", "spec: expected a mapping, got str"),
+    ("- a\n- b\n", "spec: expected a mapping, got list"),
+    ("name: a\nexperiments: {type: reachability}\n", "experiments: expected a list"),
+    ("name: a\nexperiments: [reachability]\n", "experiments[0].type: required"),
+    ("name: a\nlinks: 5\n" + SPEC_HEAD, "links: expected a mapping"),
+]
+
+CORPUS: list[tuple[str | bytes, str]] = (
+    [(text(data), message) for data, message in INVALID]
+    + [(text(parallel_spec(**fields)), message) for fields, message in BAD_PARALLEL]
+    + [(text(training_spec(**fields)), message) for fields, message in BAD_TRAINING]
+    + HARD_EDGES)
+
+
+def test_the_corpus_is_large_enough():
+    assert len(CORPUS) >= 80
+
+
+@pytest.fixture
+def sandbox(monkeypatch, tmp_path):
+    """A working directory and run-record folder that must stay empty; `run` must never get
+    past the spec (a bad case that loads would start a fabric: fail instead)."""
+    def accepted(*_args, **_kwargs):
+        raise AssertionError("a bad spec was accepted and the run started")
+
+    monkeypatch.setattr(runner, "run_spec", accepted)
+    monkeypatch.setattr(resources, "STATE_DIR", tmp_path / "state")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return tmp_path
+
+
+@pytest.mark.parametrize("content,message", CORPUS,
+                         ids=[f"{i:03d}" for i in range(len(CORPUS))])
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_bad_input_is_one_clear_line_and_creates_nothing(sandbox, content, message, command):
+    spec = sandbox / "spec.yaml"
+    if isinstance(content, bytes):
+        spec.write_bytes(content)
+    else:
+        spec.write_text(content)
+    args = [command, str(spec)] + (["--out", str(sandbox / "results")] if command == "run" else [])
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert isinstance(result.exception, SystemExit)  # not a Python exception escaping
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith(f"error: {spec}: ") and message in lines[0], lines[0]
+    assert list((sandbox / "work").iterdir()) == []
+    assert not (sandbox / "results").exists() and not (sandbox / "state").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fattree", "k=4", "k=6"], "fattree: parameter 'k' given twice"),
+    (["fattree", "4", "k=6"], "fattree: parameter 'k' given twice"),
+    (["fattree", "4", "--pair", "h1", "h99"], "fattree: no host 'h99'"),
+    (["fattree", "4", "--pair", "c1", "h2"], "fattree: no host 'c1'"),
+    (["fattree", "4", "100", "7"], "fattree: too many parameters"),
+    (["fattree", "1000"], "hosts is more than 4096"),
+    (["fattree", "rate_mbps=nan"], "fattree: rate_mbps must be a rate"),
+    (["torus", "4"], "unknown topology kind 'torus'"),
+])
+def test_topo_describe_refuses_bad_arguments(args, message):
+    result = CliRunner().invoke(cli.main, ["topo", "describe", *args])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
