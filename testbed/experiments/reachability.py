@@ -1,4 +1,8 @@
-"""Reachability: every host pings every other host; loss and round-trip times per pair."""
+"""Reachability: every host pings every other host; loss and round-trip times per pair.
+Then, on the idle fabric, one pair at the longest distance pings alone: its path's round
+trip beside the physical floor (each hop's serialisation and configured delay), and the
+all-pairs phase gets the same CPU-bound verdict as a throughput phase: a latency measured
+while the emulator waited for a core is the machine's, not the fabric's."""
 from __future__ import annotations
 
 import statistics
@@ -7,6 +11,8 @@ from typing import Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
+from testbed.config.units import ETHERNET_HEADER_BYTES
+from topologies.graph import distances_to, shortest_paths
 from topologies.model import Topology
 
 from .base import Context, Experiment, Outcome
@@ -27,28 +33,70 @@ HEADER = ["src", "dst", "sent_pkts", "received_pkts", "loss_pct", "rtt_avg_ms", 
           "rtt_min_ms"]
 
 
+PING_PAYLOAD_BYTES = 56  # ping's default: ICMP 8 + IP 20 on top
+IDLE_PINGS = 10
+
+
+def ping_frame_bytes(payload: int = PING_PAYLOAD_BYTES) -> int:
+    return payload + 8 + 20 + ETHERNET_HEADER_BYTES
+
+
+def farthest_pair(topo: Topology) -> tuple[str, str]:
+    """The first host and the host farthest from it (the longest path a ping takes)."""
+    src = topo.hosts[0].name
+    dist = distances_to(topo, src)
+    dst = max((h.name for h in topo.hosts[1:]), key=lambda h: (dist.get(h, -1), h))
+    return src, dst
+
+
+def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us: int,
+                 rate_mbps: float | None = None) -> float:
+    """The round trip a frame of `frame_bytes` (there and back) cannot beat on real
+    hardware: serialisation on every link of a shortest path (at `rate_mbps` when the spec
+    overrides the topology's rates) plus the configured delay at every switch egress."""
+    path = shortest_paths(topo, src, dst)[0]
+    one_way = 0.0
+    for u, v in zip(path, path[1:]):
+        link = next(topo.link_at(u, port) for port, peer, _ in topo.ports_of(u) if peer == v)
+        one_way += frame_bytes * 8 / ((rate_mbps or link.rate_mbps) * 1e6)
+        if not topo.is_host(u):
+            one_way += delay_us / 1e6
+    return round(2 * one_way * 1000, 4)
+
+
 def run(ctx: Context, exp: Reachability) -> Outcome:
     topo = ctx.topo
     rows = []
-    with ctx.fabric(topo, ctx.spec.controller.routing, "reachability") as fab:
-        for src in topo.hosts:
-            procs = []
-            for dst in topo.hosts:
-                if dst is src:
-                    continue
-                argv = ["ping", "-n", "-q", "-c", str(exp.count), "-i", f"{exp.interval_s:g}",
-                        "-W", "2", dst.ip]
-                procs.append((dst, fab.popen(src.name, argv)))
-            for dst, proc in procs:
-                text = proc.communicate(timeout=60)[0]
-                rows.append([src.name, dst.name, *parse_ping(text, exp.count)])
-    ctx.write_csv("reachability.csv", HEADER, rows)
-    return analyse(rows)
-
-
-def analyse(rows: list[list]) -> Outcome:
-    """Headline and warnings from the rows of reachability.csv."""
     out = Outcome()
+    with ctx.fabric(topo, ctx.spec.controller.routing, "reachability") as fab:
+        with ctx.traffic_phase(fab, out, "reachability") as checks:
+            for src in topo.hosts:
+                procs = []
+                for dst in topo.hosts:
+                    if dst is src:
+                        continue
+                    argv = ["ping", "-n", "-q", "-c", str(exp.count), "-i",
+                            f"{exp.interval_s:g}", "-W", "2", dst.ip]
+                    procs.append((dst, fab.popen(src.name, argv)))
+                for dst, proc in procs:
+                    text = proc.communicate(timeout=60)[0]
+                    rows.append([src.name, dst.name, *parse_ping(text, exp.count)])
+        a, b = farthest_pair(topo)
+        argv = ["ping", "-n", "-q", "-c", str(IDLE_PINGS), "-i", "0.2", "-W", "2",
+                topo.host(b).ip]
+        idle = parse_ping(fab.popen(a, argv).communicate(timeout=60)[0], IDLE_PINGS)
+    ctx.write_csv("reachability.csv", HEADER, rows)
+    links = ctx.spec.links
+    floor = rtt_floor_ms(topo, a, b, ping_frame_bytes(), links.delay_us, links.rate_mbps)
+    return analyse(rows, out, checks["cpu"]["cpu_bound"], (a, b, idle[5], floor))
+
+
+def analyse(rows: list[list], out: Outcome | None = None, cpu_bound: bool = False,
+            idle: tuple[str, str, float | None, float] | None = None) -> Outcome:
+    """Headline and warnings from the rows of reachability.csv, the phase's CPU-bound verdict
+    and the idle pair's probe (src, dst, minimum RTT in ms, physical floor in ms)."""
+    from testbed.measure.cpu import OVS_DELAY_LIMIT_MS  # runtime side: not at import
+    out = out or Outcome()
     sent = sum(r[2] for r in rows)
     received = sum(r[3] for r in rows)
     failed = [f"{r[0]}->{r[1]}" for r in rows if r[3] < r[2]]
@@ -61,9 +109,25 @@ def analyse(rows: list[list]) -> Outcome:
                     "pairs_with_loss": len(failed),
                     "rtt_median_ms": round(statistics.median(rtts), 3) if rtts else None,
                     "rtt_max_ms": round(max(rtts), 3) if rtts else None,
-                    "rtt_min_median_ms": round(statistics.median(rtt_mins), 3) if rtt_mins else None}
+                    "rtt_min_median_ms": round(statistics.median(rtt_mins), 3) if rtt_mins else None,
+                    "cpu_bound": cpu_bound}
     if failed:
         out.warnings.append(f"reachability: {len(failed)} pairs lost pings, e.g. {failed[:3]}")
+    if cpu_bound:
+        out.warnings.append("reachability: the round-trip times above were measured while the "
+                            "emulation was CPU-bound; they are the machine's, not the fabric's")
+    if idle is not None:
+        src, dst, rtt, floor = idle
+        added = round(rtt - floor, 3) if rtt is not None else None
+        out.headline.update({"idle_pair": f"{src}->{dst}", "idle_rtt_min_ms": rtt,
+                             "rtt_floor_ms": floor, "emulator_added_ms": added})
+        if rtt is None:
+            out.warnings.append(f"reachability: {src}->{dst} did not answer on the idle fabric")
+        elif added is not None and added > OVS_DELAY_LIMIT_MS:
+            out.warnings.append(
+                f"reachability: on the idle fabric {src}->{dst} took {rtt} ms, {added} ms above "
+                f"its physical floor ({floor} ms): the emulator's forwarding adds more than "
+                f"{OVS_DELAY_LIMIT_MS:g} ms, so latencies are not faithful")
     return out
 
 

@@ -78,3 +78,27 @@ def test_the_experiments_analyses_run_on_recorded_rows():
         "h8->h9", "['h5']->h1")
     assert h["victim_mbps_pfc"] == 30.0 and h["paused_links_pfc"] == "a b"
     assert warnings == ["pfc victim: the fabric dropped packets with PFC on"]
+
+
+def test_reachability_reports_the_idle_path_beside_its_floor_and_flags_cpu_bound():
+    from testbed.experiments.reachability import (
+        analyse,
+        farthest_pair,
+        ping_frame_bytes,
+        rtt_floor_ms,
+    )
+    from topologies import fattree
+    topo = fattree(4, rate_mbps=20)
+    assert farthest_pair(topo) == ("h1", "h9")  # another pod: 6 links
+    assert ping_frame_bytes() == 98
+    # 6 links of 98 B at 20 Mb/s each way, no configured delay: 2 * 6 * 39.2 us
+    assert rtt_floor_ms(topo, "h1", "h9", 98, 0) == 0.4704
+    # 100 us at each of the 5 switches each way; a rate override replaces the topology's
+    assert rtt_floor_ms(topo, "h1", "h9", 98, 100, rate_mbps=10) == round(2 * (6 * 0.0784 + 0.5), 4)
+    rows = [["h1", "h9", 3, 3, 0.0, 5.0, 6.0, 4.0]]
+    quiet = analyse(rows, None, False, ("h1", "h9", 0.6, 0.4704))
+    assert quiet.headline["emulator_added_ms"] == 0.13 and quiet.warnings == []
+    busy = analyse(rows, None, True, ("h1", "h9", 47.0, 0.4704))
+    assert busy.headline["cpu_bound"] is True
+    assert any("CPU-bound" in w for w in busy.warnings)
+    assert any("above its physical floor" in w for w in busy.warnings)
