@@ -15,12 +15,15 @@ def clear_all(dp) -> list:
             parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)]
 
 
-def group_mod(dp, group: Group) -> object:
+def group_mod(dp, group: Group, op: str = "add") -> object:
+    """Add, modify or delete a select group. Each bucket watches its port: OVS skips the
+    bucket of a port that is down by itself, before the controller hears of it."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
+    command = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[op]
     buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)])
-               for port in group.buckets]
-    return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
+               for port in group.buckets] if op != "delete" else []
+    return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT,
                               group_id=group.group_id, buckets=buckets)
 
 
@@ -33,6 +36,24 @@ def flow_mod(dp, rule: Rule, modify: bool = False) -> object:
                              command=ofp.OFPFC_MODIFY_STRICT if modify else ofp.OFPFC_ADD,
                              idle_timeout=rule.idle_timeout,
                              match=parser.OFPMatch(**dict(rule.match)), instructions=inst)
+
+
+def flow_delete(dp, rule: Rule) -> object:
+    """Remove the entry with exactly `rule`'s match and priority."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    return parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF,
+                             priority=rule.priority, command=ofp.OFPFC_DELETE_STRICT,
+                             table_id=0, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                             match=parser.OFPMatch(**dict(rule.match)))
+
+
+def change(dp, c) -> object:
+    """The message for one `controllers.recovery.Change`."""
+    if isinstance(c.item, Group):
+        return group_mod(dp, c.item, c.op)
+    if c.op == "delete":
+        return flow_delete(dp, c.item)
+    return flow_mod(dp, c.item, modify=c.op == "modify")
 
 
 def actions(dp, rule: Rule) -> list:

@@ -197,6 +197,8 @@ def hash_stages(topo: Topology) -> dict[str, int]:
         for node, d in distances_to(topo, host.name).items():
             if not topo.is_host(node):
                 stage[node] = min(stage.get(node, d - 1), d - 1)
+    for sw in topo.switches:  # cut off from every host (a failure): it routes nothing
+        stage.setdefault(sw.name, 0)
     return stage
 
 

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
 from topologies.model import Topology, at_rate
@@ -29,6 +30,7 @@ from .measure.queues import ClassQueueSampler, QueueSampler
 from .net import ovs
 from .net.dpapi import Dataplane
 from .net.fabric import Fabric
+from .net.faults import FaultInjector
 from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results.files import append_csv
 from .results.plots import draw_all
@@ -84,6 +86,27 @@ class RunContext:
         with checks.traffic_phase(self.cpu, self.events, fab, outcome.warnings,
                                   label) as result:
             yield result
+
+    @contextlib.contextmanager
+    def faults(self, fab: Fabric, faults: list[FabricFault], label: str) -> Iterator[list[dict]]:
+        """Injects `faults` while the block runs (net/faults.py); yields the list of executed
+        steps (fault, down/up, when), which also go to events.jsonl. A step that could not be
+        executed fails the run: the phase would not be what the spec says."""
+        if not faults:
+            yield []
+            return
+        injector = FaultInjector(fab, faults, label, self.log)
+        injector.start()
+        try:
+            yield injector.done
+        finally:
+            injector.stop()
+            time.sleep(0.5)  # the controller hears of the last port change and writes it
+            self.events.extend({"fault_step": step} for step in injector.done)
+            state = fab.controller.state() if fab.controller is not None else {}
+            self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", []))
+        if injector.errors:
+            raise TestbedError(f"{label}: fault not injected: {injector.errors[0]}")
 
     def congestion_controls(self) -> list[str]:
         """The congestion controls this kernel offers its hosts."""

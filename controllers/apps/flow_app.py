@@ -36,7 +36,7 @@ class FlowRouting(FabricRouting):
         super().__init__(*args, **kwargs)
         self.control = FlowControl(self.topo, self.config)
         self.plan = self.control.plan
-        self.datapaths: dict[int, object] = {}
+        self.plan_args = {"base": self.config.hedera.base, "track": True}
         self.stats: dict[int, list] = {}
         status = Path(self.config.hedera_dir or self.state_path.parent)
         status.mkdir(parents=True, exist_ok=True)
@@ -46,6 +46,12 @@ class FlowRouting(FabricRouting):
         self.pending_barriers: dict[int, object] = {}
         self.stats_done: set[int] = set()
         hub.spawn(self._loop)
+
+    def set_plan(self, new: routing.Plan) -> None:
+        """New flows' entries copy the replanned routes. Flows Hedera placed keep their
+        exact entries (not rerouted yet: docs/FIDELITY.md)."""
+        super().set_plan(new)
+        self.control.plan = new
 
     # ---- new flows -------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)

@@ -2,7 +2,9 @@
 
 On each switch connection it installs that switch's part of the routing plan (groups, then
 flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
-nothing is ever flooded in a looped fabric). It writes its state (connected and ready
+nothing is ever flooded in a looped fabric). When a switch reports a port down or up, it
+replans on the fabric without the ports that are down and sends the difference
+(controllers/recovery.py decides both; every reroute is in the state file). It writes its state (connected and ready
 switches, packet-in/out counters) to the phase's `state_json` so the runner knows when
 every path is installed and can account for packets the controller injected. Its
 configuration is the phase's file (config/controller.py, `phase_config()`).
@@ -13,8 +15,9 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from controllers import ofmsgs, routing
+from controllers import ofmsgs, recovery, routing
 from controllers.compat import (
     CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
@@ -38,6 +41,10 @@ class FabricRouting(RyuApp):
         self.topo = self.config.topology()
         self.mode = self.config.routing
         self.plan = routing.plan(self.topo, self.mode)
+        self.plan_args: dict = {}  # what else routing.plan was given (a subclass's base, track)
+        self.datapaths: dict[int, Any] = {}  # Ryu datapaths
+        self.down: set[tuple[str, int]] = set()
+        self.reroutes: list[dict] = []
         self.state_path = Path(self.config.state_json)
         self.connected: dict[int, float] = {}
         self.ready: dict[int, float] = {}
@@ -54,6 +61,7 @@ class FabricRouting(RyuApp):
             self.logger.warning("dpid %s is not in the topology; ignoring it", dp.id)
             return
         self.connected[dp.id] = time.time()
+        self.datapaths[dp.id] = dp
         self.ready.pop(dp.id, None)
         groups, rules = self.plan.for_switch(dp.id)
         for msg in ofmsgs.clear_all(dp):
@@ -75,6 +83,52 @@ class FabricRouting(RyuApp):
         self.logger.error("switch %s rejected a message: type=%s code=%s",
                           msg.datapath.id, msg.type, msg.code)
         self._count(msg.datapath.id, "errors")
+
+    # ---- failures ------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status(self, ev):
+        msg = ev.msg
+        dp, desc = msg.datapath, msg.desc
+        ofp = dp.ofproto
+        sw = self.topo.switch_by_dpid(dp.id)
+        if sw is None or desc.port_no > ofp.OFPP_MAX:
+            return
+        is_down = (msg.reason == ofp.OFPPR_DELETE or bool(desc.state & ofp.OFPPS_LINK_DOWN)
+                   or bool(desc.config & ofp.OFPPC_PORT_DOWN))
+        self.port_changed(sw.name, desc.port_no, is_down)
+
+    def port_changed(self, node: str, port: int, is_down: bool) -> None:
+        """Replan when the set of ports that are down changes; send the difference."""
+        t0 = time.time()
+        was = (node, port) in self.down
+        if was == is_down:
+            return
+        (self.down.add if is_down else self.down.discard)((node, port))
+        new = recovery.replan(self.topo, self.mode, self.down, self.plan, **self.plan_args)
+        todo = recovery.changes(self.plan, new, recovery.degraded(self.topo, self.down))
+        unsent = 0
+        for change in todo:
+            dp = self.datapaths.get(change.dpid)
+            if dp is None:
+                unsent += 1
+                continue
+            dp.send_msg(ofmsgs.change(dp, change))
+        for dpid in sorted({c.dpid for c in todo}):
+            dp = self.datapaths.get(dpid)
+            if dp is not None:
+                dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+        self.set_plan(new)
+        self.reroutes.append({"time": t0, "port": f"{node}-eth{port}", "down": is_down,
+                              "ports_down": len(self.down), "changes": len(todo),
+                              "switches": len({c.dpid for c in todo}), "unsent": unsent,
+                              "decided_s": round(time.time() - t0, 4)})
+        self.logger.info("port %s-eth%s %s: %d changes on %d switches", node, port,
+                         "down" if is_down else "up", len(todo), len({c.dpid for c in todo}))
+        self._write_state()
+
+    def set_plan(self, new: routing.Plan) -> None:
+        """The plan now installed (a subclass that derives entries from it follows)."""
+        self.plan = new
 
     # ---- proxy ARP -------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -112,7 +166,9 @@ class FabricRouting(RyuApp):
                  "switches": len(self.topo.switches),
                  "connected": {str(k): v for k, v in sorted(self.connected.items())},
                  "ready": {str(k): v for k, v in sorted(self.ready.items())},
-                 "counters": {str(k): v for k, v in sorted(self.counters.items())}}
+                 "counters": {str(k): v for k, v in sorted(self.counters.items())},
+                 "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
+                 "reroutes": self.reroutes}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)

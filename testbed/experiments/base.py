@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.spec import ExperimentSpec, Spec, type_name
@@ -53,6 +54,9 @@ class Phase(Protocol):
 
     def dataplane(self) -> Any: ...
 
+    def set_ports(self, ports: list[tuple[str, int]] | tuple[tuple[str, int], ...],
+                  up: bool) -> None: ...
+
 
 class Context(Protocol):
     """The run, as an experiment uses it (testbed/runner.py's RunContext)."""
@@ -70,6 +74,9 @@ class Context(Protocol):
                       label: str) -> AbstractContextManager[dict]: ...
 
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path: ...
+
+    def faults(self, fab: Phase, faults: list[FabricFault],
+               label: str) -> AbstractContextManager[list[dict]]: ...
 
     def congestion_controls(self) -> list[str]: ...
 

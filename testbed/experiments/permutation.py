@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Literal
 
 from controllers.flowsched import estimate_demands
+from testbed.config.faults import FabricFault
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
 from testbed.results.stats import percentile_or_none
-from testbed.workloads.flows import assign_ports
+from testbed.workloads.flows import assign_ports, outage
 from topologies import nonblocking, patterns
 from topologies.graph import host_rate_sum
 from topologies.model import Topology
@@ -42,8 +43,21 @@ class Permutation(ExperimentSpec):
     duration_s: float = 20.0
     omit_s: float = 3.0
     repeats: int = 1
+    # links or switches that fail during every phase (not the nonblocking reference's: it
+    # has other switches); each flow's goodput is then recorded every `interval_s`, and
+    # how long it carried nothing (flow_outages.csv)
+    faults: list[FabricFault] = field(default_factory=list)
+    interval_s: float = 0.1
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        for j, fault in enumerate(self.faults):
+            fault.check(f"{path}.faults[{j}]", topo, self.omit_s + self.duration_s)
+        if self.faults and self.flow_bytes is not None:
+            raise SpecError(f"{path}.faults: not with flow_bytes (finite flows report no "
+                            "intervals)")
+        if not 0.1 <= self.interval_s <= 10:
+            raise SpecError(f"{path}.interval_s: must be in 0.1..10 (iperf3's range; got "
+                            f"{self.interval_s:g})")
         if self.repeats < 1:
             raise SpecError(f"{path}.repeats: must be >= 1")
         if not self.routings:
@@ -90,7 +104,7 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]
-    rows, flow_rows = [], []
+    rows, flow_rows, outage_rows = [], [], []
     ideal_fcts: dict[str, float | None] = {}
     for routing in exp.routings:
         fabric_topo, fabric_routing, hedera = topo, routing, None
@@ -118,11 +132,16 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                     _save_pattern(ctx, routing, pattern, rep, exp.seed + rep, pairs)
                     label = f"{routing} {pattern} #{rep}"
                     ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
-                    with ctx.traffic_phase(fab, out, label) as checks:
+                    faults = exp.faults if routing != "nonblocking" else []
+                    with ctx.traffic_phase(fab, out, label) as checks, \
+                            ctx.faults(fab, faults, label) as steps:
                         res = fab.run_flows(
                             assign_ports(pairs, exp.duration_s,
-                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes),
+                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes,
+                                         interval_s=exp.interval_s if faults else None),
                             f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                    if faults:
+                        outage_rows += outages(routing, pattern, rep, res, steps)
                     if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
                         check_cc(res, ctx.spec.hosts.congestion_control, out, label)
                     for r in res:
@@ -157,6 +176,43 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                             "fct_s", "ideal_fct_s", "slowdown"],
                   flow_rows)
     out.headline = headline(rows, exp, ideal, ideal_fcts)
+    if outage_rows:
+        ctx.write_csv("flow_outages.csv", OUTAGE_HEADER, outage_rows)
+        out.headline.update(outage_headline(outage_rows))
+        lost = [f"{r[3]}->{r[4]} ({r[0]})" for r in outage_rows if r[8] is False]
+        if lost:
+            out.warnings.append(f"permutation: {len(lost)} flows never resumed after the "
+                                f"faults, e.g. {lost[:3]}")
+    return out
+
+
+OUTAGE_HEADER = ["routing", "pattern", "repeat", "src", "dst", "faults", "blackholed_s",
+                 "longest_outage_s", "resumed", "goodput_mbps", "interval_s"]
+
+
+def outages(routing: str, pattern: str, rep: int, res: list, steps: list[dict]) -> list[list]:
+    """One row per flow of a phase with faults: how long it carried nothing (flows.outage)."""
+    what = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+    rows = []
+    for r in res:
+        o = outage(r.intervals_mbps, r.interval_s)
+        rows.append([routing, pattern, rep, r.src, r.dst, what, o["blackholed_s"],
+                     o["longest_s"], o["resumed"], round(r.goodput_mbps, 3), r.interval_s])
+    return rows
+
+
+def outage_headline(rows: list[list]) -> dict:
+    """Per routing: the faults, how many flows were cut at all, the median and largest
+    blackholed time of those, and how many never came back."""
+    out: dict = {}
+    for routing in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == routing]
+        cut = sorted(r[6] for r in mine if r[6])
+        out[f"faults_{routing}"] = mine[0][5]
+        out[f"flows_cut_{routing}"] = len(cut)
+        out[f"blackholed_median_s_{routing}"] = cut[len(cut) // 2] if cut else 0.0
+        out[f"blackholed_max_s_{routing}"] = cut[-1] if cut else 0.0
+        out[f"flows_not_resumed_{routing}"] = sum(1 for r in mine if r[8] is False)
     return out
 
 

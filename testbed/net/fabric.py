@@ -380,6 +380,16 @@ class Fabric:
                 if "time=" in line]
         return statistics.median(rtts[1:]) / 1000 if len(rtts) > 1 else None
 
+    def set_ports(self, ports: list[tuple[str, int]] | tuple[tuple[str, int], ...],
+                  up: bool) -> None:
+        """Switch ports down or up, as a cable pulled or put back: the interface is set
+        down (the host's or switch's end beyond it loses its carrier), so the switch tells
+        the controller and its select groups stop using the port."""
+        for node, port in ports:
+            if self.topo.is_host(node):
+                raise TestbedError(f"{node} is a host: a fault sets switch ports down")
+            run(["ip", "link", "set", "dev", ifname(node, port), "up" if up else "down"])
+
     def dataplane(self) -> Dataplane:
         """The live dataplane API of this fabric's class queues (a `qos` fabric only)."""
         if self.qos_plane is None:

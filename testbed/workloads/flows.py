@@ -20,9 +20,12 @@ class Flow:
     udp_mbps: float | None = None  # UDP at this rate instead of TCP
     nbytes: int | None = None  # a finite flow of this size (its completion time is measured,
     #                            FlowRunner.run_finite); duration_s is its budget
+    interval_s: float | None = None  # the receiver's goodput every this many seconds too
 
     def client_args(self) -> list[str]:
         args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
+        if self.interval_s:
+            args += ["-i", f"{self.interval_s:g}", "--get-server-output"]
         if self.dscp:
             args += ["--dscp", str(self.dscp)]
         if self.udp_mbps is not None:
@@ -42,6 +45,10 @@ class FlowResult:
     receiver_cc: str
     error: str = ""
     seconds: float = 0.0  # a finite flow's completion time (request to last byte)
+    # the receiver's goodput in each interval of `interval_s` (Flow.interval_s), omitted
+    # seconds included: what the flow carried before, during and after a fault
+    interval_s: float = 0.0
+    intervals_mbps: tuple[float, ...] = ()
 
 
 def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
@@ -57,6 +64,8 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
                           max_cwnd_bytes=0, sender_cc="", receiver_cc="", error=data["error"])
     streams = end.get("streams", [{}])
+    server = data.get("server_output_json") or {}
+    spans = [i.get("sum", {}) for i in server.get("intervals", [])]
     return FlowResult(
         src=src, dst=dst,
         goodput_mbps=end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6,
@@ -64,7 +73,32 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         retransmits=int(end.get("sum_sent", {}).get("retransmits", 0)),
         max_cwnd_bytes=int(streams[0].get("sender", {}).get("max_snd_cwnd", 0)),
         sender_cc=end.get("sender_tcp_congestion", ""),
-        receiver_cc=end.get("receiver_tcp_congestion", ""))
+        receiver_cc=end.get("receiver_tcp_congestion", ""),
+        interval_s=round(sorted(sp.get("seconds", 0.0) for sp in spans)[len(spans) // 2], 3)
+        if spans else 0.0,
+        intervals_mbps=tuple(round(sp.get("bits_per_second", 0.0) / 1e6, 4) for sp in spans))
+
+
+def outage(intervals_mbps: tuple[float, ...] | list[float], interval_s: float,
+           floor_fraction: float = 0.05) -> dict:
+    """How long a flow carried (almost) nothing: intervals below `floor_fraction` of its
+    median interval count as blackholed. `blackholed_s` in all, `longest_s` the longest run
+    of them, `resumed` whether the flow carried traffic again after its last one. An
+    interval partly cut counts as carried: the resolution is one interval."""
+    rates = list(intervals_mbps)
+    if not rates or interval_s <= 0:
+        return {"blackholed_s": None, "longest_s": None, "resumed": None}
+    positive = sorted(r for r in rates if r > 0)
+    floor = floor_fraction * positive[len(positive) // 2] if positive else 0.0
+    dead = [r <= floor for r in rates]
+    longest = run = 0
+    for d in dead:
+        run = run + 1 if d else 0
+        longest = max(longest, run)
+    last_dead = max((i for i, d in enumerate(dead) if d), default=None)
+    resumed = last_dead is None or any(not d for d in dead[last_dead + 1:])
+    return {"blackholed_s": round(sum(dead) * interval_s, 3),
+            "longest_s": round(longest * interval_s, 3), "resumed": resumed}
 
 
 def parse_finite(f: Flow, text: str) -> FlowResult:
@@ -81,14 +115,14 @@ def parse_finite(f: Flow, text: str) -> FlowResult:
 
 
 def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float,
-                 nbytes: int | None = None) -> list[Flow]:
+                 nbytes: int | None = None, interval_s: float | None = None) -> list[Flow]:
     """One flow per pair, each receiver's servers on distinct ports (finite flows of
-    `nbytes` when given)."""
+    `nbytes` when given; the receiver's goodput every `interval_s` when given)."""
     used: dict[str, int] = {}
     flows = []
     for src, dst in pairs:
         port = BASE_PORT + used.get(dst, 0)
         used[dst] = used.get(dst, 0) + 1
         flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port,
-                          nbytes=nbytes))
+                          nbytes=nbytes, interval_s=interval_s))
     return flows

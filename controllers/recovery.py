@@ -1,0 +1,148 @@
+"""Recovery from link and switch failures as pure decisions: the fabric without what is down,
+the routing plan on it, and the OpenFlow changes that turn the installed plan into that one,
+in an order that never sends a packet towards a switch that does not yet know where to
+send it.
+
+No Ryu import here; `controllers/apps/routing_app.py` feeds it port-status events and sends
+what it returns.
+
+- `degraded(topo, down)`: the topology without the links at the given (node, port) ends
+  (a switch that is down: all of its ports). Port numbers, names and addresses do not
+  change, so the plan on it is comparable entry by entry with the installed one.
+- `replan(topo, mode, down, installed)`: `routing.plan` on the degraded fabric, with each
+  switch's select groups keeping the ids the installed plan gave the same set of buckets
+  (so a rule and the group it names never disagree halfway through the change).
+- `changes(installed, new, degraded_topo)`: what to add, modify and delete, downstream
+  first along the new paths.
+
+Shortest paths on the degraded fabric stay loop-free (every switch forwards to a neighbour
+one hop nearer the destination), so a core switch that lost its only link into a pod
+still delivers what reaches it, the long way round, while every other switch stops
+choosing it for that pod.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from topologies.graph import distances_to
+from topologies.model import Topology
+
+from .routing import Group, Plan, Rule, plan
+
+Port = tuple[str, int]  # (node name, port number)
+
+
+def degraded(topo: Topology, down: Iterable[Port]) -> Topology:
+    """`topo` without every link that has an end in `down`."""
+    cut = set(down)
+    links = tuple(link for link in topo.links
+                  if not any(end in cut for end in link.ends()))
+    return dataclasses.replace(topo, links=links, _index={})
+
+
+def switch_ports(topo: Topology, switch: str) -> list[Port]:
+    """Every connected port of `switch`: what goes down when the switch does."""
+    return [(switch, port) for port, _, _ in topo.ports_of(switch)]
+
+
+def link_ports(topo: Topology, a: str, b: str) -> list[Port]:
+    """Both ends of the link between nodes `a` and `b` (KeyError if there is none)."""
+    for link in topo.links:
+        if {link.a, link.b} == {a, b}:
+            return [(link.a, link.a_port), (link.b, link.b_port)]
+    raise KeyError(f"no link between {a} and {b}")
+
+
+def replan(topo: Topology, mode: str, down: Iterable[Port], installed: Plan,
+           **plan_args: object) -> Plan:
+    """The routing plan on the fabric without `down`, its group ids aligned with `installed`."""
+    new = plan(degraded(topo, down), mode, **plan_args)  # type: ignore[arg-type]
+    return _stable_group_ids(installed, new)
+
+
+def _stable_group_ids(installed: Plan, new: Plan) -> Plan:
+    """Renumber `new`'s groups so that a switch's group with the same buckets as one it has
+    keeps that id; other groups get ids the switch does not use yet."""
+    old_ids = {(g.dpid, g.buckets): g.group_id for g in installed.groups}
+    used: dict[int, set[int]] = {}
+    for g in installed.groups:
+        used.setdefault(g.dpid, set()).add(g.group_id)
+    remap: dict[tuple[int, int], int] = {}
+    groups = []
+    for g in new.groups:
+        gid = old_ids.get((g.dpid, g.buckets))
+        if gid is None:
+            taken = used.setdefault(g.dpid, set())
+            gid = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        used.setdefault(g.dpid, set()).add(gid)
+        remap[(g.dpid, g.group_id)] = gid
+        groups.append(dataclasses.replace(g, group_id=gid))
+    rules = tuple(dataclasses.replace(r, group_id=remap[(r.dpid, r.group_id)])
+                  if r.group_id is not None else r for r in new.rules)
+    return dataclasses.replace(new, groups=tuple(groups), rules=rules, _by_dpid={})
+
+
+Op = Literal["add", "modify", "delete"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One OpenFlow change: a group or a flow entry to add, modify or delete."""
+    op: Op
+    item: Group | Rule
+
+    @property
+    def dpid(self) -> int:
+        return self.item.dpid
+
+
+def _rule_key(r: Rule) -> tuple:
+    return (r.dpid, r.priority, r.match)
+
+
+def _hops_to_destination(topo: Topology, r: Rule) -> int:
+    """How far the rule's switch is from the host its match names (0 if none): the order to
+    install in, nearest the destination first."""
+    ip = dict(r.match).get("ipv4_dst")
+    host = topo.host_by_ip(ip) if isinstance(ip, str) else None
+    sw = topo.switch_by_dpid(r.dpid)
+    if host is None or sw is None:
+        return 0
+    return distances_to(topo, host.name).get(sw.name, 0)
+
+
+def changes(installed: Plan, new: Plan, topo: Topology) -> list[Change]:
+    """The changes that turn `installed` into `new`: new groups first (a rule may name
+    them), then changed groups and added or changed rules from the switch nearest each
+    destination outwards (downstream first), then deleted rules, then groups no rule uses
+    any more. `topo` is the fabric as it is now (`degraded`): distances on it are the
+    new paths', so every switch changes after the switches its new paths lead through,
+    and none sends towards a neighbour still routing the old way (a core switch that lost
+    its link into a pod, say, changes after the aggregation switches that stop using it)."""
+    old_groups = {(g.dpid, g.group_id): g for g in installed.groups}
+    new_groups = {(g.dpid, g.group_id): g for g in new.groups}
+    old_rules = {_rule_key(r): r for r in installed.rules}
+    new_rules = {_rule_key(r): r for r in new.rules}
+    group_adds = [Change("add", g) for k, g in new_groups.items() if k not in old_groups]
+    group_hops: dict[tuple[int, int], int] = {}
+    for r in new.rules:
+        if r.group_id is not None:
+            key = (r.dpid, r.group_id)
+            group_hops[key] = min(group_hops.get(key, 1 << 30), _hops_to_destination(topo, r))
+    middle: list[tuple[int, Change]] = []
+    for k, g in new_groups.items():
+        if k in old_groups and old_groups[k] != g:
+            middle.append((group_hops.get(k, 0), Change("modify", g)))
+    for k, r in new_rules.items():
+        old = old_rules.get(k)
+        if old is None:
+            middle.append((_hops_to_destination(topo, r), Change("add", r)))
+        elif old != r:
+            middle.append((_hops_to_destination(topo, r), Change("modify", r)))
+    middle.sort(key=lambda hc: (hc[0], hc[1].dpid))
+    rule_deletes = [Change("delete", r) for k, r in old_rules.items() if k not in new_rules]
+    group_deletes = [Change("delete", g) for k, g in old_groups.items() if k not in new_groups]
+    return group_adds + [c for _, c in middle] + rule_deletes + group_deletes

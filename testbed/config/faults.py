@@ -1,0 +1,76 @@
+"""Faults a spec can inject into a traffic phase: a link or a whole switch going down (and
+optionally coming back), at a time after the phase's traffic starts. What happens when is a
+pure timeline (`timeline`); the runner only executes it and records each step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from topologies.model import Topology
+
+from .loader import SpecError
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricFault:
+    link: list[str] | None = None  # the link between these two nodes, e.g. [a1, c1]
+    switch: str | None = None      # or every link of this switch
+    at_s: float                    # seconds after the phase's traffic starts
+    for_s: float | None = None     # back up after this long (None: down to the phase's end)
+
+    def target(self) -> str:
+        return f"link {self.link[0]}-{self.link[1]}" if self.link else f"switch {self.switch}"
+
+    def check(self, path: str, topo: Topology, phase_s: float | None = None) -> None:
+        if (self.link is None) == (self.switch is None):
+            raise SpecError(f"{path}: give exactly one of link and switch")
+        nodes = {h.name for h in topo.hosts} | {s.name for s in topo.switches}
+        if self.link is not None:
+            if len(self.link) != 2 or self.link[0] == self.link[1]:
+                raise SpecError(f"{path}.link: two different nodes (got {self.link})")
+            for name in self.link:
+                if name not in nodes:
+                    raise SpecError(f"{path}.link: no node {name!r}")
+            if not any({lk.a, lk.b} == set(self.link) for lk in topo.links):
+                raise SpecError(f"{path}.link: {self.link[0]} and {self.link[1]} are not linked")
+        if self.switch is not None and self.switch not in {s.name for s in topo.switches}:
+            raise SpecError(f"{path}.switch: no switch {self.switch!r}")
+        if self.for_s is not None and self.for_s <= 0:
+            raise SpecError(f"{path}.for_s: must be > 0 (got {self.for_s})")
+        if phase_s is not None and self.at_s >= phase_s:
+            raise SpecError(f"{path}.at_s: {self.at_s:g} s is not within the phase's "
+                            f"{phase_s:g} s of traffic")
+
+
+Action = Literal["down", "up"]
+
+
+@dataclass(frozen=True)
+class Step:
+    t_s: float        # after the phase's traffic starts
+    action: Action
+    fault: int        # index in the spec's list
+    ports: tuple[tuple[str, int], ...]  # the switch ports (node, port) it sets down or up
+
+
+def fault_ports(fault: FabricFault, topo: Topology) -> tuple[tuple[str, int], ...]:
+    """The switch ends of the fault's links: what the runner sets down (a host's end loses
+    its carrier with them)."""
+    if fault.switch is not None:
+        return tuple((fault.switch, port) for port, _, _ in topo.ports_of(fault.switch))
+    assert fault.link is not None
+    for lk in topo.links:
+        if {lk.a, lk.b} == set(fault.link):
+            return tuple(end for end in lk.ends() if not topo.is_host(end[0]))
+    raise KeyError(fault.link)
+
+
+def timeline(faults: list[FabricFault], topo: Topology) -> list[Step]:
+    """Every down and up in time order (a down before an up at the same instant)."""
+    steps = []
+    for i, f in enumerate(faults):
+        ports = fault_ports(f, topo)
+        steps.append(Step(f.at_s, "down", i, ports))
+        if f.for_s is not None:
+            steps.append(Step(f.at_s + f.for_s, "up", i, ports))
+    return sorted(steps, key=lambda s: (s.t_s, s.action != "down", s.fault))

@@ -1,0 +1,33 @@
+"""Failures during traffic (issue 14): the controller routes around a failed switch, every
+flow it cut carries traffic again, and the run records the fault, the reroute and each
+flow's outage."""
+import json
+
+from .helpers import rows, run
+
+
+def test_flows_cut_by_a_core_switch_failure_resume(tmp_path):
+    out, summary = run(tmp_path, {
+        "name": "it-fault", "topology": {"kind": "fattree", "params": {"k": 4, "rate_mbps": 10}},
+        "links": {"mtu_bytes": 9000},
+        "experiments": [{"type": "permutation", "patterns": ["stride:8"], "routings": ["ecmp"],
+                         "duration_s": 10, "omit_s": 1,
+                         "faults": [{"switch": "c1", "at_s": 4, "for_s": 3}]}]})
+    assert summary["status"] == "ok", summary
+    head = summary["experiments"]["0:permutation"]["headline"]
+    table = rows(out, "flow_outages.csv")
+    assert len(table) == 16
+    cut = [r for r in table if float(r["blackholed_s"] or 0) > 0]
+    # stride 8 sends every flow across the core: c1 carries some of them
+    assert head["flows_cut_ecmp"] == len(cut) >= 1, table
+    assert head["flows_not_resumed_ecmp"] == 0 and all(r["resumed"] == "True" for r in table)
+    # rerouted by the controller within a few of TCP's retransmission timeouts
+    assert head["blackholed_max_s_ecmp"] < 3.0, head
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    steps = [e["fault_step"] for e in events if "fault_step" in e]
+    assert [s["action"] for s in steps] == ["down", "up"]
+    assert abs(steps[0]["at_s"] - 4) < 0.5 and abs(steps[1]["at_s"] - 7) < 0.5
+    reroutes = [e["reroute"] for e in events if "reroute" in e]
+    assert any(r["down"] and r["changes"] > 0 for r in reroutes), reroutes
+    assert any(not r["down"] for r in reroutes), reroutes
+    assert all(r["unsent"] == 0 for r in reroutes), reroutes
