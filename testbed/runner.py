@@ -104,7 +104,8 @@ class RunContext:
             time.sleep(0.5)  # the controller hears of the last port change and writes it
             self.events.extend({"fault_step": step} for step in injector.done)
             state = fab.controller.state() if fab.controller is not None else {}
-            self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", []))
+            self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", [])
+                               if r.get("time", 0) >= injector.t0)  # this phase's, not earlier
         if injector.errors:
             raise TestbedError(f"{label}: fault not injected: {injector.errors[0]}")
 

@@ -16,7 +16,7 @@ from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
 from testbed.results.stats import percentile_or_none
-from testbed.workloads.flows import assign_ports, outage
+from testbed.workloads.flows import assign_ports, crosses, outage
 from topologies import nonblocking, patterns
 from topologies.graph import host_rate_sum
 from topologies.model import Topology
@@ -133,15 +133,17 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                     label = f"{routing} {pattern} #{rep}"
                     ctx.log(f"  {label}: {len(pairs)} flows for {exp.duration_s:g} s")
                     faults = exp.faults if routing != "nonblocking" else []
+                    flows = assign_ports(pairs, exp.duration_s,
+                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes,
+                                         interval_s=exp.interval_s if faults else None)
                     with ctx.traffic_phase(fab, out, label) as checks, \
                             ctx.faults(fab, faults, label) as steps:
-                        res = fab.run_flows(
-                            assign_ports(pairs, exp.duration_s,
-                                         0 if exp.flow_bytes else exp.omit_s, exp.flow_bytes,
-                                         interval_s=exp.interval_s if faults else None),
-                            f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                        res = fab.run_flows(flows,
+                                            f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                        checks["faults"] = steps
                     if faults:
-                        outage_rows += outages(routing, pattern, rep, res, steps)
+                        outage_rows += outages(fab.topo, routing, pattern, rep, flows, res,
+                                               steps)
                     if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
                         check_cc(res, ctx.spec.hosts.congestion_control, out, label)
                     for r in res:
@@ -179,40 +181,52 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
     if outage_rows:
         ctx.write_csv("flow_outages.csv", OUTAGE_HEADER, outage_rows)
         out.headline.update(outage_headline(outage_rows))
-        lost = [f"{r[3]}->{r[4]} ({r[0]})" for r in outage_rows if r[8] is False]
+        lost = [f"{r[3]}->{r[4]} ({r[0]})" for r in outage_rows if r[9] is False]
         if lost:
             out.warnings.append(f"permutation: {len(lost)} flows never resumed after the "
                                 f"faults, e.g. {lost[:3]}")
     return out
 
 
-OUTAGE_HEADER = ["routing", "pattern", "repeat", "src", "dst", "faults", "blackholed_s",
-                 "longest_outage_s", "resumed", "goodput_mbps", "interval_s"]
+OUTAGE_HEADER = ["routing", "pattern", "repeat", "src", "dst", "faults", "crossed_fault",
+                 "blackholed_s", "longest_outage_s", "resumed", "goodput_mbps", "interval_s"]
 
 
-def outages(routing: str, pattern: str, rep: int, res: list, steps: list[dict]) -> list[list]:
-    """One row per flow of a phase with faults: how long it carried nothing (flows.outage)."""
+def outages(topo: Topology, routing: str, pattern: str, rep: int, flows: list, res: list,
+            steps: list[dict]) -> list[list]:
+    """One row per flow of a phase with faults: whether its packets (or its ACKs) were on a
+    failed port just before the failure (`crossed_fault`, from the headers read there), and
+    how long it carried nothing after the failure (flows.outage, the failure's time placed
+    on the flow's own clock)."""
     what = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+    downs = [s for s in steps if s["action"] == "down"]
+    seen = [tuple(c) for s in downs for c in s.get("connections_seen", [])]
     rows = []
-    for r in res:
-        o = outage(r.intervals_mbps, r.interval_s)
-        rows.append([routing, pattern, rep, r.src, r.dst, what, o["blackholed_s"],
+    for f, r in zip(flows, res):
+        crossed = crosses(seen, (topo.host(f.src).ip, topo.host(f.dst).ip, r.local_port, f.port))
+        o = outage(r.intervals_mbps, r.interval_s, [s["time"] - r.started for s in downs],
+                   window_s=1.0)
+        rows.append([routing, pattern, rep, r.src, r.dst, what, crossed, o["blackholed_s"],
                      o["longest_s"], o["resumed"], round(r.goodput_mbps, 3), r.interval_s])
     return rows
 
 
 def outage_headline(rows: list[list]) -> dict:
-    """Per routing: the faults, how many flows were cut at all, the median and largest
-    blackholed time of those, and how many never came back."""
+    """Per routing: the faults, how many flows crossed a failed port, their median and
+    largest blackholed time, how many flows never came back, and how many others stalled
+    within a second of a failure anyway (rerouted traffic joining their links, or TCP's
+    own loss recovery: the background against which the cut flows stand out)."""
     out: dict = {}
     for routing in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == routing]
-        cut = sorted(r[6] for r in mine if r[6])
+        cut = sorted(r[7] or 0.0 for r in mine if r[6])
+        others = [r for r in mine if not r[6]]
         out[f"faults_{routing}"] = mine[0][5]
         out[f"flows_cut_{routing}"] = len(cut)
-        out[f"blackholed_median_s_{routing}"] = cut[len(cut) // 2] if cut else 0.0
-        out[f"blackholed_max_s_{routing}"] = cut[-1] if cut else 0.0
-        out[f"flows_not_resumed_{routing}"] = sum(1 for r in mine if r[8] is False)
+        out[f"blackholed_median_s_{routing}"] = cut[len(cut) // 2] if cut else None
+        out[f"blackholed_max_s_{routing}"] = cut[-1] if cut else None
+        out[f"flows_not_resumed_{routing}"] = sum(1 for r in mine if r[9] is False)
+        out[f"other_flows_stalled_{routing}"] = f"{sum(1 for r in others if r[7])}/{len(others)}"
     return out
 
 

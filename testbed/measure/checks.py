@@ -19,7 +19,9 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
                   label: str) -> Iterator[dict]:
     """Wraps one traffic phase: counters before, the caller's traffic, then the packet
     conservation and CPU checks (warnings appended to `warnings`, the phase's record to
-    `events`). The yielded dict holds "conservation" and "cpu" once the block has ended."""
+    `events`). The yielded dict holds "conservation" and "cpu" once the block has ended; a
+    block that injected faults puts their steps under "faults" (packets a switch sent to a
+    port that was down are lost without a counter, and the warning says so)."""
     checks: dict = {}
     t_start = time.time()
     before = conservation_snapshot(fab)
@@ -29,7 +31,10 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     report = conservation_report(before, conservation_snapshot(fab))
     verdict = forwarding_verdict(cpu.window(t_start - cpu.t0, t_end - cpu.t0),
                                  report["packets_in"], t_end - t_start, fab.links.mtu_bytes)
-    if report["lost_in_switches"] > 0:
+    if report["lost_in_switches"] > 0 and checks.get("faults"):
+        warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
+                        "switches without being counted: sent to ports the faults took down")
+    elif report["lost_in_switches"] > 0:
         warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
                         "switches without being counted (OVS send buffer?)")
     elif report["lost_in_switches"] < 0:

@@ -1,6 +1,7 @@
 """Executes a fault timeline (testbed/config/faults.py) during a traffic phase: a thread
 sleeps until each step's time, sets the step's switch ports down or up, and records what it
-did and when. Whatever is still down when the phase ends is brought back up, so the phase's
+did and when. For the half second before a port goes down it reads the headers on that
+port (measure/linkflows.py): the connections the failure is about to cut. Whatever is still down when the phase ends is brought back up, so the phase's
 teardown and the next phase find the fabric whole."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from testbed.config.faults import FabricFault, Step, timeline
+from testbed.measure.linkflows import connections_on
 from topologies.model import ifname
 
 from .fabric import Fabric
@@ -31,13 +33,22 @@ class FaultInjector:
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
         self._thread.start()
 
+    LOOK_S = 0.5  # how long before a failure its ports' connections are read
+
     def _run(self) -> None:
         for step in self.steps:
+            seen: set = set()
+            if step.action == "down":
+                if self._stop.wait(max(0.0, self.t0 + step.t_s - self.LOOK_S - time.time())):
+                    return
+                look = min(self.LOOK_S, max(0.0, self.t0 + step.t_s - time.time()))
+                if look > 0:
+                    seen = connections_on([ifname(n, p) for n, p in step.ports], look)
             if self._stop.wait(max(0.0, self.t0 + step.t_s - time.time())):
                 return
-            self._apply(step)
+            self._apply(step, seen)
 
-    def _apply(self, step: Step) -> None:
+    def _apply(self, step: Step, seen: set | None = None) -> None:
         fault = self.faults[step.fault]
         t = time.time()
         try:
@@ -51,7 +62,8 @@ class FaultInjector:
             self._down.pop(step.fault, None)
         self.done.append({"phase": self.label, "fault": fault.target(), "action": step.action,
                           "planned_s": step.t_s, "at_s": round(t - self.t0, 4), "time": t,
-                          "ports": [ifname(n, p) for n, p in step.ports]})
+                          "ports": [ifname(n, p) for n, p in step.ports],
+                          "connections_seen": sorted(list(c) for c in seen or ())})
         self.log(f"  [{self.label}] t={t - self.t0:.2f} s: {fault.target()} {step.action}")
 
     def stop(self) -> None:

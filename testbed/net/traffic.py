@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from testbed.system import TestbedError, in_netns, run
@@ -88,14 +89,16 @@ class FlowRunner:
         procs: list[subprocess.Popen] = []
         try:
             for i, f in enumerate(flows):
-                procs.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
+                procs.append(self._spawn(f.dst, ["iperf3", "-s", "-1", "-p", str(f.port),
+                                                     *f.server_args()],
                                          f"iperf3 server {f.dst}:{f.port}",
                                          self.log_dir / f"{tag}-{i}-server.log"))
             wait_listening(self.fabric, [(f.dst, f.port) for f in flows])
-            clients = []
+            clients, started = [], []
             for i, f in enumerate(flows):
                 argv = ["iperf3", "-c", topo.host(f.dst).ip, "-p", str(f.port), "-J",
                         *f.client_args()]
+                started.append(time.time())
                 clients.append(self._spawn(f.src, argv, f"iperf3 client {f.src}->{f.dst}",
                                            self.log_dir / f"{tag}-{i}-client.json"))
                 procs.append(clients[-1])
@@ -107,7 +110,7 @@ class FlowRunner:
                 except subprocess.TimeoutExpired:
                     pass  # stopped below; its output says what it got
                 text = (self.log_dir / f"{tag}-{i}-client.json").read_text(errors="replace")
-                results.append(parse_iperf3(f.src, f.dst, text))
+                results.append(replace(parse_iperf3(f.src, f.dst, text), started=started[i]))
             return results
         finally:
             stop_and_reap(procs)

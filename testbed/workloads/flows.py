@@ -22,6 +22,11 @@ class Flow:
     #                            FlowRunner.run_finite); duration_s is its budget
     interval_s: float | None = None  # the receiver's goodput every this many seconds too
 
+    def server_args(self) -> list[str]:
+        """The receiver reports its own intervals (in JSON, which the client fetches with
+        --get-server-output): what arrived, not what the sender wrote into its socket."""
+        return ["-J", "-i", f"{self.interval_s:g}"] if self.interval_s else []
+
     def client_args(self) -> list[str]:
         args = ["-t", f"{self.duration_s:g}", "-O", f"{self.omit_s:g}"]
         if self.interval_s:
@@ -49,6 +54,9 @@ class FlowResult:
     # seconds included: what the flow carried before, during and after a fault
     interval_s: float = 0.0
     intervals_mbps: tuple[float, ...] = ()
+    started: float = 0.0  # wall clock when its client was started (to place faults on it)
+    local_port: int = 0   # the data connection's source port (iperf3's control connection
+    #                       to the same server port is another)
 
 
 def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
@@ -76,29 +84,45 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         receiver_cc=end.get("receiver_tcp_congestion", ""),
         interval_s=round(sorted(sp.get("seconds", 0.0) for sp in spans)[len(spans) // 2], 3)
         if spans else 0.0,
-        intervals_mbps=tuple(round(sp.get("bits_per_second", 0.0) / 1e6, 4) for sp in spans))
+        intervals_mbps=tuple(round(sp.get("bits_per_second", 0.0) / 1e6, 4) for sp in spans),
+        local_port=int((data.get("start", {}).get("connected") or [{}])[0].get("local_port", 0)))
 
 
 def outage(intervals_mbps: tuple[float, ...] | list[float], interval_s: float,
+           faults_s: list[float], window_s: float = 2.0, slack_s: float = 0.4,
            floor_fraction: float = 0.05) -> dict:
-    """How long a flow carried (almost) nothing: intervals below `floor_fraction` of its
-    median interval count as blackholed. `blackholed_s` in all, `longest_s` the longest run
-    of them, `resumed` whether the flow carried traffic again after its last one. An
-    interval partly cut counts as carried: the resolution is one interval."""
+    """How long a flow carried (almost) nothing because of a fault. `faults_s`: when each
+    fault struck, in seconds after the flow started. An interval below `floor_fraction` of
+    the flow's median is dead; a run of dead intervals that begins within `window_s` after
+    a fault is that fault's outage; `slack_s` earlier too, because the flow's clock starts
+    when iperf3 has connected, a little after the runner started it (the fault time is
+    placed on the flow's clock from the runner's). Stalls away from any fault (TCP
+    recovering a congestion loss holds back what arrived after the hole) are not counted. `blackholed_s`: the outages' total, `longest_s` the longest, `resumed`
+    whether the flow carried traffic again after its last one. The resolution is one
+    interval."""
     rates = list(intervals_mbps)
     if not rates or interval_s <= 0:
         return {"blackholed_s": None, "longest_s": None, "resumed": None}
     positive = sorted(r for r in rates if r > 0)
     floor = floor_fraction * positive[len(positive) // 2] if positive else 0.0
     dead = [r <= floor for r in rates]
-    longest = run = 0
-    for d in dead:
-        run = run + 1 if d else 0
-        longest = max(longest, run)
-    last_dead = max((i for i, d in enumerate(dead) if d), default=None)
-    resumed = last_dead is None or any(not d for d in dead[last_dead + 1:])
-    return {"blackholed_s": round(sum(dead) * interval_s, 3),
-            "longest_s": round(longest * interval_s, 3), "resumed": resumed}
+    runs: list[tuple[int, int]] = []  # [start, end) of each dead run
+    i = 0
+    while i < len(dead):
+        if dead[i]:
+            j = i
+            while j < len(dead) and dead[j]:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    hit = {run for run in runs for t in faults_s
+           if t - slack_s <= run[0] * interval_s <= t + window_s}
+    lengths = [(e - s) * interval_s for s, e in hit]
+    resumed = all(e < len(dead) for _, e in hit)
+    return {"blackholed_s": round(sum(lengths), 3),
+            "longest_s": round(max(lengths, default=0.0), 3), "resumed": resumed}
 
 
 def parse_finite(f: Flow, text: str) -> FlowResult:
@@ -126,3 +150,13 @@ def assign_ports(pairs: list[tuple[str, str]], duration_s: float, omit_s: float,
         flows.append(Flow(src=src, dst=dst, duration_s=duration_s, omit_s=omit_s, port=port,
                           nbytes=nbytes, interval_s=interval_s))
     return flows
+
+
+Conn = tuple[str, str, int, int]  # a TCP connection: (src ip, dst ip, src port, dst port)
+
+
+def crosses(conns: set[Conn] | list[Conn], conn: Conn) -> bool:
+    """Whether the connection `conn` is among `conns` (seen on a link:
+    measure/linkflows.py), in either direction (data or ACKs)."""
+    a, b, sp, dp = conn
+    return any(c == (a, b, sp, dp) or c == (b, a, dp, sp) for c in conns)

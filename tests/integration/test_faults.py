@@ -17,11 +17,14 @@ def test_flows_cut_by_a_core_switch_failure_resume(tmp_path):
     head = summary["experiments"]["0:permutation"]["headline"]
     table = rows(out, "flow_outages.csv")
     assert len(table) == 16
-    cut = [r for r in table if float(r["blackholed_s"] or 0) > 0]
-    # stride 8 sends every flow across the core: c1 carries some of them
+    cut = [r for r in table if r["crossed_fault"] == "True"]
+    # stride 8 sends every flow across the core: c1 carries some of them (seen on its ports)
     assert head["flows_cut_ecmp"] == len(cut) >= 1, table
+    # each came back: moved at once by its upstream switch's select group (its bucket to c1
+    # is dead) or rerouted by the controller, within a few of TCP's retransmission
+    # timeouts; one that lost only a few packets repaired them by fast retransmit without
+    # an interval of silence (blackholed 0)
     assert head["flows_not_resumed_ecmp"] == 0 and all(r["resumed"] == "True" for r in table)
-    # rerouted by the controller within a few of TCP's retransmission timeouts
     assert head["blackholed_max_s_ecmp"] < 3.0, head
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     steps = [e["fault_step"] for e in events if "fault_step" in e]

@@ -56,12 +56,20 @@ def test_timeline_orders_downs_and_ups_and_names_switch_ports():
         (1, "down", 2), (2, "down", 0), (2, "down", 1), (2, "up", 2), (5, "up", 0)]
 
 
-def test_outage_counts_the_intervals_a_flow_carried_nothing():
-    rates = [9.5] * 20 + [0.0] * 3 + [0.2] + [9.4] * 10
-    assert outage(rates, 0.1) == {"blackholed_s": 0.4, "longest_s": 0.4, "resumed": True}
-    assert outage([9.5] * 5 + [0.0] * 5, 0.1)["resumed"] is False
-    assert outage([9.5] * 5, 0.1) == {"blackholed_s": 0.0, "longest_s": 0.0, "resumed": True}
-    assert outage([], 0.1)["blackholed_s"] is None
+def test_outage_counts_only_what_follows_a_fault():
+    # a congestion stall at 1.0-1.2 s, the fault at 2.0 s, dead until 2.4 s
+    rates = [9.5] * 10 + [0.0] * 2 + [30.0] + [9.5] * 7 + [0.0] * 3 + [0.2] + [9.4] * 10
+    assert outage(rates, 0.1, [2.0]) == {"blackholed_s": 0.4, "longest_s": 0.4, "resumed": True}
+    assert outage(rates, 0.1, []) == {"blackholed_s": 0.0, "longest_s": 0.0, "resumed": True}
+    # a run that starts more than the window after the fault is not the fault's
+    assert outage(rates, 0.1, [2.0], window_s=0.0)["blackholed_s"] == 0.4  # starts at 2.0
+    assert outage(rates, 0.1, [0.5], window_s=0.2)["blackholed_s"] == 0.0
+    # the flow's clock starts a little after the runner started it: a fault placed up to
+    # slack_s after the run's start is still its cause
+    assert outage(rates, 0.1, [2.3], window_s=0.0)["blackholed_s"] == 0.4
+    assert outage(rates, 0.1, [2.3], window_s=0.0, slack_s=0.1)["blackholed_s"] == 0.0
+    assert outage([9.5] * 5 + [0.0] * 5, 0.1, [0.5])["resumed"] is False
+    assert outage([], 0.1, [1.0])["blackholed_s"] is None
 
 
 def test_receiver_intervals_come_from_the_server_output():
@@ -72,3 +80,24 @@ def test_receiver_intervals_come_from_the_server_output():
                            {"sum": {"seconds": 0.04, "bits_per_second": 9.0e6}}]}})
     r = parse_iperf3("h1", "h9", text)
     assert r.interval_s == 0.1 and r.intervals_mbps == (9.5, 0.0, 9.0)
+    assert parse_iperf3("h1", "h9", json.dumps(
+        {"start": {"connected": [{"local_port": 40000}]}, "end": {}})).local_port == 40000
+
+
+def test_a_frame_names_its_connection_and_flows_match_both_directions():
+    import socket
+    import struct
+
+    from testbed.measure.linkflows import parse_frame
+    from testbed.workloads.flows import crosses
+    ip = bytes([0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0]) + socket.inet_aton("10.0.0.1") \
+        + socket.inet_aton("10.0.0.9")
+    frame = b"\x02" * 12 + b"\x08\x00" + ip + struct.pack("!HH", 40000, 5201) + b"\x00" * 16
+    assert parse_frame(frame) == ("10.0.0.1", "10.0.0.9", 40000, 5201)
+    assert parse_frame(b"\x02" * 12 + b"\x08\x06" + b"\x00" * 28) is None  # ARP
+    udp = frame[:23] + b"\x11" + frame[24:]
+    assert parse_frame(udp) is None
+    seen = [("10.0.0.9", "10.0.0.1", 5201, 40000)]  # only its ACKs crossed the link
+    assert crosses(seen, ("10.0.0.1", "10.0.0.9", 40000, 5201))
+    assert not crosses(seen, ("10.0.0.1", "10.0.0.9", 40002, 5201))  # iperf3's control one
+    assert not crosses(seen, ("10.0.0.2", "10.0.0.9", 40000, 5201))
