@@ -146,3 +146,34 @@ def changes(installed: Plan, new: Plan, topo: Topology) -> list[Change]:
     rule_deletes = [Change("delete", r) for k, r in old_rules.items() if k not in new_rules]
     group_deletes = [Change("delete", g) for k, g in old_groups.items() if k not in new_groups]
     return group_adds + [c for _, c in middle] + rule_deletes + group_deletes
+
+
+def resync(target: Plan, dpid: int, groups: list[Group], rules: list[Rule],
+           keep_priorities: frozenset[int] = frozenset()) -> list[Change]:
+    """What a (re)started controller sends a switch that kept its tables: the changes from
+    what the switch reports (`groups`, `rules`, read back from it) to `target`'s part for
+    it, instead of clearing everything and reinstalling (which drops the traffic that was
+    flowing). Entries at `keep_priorities` (per-flow entries a scheduler placed, not part
+    of the plan) are left as they are."""
+    want_groups, want_rules = target.for_switch(dpid)
+    have = Plan(mode=target.mode, groups=tuple(groups),
+                rules=tuple(r for r in rules if r.priority not in keep_priorities))
+    want = Plan(mode=target.mode, groups=tuple(want_groups),
+                rules=tuple(r for r in want_rules if r.priority not in keep_priorities))
+    return _diff(have, want)
+
+
+def _diff(have: Plan, want: Plan) -> list[Change]:
+    """Groups added or changed, then rules added or changed, then rules and groups no longer
+    wanted (a rule never names a group that is not there)."""
+    old_g = {g.group_id: g for g in have.groups}
+    new_g = {g.group_id: g for g in want.groups}
+    old_r = {_rule_key(r): r for r in have.rules}
+    new_r = {_rule_key(r): r for r in want.rules}
+    out = [Change("add" if k not in old_g else "modify", g)
+           for k, g in new_g.items() if old_g.get(k) != g]
+    out += [Change("add" if k not in old_r else "modify", r)
+            for k, r in new_r.items() if old_r.get(k) != r]
+    out += [Change("delete", r) for k, r in old_r.items() if k not in new_r]
+    out += [Change("delete", g) for k, g in old_g.items() if k not in new_g]
+    return out

@@ -142,3 +142,30 @@ def test_recovering_the_link_restores_the_original_plan():
     healed = replan(topo, "ecmp", [], failed)
     assert table_of(healed) == table_of(dataclasses.replace(installed, _by_dpid={}))
     assert changes(installed, healed, topo) == []
+
+
+def test_a_restarted_controller_changes_only_what_differs():
+    from controllers.recovery import resync
+    from controllers.routing import PRIORITY_FLOW, Rule
+    topo = fattree(4)
+    p = plan(topo, "ecmp")
+    a1 = topo.switch("a1").dpid
+    groups, rules = (list(x) for x in p.for_switch(a1))
+    # the switch kept its tables: nothing to do
+    assert resync(p, a1, groups, rules) == []
+    # one entry lost, one changed by hand, one stray, and a flow a scheduler placed
+    lost, changed = rules[2], rules[3]
+    stray = Rule(dpid=a1, priority=5, match=(("eth_type", 0x0800), ("ipv4_dst", "10.9.9.9")),
+                 out_port=1)
+    placed = Rule(dpid=a1, priority=PRIORITY_FLOW, match=(("ipv4_dst", "10.0.0.9"),),
+                  out_port=3, idle_timeout=10)
+    have = [r for r in rules if r not in (lost, changed)]
+    have += [dataclasses.replace(changed, out_port=99, group_id=None), stray, placed]
+    todo = resync(p, a1, groups, have, keep_priorities=frozenset({PRIORITY_FLOW}))
+    assert [(c.op, c.item) for c in todo] == [("add", lost), ("modify", changed),
+                                              ("delete", stray)]
+    # a switch that lost everything gets its groups before the rules that name them
+    fresh = resync(p, a1, [], [])
+    kinds = ["group" if hasattr(c.item, "buckets") else "rule" for c in fresh]
+    assert kinds == sorted(kinds) and all(c.op == "add" for c in fresh)
+    assert len(fresh) == len(groups) + len(rules)
