@@ -4,9 +4,10 @@ On each switch connection it installs that switch's part of the routing plan (gr
 flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
 nothing is ever flooded in a looped fabric). When a switch reports a port down or up, it
 replans on the fabric without the ports that are down and sends the difference
-(controllers/recovery.py decides both; every reroute is in the state file). It writes its state (connected and ready
-switches, packet-in/out counters) to the phase's `state_json` so the runner knows when
-every path is installed and can account for packets the controller injected. Its
+(controllers/recovery.py decides both; every reroute is in the state file). It writes its
+state (connected and ready switches, packet-in/out counters, reroutes) to the phase's
+`state_json` so the runner knows when every path is installed and can account for packets
+the controller injected. Its
 configuration is the phase's file (config/controller.py, `phase_config()`).
 """
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Executes a fault timeline (testbed/config/faults.py) during a traffic phase: a thread
 sleeps until each step's time, sets the step's switch ports down or up, and records what it
 did and when. For the half second before a port goes down it reads the headers on that
-port (measure/linkflows.py): the connections the failure is about to cut. Whatever is still down when the phase ends is brought back up, so the phase's
-teardown and the next phase find the fabric whole."""
+port (measure/linkflows.py): the connections the failure is about to cut. Whatever is
+still down when the phase ends is brought back up, so the phase's teardown and the next
+phase find the fabric whole."""
 from __future__ import annotations
 
 import threading
@@ -17,6 +18,8 @@ from .fabric import Fabric
 
 
 class FaultInjector:
+    LOOK_S = 0.5  # how long before a failure its ports' connections are read
+
     def __init__(self, fab: Fabric, faults: list[FabricFault], label: str,
                  log: Callable[[str], None]):
         self.fab, self.faults, self.label, self.log = fab, faults, label, log
@@ -32,8 +35,6 @@ class FaultInjector:
         self.t0 = time.time()
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
         self._thread.start()
-
-    LOOK_S = 0.5  # how long before a failure its ports' connections are read
 
     def _run(self) -> None:
         for step in self.steps:
