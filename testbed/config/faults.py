@@ -1,5 +1,6 @@
 """Faults a spec can inject into a traffic phase: a link or a whole switch going down (and
-optionally coming back), at a time after the phase's traffic starts. What happens when is a
+optionally coming back), or the controller killed, at a time after the phase's traffic
+starts. What happens when is a
 pure timeline (`timeline`); the runner only executes it and records each step."""
 from __future__ import annotations
 
@@ -15,15 +16,22 @@ from .loader import SpecError
 class FabricFault:
     link: list[str] | None = None  # the link between these two nodes, e.g. [a1, c1]
     switch: str | None = None      # or every link of this switch
+    controller: bool = False       # or the controller, killed (SIGKILL)
     at_s: float                    # seconds after the phase's traffic starts
     for_s: float | None = None     # back up after this long (None: down to the phase's end)
 
     def target(self) -> str:
+        if self.controller:
+            return "controller"
         return f"link {self.link[0]}-{self.link[1]}" if self.link else f"switch {self.switch}"
 
     def check(self, path: str, topo: Topology, phase_s: float | None = None) -> None:
-        if (self.link is None) == (self.switch is None):
-            raise SpecError(f"{path}: give exactly one of link and switch")
+        if [self.link is not None, self.switch is not None, self.controller].count(True) != 1:
+            raise SpecError(f"{path}: give exactly one of link, switch and controller")
+        if self.controller and self.for_s is not None:
+            raise SpecError(f"{path}.for_s: restarting the controller is not supported yet "
+                            "(it would clear and reinstall every switch's tables; the "
+                            "resync that avoids that is not wired in)")
         nodes = {h.name for h in topo.hosts} | {s.name for s in topo.switches}
         if self.link is not None:
             if len(self.link) != 2 or self.link[0] == self.link[1]:
@@ -55,7 +63,9 @@ class Step:
 
 def fault_ports(fault: FabricFault, topo: Topology) -> tuple[tuple[str, int], ...]:
     """The switch ends of the fault's links: what the runner sets down (a host's end loses
-    its carrier with them)."""
+    its carrier with them); none for the controller."""
+    if fault.controller:
+        return ()
     if fault.switch is not None:
         return tuple((fault.switch, port) for port, _, _ in topo.ports_of(fault.switch))
     assert fault.link is not None

@@ -57,6 +57,10 @@ class Phase(Protocol):
     def set_ports(self, ports: list[tuple[str, int]] | tuple[tuple[str, int], ...],
                   up: bool) -> None: ...
 
+    def kill_controller(self) -> None: ...
+
+    def controller_report(self) -> str | None: ...
+
 
 class Context(Protocol):
     """The run, as an experiment uses it (testbed/runner.py's RunContext)."""

@@ -45,6 +45,10 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     if report["socket_drops"]:
         warnings.append(f"{label}: {report['socket_drops']} packets dropped at OVS "
                         "receive sockets")
+    death = fab.controller_report()
+    if death:
+        warnings.append(f"{label}: {death}")
+        events.append({"phase": label, "controller": death})
     if verdict["cpu_bound"]:
         warnings.append(
             f"{label}: CPU-bound (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "

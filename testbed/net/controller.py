@@ -72,6 +72,23 @@ class ControllerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def returncode(self) -> int | None:
+        """Its exit status once it has ended (a signal: minus its number), else None."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no chance to tidy up."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def log_tail(self, lines: int = 3) -> list[str]:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
     def state(self) -> dict:
         try:
             return json.loads(self.state_json.read_text())
@@ -100,3 +117,18 @@ class ControllerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def controller_death(returncode: int | None, killed_at: float | None,
+                     log_tail: list[str]) -> str | None:
+    """What to say of a controller that is not running (None while it runs): a fault's
+    doing, or a death nobody asked for, with its exit status and its last log lines."""
+    if returncode is None:
+        return None
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    if killed_at is not None:
+        return (f"the controller was killed by the spec's fault at "
+                f"{time.strftime('%H:%M:%S', time.localtime(killed_at))} ({how}); the "
+                "switches kept their flows")
+    tail = " | ".join(log_tail) or "its log is empty"
+    return f"the controller died during the phase ({how}); last log lines: {tail}"

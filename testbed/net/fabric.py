@@ -39,7 +39,7 @@ from topologies.mnplan import IP_BASE, populate
 from topologies.model import Topology, ifname
 
 from . import dataplane, ovs, traffic
-from .controller import ControllerLaunch, ControllerProcess
+from .controller import ControllerLaunch, ControllerProcess, controller_death
 from .dpapi import Dataplane
 from .qosplane import QOS_APPS, QosPlane, build_object
 
@@ -70,6 +70,7 @@ class Fabric:
     times: StartupTimes = field(default_factory=StartupTimes)
     net: Any = None  # the Mininet network while it runs
     controller: ControllerProcess | None = None
+    controller_killed: float | None = None  # when a fault killed it (time.time())
     host_cc: dict[str, str] = field(default_factory=dict)
     qos_status: dict = field(default_factory=dict)
     send_buffer_bytes: int | None = None
@@ -389,6 +390,21 @@ class Fabric:
             if self.topo.is_host(node):
                 raise TestbedError(f"{node} is a host: a fault sets switch ports down")
             run(["ip", "link", "set", "dev", ifname(node, port), "up" if up else "down"])
+
+    def kill_controller(self) -> None:
+        """The controller killed outright (a fault): the switches keep the flows they have
+        (fail-mode secure) and nobody answers them until the phase ends."""
+        if self.controller is None or not self.controller.alive():
+            raise TestbedError("the controller is not running")
+        self.controller.kill()
+        self.controller_killed = time.time()
+
+    def controller_report(self) -> str | None:
+        """Why the controller is not running, if it is not (None while it runs)."""
+        if self.controller is None:
+            return None
+        return controller_death(self.controller.returncode(), self.controller_killed,
+                                self.controller.log_tail())
 
     def dataplane(self) -> Dataplane:
         """The live dataplane API of this fabric's class queues (a `qos` fabric only)."""

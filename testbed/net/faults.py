@@ -39,7 +39,7 @@ class FaultInjector:
     def _run(self) -> None:
         for step in self.steps:
             seen: set = set()
-            if step.action == "down":
+            if step.action == "down" and step.ports:
                 if self._stop.wait(max(0.0, self.t0 + step.t_s - self.LOOK_S - time.time())):
                     return
                 look = min(self.LOOK_S, max(0.0, self.t0 + step.t_s - time.time()))
@@ -53,11 +53,14 @@ class FaultInjector:
         fault = self.faults[step.fault]
         t = time.time()
         try:
-            self.fab.set_ports(step.ports, up=step.action == "up")
+            if fault.controller:
+                self.fab.kill_controller()
+            else:
+                self.fab.set_ports(step.ports, up=step.action == "up")
         except Exception as exc:  # noqa: BLE001 (recorded; the phase reports it)
             self.errors.append(f"{fault.target()} {step.action}: {exc}")
             return
-        if step.action == "down":
+        if step.action == "down" and not fault.controller:  # a controller stays dead
             self._down[step.fault] = step.ports
         else:
             self._down.pop(step.fault, None)

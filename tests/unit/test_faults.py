@@ -17,7 +17,10 @@ def spec(**perm):
 
 
 @pytest.mark.parametrize("faults,message", [
-    ([{"at_s": 2}], "experiments[0].faults[0]: give exactly one of link and switch"),
+    ([{"at_s": 2}], "experiments[0].faults[0]: give exactly one of link, switch and controller"),
+    ([{"controller": True, "switch": "c1", "at_s": 2}], "give exactly one"),
+    ([{"controller": True, "at_s": 2, "for_s": 1}],
+     "faults[0].for_s: restarting the controller is not supported yet"),
     ([{"link": ["a1", "c1"], "switch": "c1", "at_s": 2}], "give exactly one"),
     ([{"link": ["a1"], "at_s": 2}], "experiments[0].faults[0].link: two different nodes"),
     ([{"link": ["a1", "a1"], "at_s": 2}], "faults[0].link: two different nodes"),
@@ -101,3 +104,17 @@ def test_a_frame_names_its_connection_and_flows_match_both_directions():
     assert crosses(seen, ("10.0.0.1", "10.0.0.9", 40000, 5201))
     assert not crosses(seen, ("10.0.0.1", "10.0.0.9", 40002, 5201))  # iperf3's control one
     assert not crosses(seen, ("10.0.0.2", "10.0.0.9", 40000, 5201))
+
+
+def test_a_dead_controller_is_reported_with_its_cause():
+    from testbed.net.controller import controller_death
+    assert controller_death(None, None, []) is None  # still running
+    fault = controller_death(-9, 1795450000.0, ["x"])
+    assert "killed by the spec's fault" in fault and "signal 9" in fault
+    crash = controller_death(1, None, ["loading app", "Traceback", "KeyError: 'x'"])
+    assert crash.startswith("the controller died during the phase (exit status 1)")
+    assert "KeyError: 'x'" in crash
+    assert "its log is empty" in controller_death(-15, None, [])
+    topo = fattree(4)
+    assert fault_ports(FabricFault(controller=True, at_s=1), topo) == ()
+    assert FabricFault(controller=True, at_s=1).target() == "controller"
