@@ -50,10 +50,10 @@ def switch_ports(topo: Topology, switch: str) -> list[Port]:
 
 def link_ports(topo: Topology, a: str, b: str) -> list[Port]:
     """Both ends of the link between nodes `a` and `b` (KeyError if there is none)."""
-    for link in topo.links:
-        if {link.a, link.b} == {a, b}:
-            return [(link.a, link.a_port), (link.b, link.b_port)]
-    raise KeyError(f"no link between {a} and {b}")
+    link = topo.link_between(a, b)
+    if link is None:
+        raise KeyError(f"no link between {a} and {b}")
+    return list(link.ends())
 
 
 def replan(topo: Topology, mode: str, down: Iterable[Port], installed: Plan,

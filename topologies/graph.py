@@ -99,8 +99,9 @@ def link_shares(topo: Topology, flows: list[tuple[str, str, float]]
         paths = shortest_paths(topo, src, dst)
         for path in paths:
             for u, v in zip(path, path[1:]):
-                rate = next(topo.link_at(u, port).rate_mbps
-                            for port, peer, _ in topo.ports_of(u) if peer == v)
+                link = topo.link_between(u, v)
+                assert link is not None  # consecutive nodes of a path
+                rate = link.rate_mbps
                 load[(u, v)] = load.get((u, v), 0.0) + weight / rate / len(paths)
     return load
 

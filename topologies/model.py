@@ -138,6 +138,13 @@ class Topology:
                 return link
         raise KeyError((node, port))
 
+    def link_between(self, a: str, b: str) -> Link | None:
+        """The link joining nodes `a` and `b` (either way round), or None."""
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+        return None
+
     def interfaces(self) -> Iterator[tuple[str, int, str]]:
         """(node, port, interface name) for every link end."""
         for link in self.links:

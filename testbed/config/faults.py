@@ -1,7 +1,7 @@
 """Faults a spec can inject into a traffic phase: a link or a whole switch going down (and
 optionally coming back), or the controller killed, at a time after the phase's traffic
-starts. What happens when is a
-pure timeline (`timeline`); the runner only executes it and records each step."""
+starts. What happens when is a pure timeline (`timeline`); the runner only executes it and
+records each step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +39,7 @@ class FabricFault:
             for name in self.link:
                 if name not in nodes:
                     raise SpecError(f"{path}.link: no node {name!r}")
-            if not any({lk.a, lk.b} == set(self.link) for lk in topo.links):
+            if topo.link_between(*self.link) is None:
                 raise SpecError(f"{path}.link: {self.link[0]} and {self.link[1]} are not linked")
         if self.switch is not None and self.switch not in {s.name for s in topo.switches}:
             raise SpecError(f"{path}.switch: no switch {self.switch!r}")
@@ -69,10 +69,10 @@ def fault_ports(fault: FabricFault, topo: Topology) -> tuple[tuple[str, int], ..
     if fault.switch is not None:
         return tuple((fault.switch, port) for port, _, _ in topo.ports_of(fault.switch))
     assert fault.link is not None
-    for lk in topo.links:
-        if {lk.a, lk.b} == set(fault.link):
-            return tuple(end for end in lk.ends() if not topo.is_host(end[0]))
-    raise KeyError(fault.link)
+    link = topo.link_between(*fault.link)
+    if link is None:
+        raise KeyError(fault.link)
+    return tuple(end for end in link.ends() if not topo.is_host(end[0]))
 
 
 def timeline(faults: list[FabricFault], topo: Topology) -> list[Step]:

@@ -57,7 +57,8 @@ def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us:
     path = shortest_paths(topo, src, dst)[0]
     one_way = 0.0
     for u, v in zip(path, path[1:]):
-        link = next(topo.link_at(u, port) for port, peer, _ in topo.ports_of(u) if peer == v)
+        link = topo.link_between(u, v)
+        assert link is not None  # consecutive nodes of a path
         one_way += frame_bytes * 8 / ((rate_mbps or link.rate_mbps) * 1e6)
         if not topo.is_host(u):
             one_way += delay_us / 1e6

@@ -31,12 +31,11 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     report = conservation_report(before, conservation_snapshot(fab))
     verdict = forwarding_verdict(cpu.window(t_start - cpu.t0, t_end - cpu.t0),
                                  report["packets_in"], t_end - t_start, fab.links.mtu_bytes)
-    if report["lost_in_switches"] > 0 and checks.get("faults"):
+    if report["lost_in_switches"] > 0:
+        why = (": sent to ports the faults took down" if checks.get("faults")
+               else " (OVS send buffer?)")
         warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
-                        "switches without being counted: sent to ports the faults took down")
-    elif report["lost_in_switches"] > 0:
-        warnings.append(f"{label}: {report['lost_in_switches']} packets lost inside "
-                        "switches without being counted (OVS send buffer?)")
+                        f"switches without being counted{why}")
     elif report["lost_in_switches"] < 0:
         warnings.append(f"{label}: {-report['lost_in_switches']} more packets left "
                         "switches than entered them: counters read out of step "
