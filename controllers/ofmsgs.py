@@ -71,6 +71,44 @@ def actions(dp, rule: Rule) -> list:
     return acts
 
 
+def port_is_down(dp, desc) -> bool:
+    """A port (OFPPort, from a port-status message or a port description) that carries
+    nothing: its link is down or it is administratively down."""
+    ofp = dp.ofproto
+    return bool(desc.state & ofp.OFPPS_LINK_DOWN) or bool(desc.config & ofp.OFPPC_PORT_DOWN)
+
+
+def read_rule(dp, stat) -> Rule:
+    """The `Rule` an entry of a flow-stats reply is, as `flow_mod` would have written it:
+    what a restarted controller compares with its plan."""
+    ofp = dp.ofproto
+    out_port = group_id = set_dscp = None
+    to_controller = False
+    for inst in stat.instructions:
+        for act in getattr(inst, "actions", []):
+            if act.cls_action_type == ofp.OFPAT_OUTPUT:
+                if act.port == ofp.OFPP_CONTROLLER:
+                    to_controller = True
+                else:
+                    out_port = act.port
+            elif act.cls_action_type == ofp.OFPAT_GROUP:
+                group_id = act.group_id
+            elif act.cls_action_type == ofp.OFPAT_SET_FIELD and act.key == "ip_dscp":
+                set_dscp = act.value
+    return Rule(dpid=dp.id, priority=stat.priority, match=tuple(sorted(stat.match.items())),
+                out_port=out_port, group_id=group_id, to_controller=to_controller,
+                idle_timeout=stat.idle_timeout, set_dscp=set_dscp)
+
+
+def read_group(dp, desc) -> Group:
+    """The `Group` an entry of a group-description reply is (its buckets' output ports,
+    in order)."""
+    ofp = dp.ofproto
+    ports = tuple(act.port for bucket in desc.buckets for act in bucket.actions
+                  if act.cls_action_type == ofp.OFPAT_OUTPUT)
+    return Group(dpid=dp.id, group_id=desc.group_id, buckets=ports)
+
+
 def packet_out(dp, port: int, data: bytes) -> object:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,

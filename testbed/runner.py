@@ -103,7 +103,7 @@ class RunContext:
             injector.stop()
             time.sleep(0.5)  # the controller hears of the last port change and writes it
             self.events.extend({"fault_step": step} for step in injector.done)
-            state = fab.controller.state() if fab.controller is not None else {}
+            state = fab.controller_state()
             self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", [])
                                if r.get("time", 0) >= injector.t0)  # this phase's, not earlier
         if injector.errors:

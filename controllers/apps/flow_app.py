@@ -19,7 +19,6 @@ from pathlib import Path
 from controllers import ofmsgs, routing
 from controllers.apps.routing_app import FabricRouting
 from controllers.compat import (
-    CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
     hub,
     ipv4,
@@ -58,7 +57,6 @@ class FlowRouting(FabricRouting):
     def packet_in(self, ev):
         msg = ev.msg
         dp = msg.datapath
-        self.datapaths[dp.id] = dp
         pkt = packet.Packet(msg.data)
         ip, seg = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(tcp.tcp)
         if ip is None or seg is None:
@@ -73,11 +71,6 @@ class FlowRouting(FabricRouting):
         self._send(dp, mod)  # the packet itself went on: a copy came
 
     # ---- the scheduling loop ----------------------------------------------------
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
-    def switch_features(self, ev):
-        self.datapaths[ev.msg.datapath.id] = ev.msg.datapath
-        super().switch_features(ev)
-
     def _loop(self):
         while True:
             hub.sleep(self.control.period_s)
@@ -152,6 +145,8 @@ class FlowRouting(FabricRouting):
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def flow_stats(self, ev):
         msg = ev.msg
+        if self.is_resync_reply(msg):
+            return  # the routing app's read of a switch's tables after a restart
         self.stats.setdefault(msg.datapath.id, []).extend(msg.body)
         if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
             self.stats_done.add(msg.datapath.id)

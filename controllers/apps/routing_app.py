@@ -4,7 +4,9 @@ On each switch connection it installs that switch's part of the routing plan (gr
 flows, then a barrier); it answers ARP requests itself from the topology (proxy ARP, so
 nothing is ever flooded in a looped fabric). When a switch reports a port down or up, it
 replans on the fabric without the ports that are down and sends the difference
-(controllers/recovery.py decides both; every reroute is in the state file). It writes its
+(controllers/recovery.py decides both; every reroute is in the state file). Restarted
+(`resync` in its configuration), it reads each switch's tables instead of clearing them and
+sends only what differs from its plan, so the traffic they carry keeps flowing. It writes its
 state (connected and ready switches, packet-in/out counters, reroutes) to the phase's
 `state_json` so the runner knows when every path is installed and can account for packets
 the controller injected. Its
@@ -32,6 +34,9 @@ from controllers.compat import (
 )
 from testbed.config.controller import phase_config
 
+# Entries a restarted controller leaves as it finds them: per-flow entries a scheduler placed
+KEEP_ON_RESYNC = frozenset({routing.PRIORITY_FLOW, routing.PRIORITY_PLACED})
+
 
 class FabricRouting(RyuApp):
     OFP_VERSIONS = [OFP_VERSION]
@@ -46,6 +51,8 @@ class FabricRouting(RyuApp):
         self.datapaths: dict[int, Any] = {}  # Ryu datapaths
         self.down: set[tuple[str, int]] = set()
         self.reroutes: list[dict] = []
+        self.syncing: dict[int, dict] = {}  # a restart: switches whose tables are being read
+        self.resyncs: list[dict] = []
         self.state_path = Path(self.config.state_json)
         self.connected: dict[int, float] = {}
         self.ready: dict[int, float] = {}
@@ -62,8 +69,12 @@ class FabricRouting(RyuApp):
             self.logger.warning("dpid %s is not in the topology; ignoring it", dp.id)
             return
         self.connected[dp.id] = time.time()
-        self.datapaths[dp.id] = dp
         self.ready.pop(dp.id, None)
+        if self.config.resync:  # a restart: read the switch's tables once it is up (below)
+            self.syncing[dp.id] = {"t0": time.time(), "rules": [], "groups": [],
+                                   "xids": set()}
+            return
+        self.datapaths[dp.id] = dp
         groups, rules = self.plan.for_switch(dp.id)
         for msg in ofmsgs.clear_all(dp):
             dp.send_msg(msg)
@@ -72,6 +83,76 @@ class FabricRouting(RyuApp):
         for rule in rules:
             dp.send_msg(ofmsgs.flow_mod(dp, rule))
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+
+    # ---- a restarted controller: resynchronise with the tables the switches kept ------
+    @set_ev_cls(ofp_event.EventOFPStateChange, MAIN_DISPATCHER)
+    def switch_up(self, ev):
+        """Ryu has the switch's ports now: ask for its (testbed) flow entries and groups."""
+        dp = ev.datapath
+        sync = self.syncing.get(dp.id)
+        if sync is None:
+            return
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        for req in (parser.OFPFlowStatsRequest(
+                        dp, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+                        out_group=ofp.OFPG_ANY, cookie=ofmsgs.COOKIE,
+                        cookie_mask=0xFFFFFFFFFFFFFFFF),
+                    parser.OFPGroupDescStatsRequest(dp)):
+            dp.set_xid(req)
+            sync["xids"].add(req.xid)
+            dp.send_msg(req)
+
+    def is_resync_reply(self, msg) -> bool:
+        """A reply to one of the resync's requests (the flow app's own polls are not)."""
+        sync = self.syncing.get(msg.datapath.id)
+        return sync is not None and msg.xid in sync["xids"]
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def resync_flows(self, ev):
+        if self.is_resync_reply(ev.msg):
+            self._resync_part(ev.msg, "rules", ofmsgs.read_rule)
+
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def resync_groups(self, ev):
+        if self.is_resync_reply(ev.msg):
+            self._resync_part(ev.msg, "groups", ofmsgs.read_group)
+
+    def _resync_part(self, msg, key: str, read) -> None:
+        dp = msg.datapath
+        sync = self.syncing[dp.id]
+        sync[key] += [read(dp, entry) for entry in msg.body]
+        if not msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            sync["xids"].discard(msg.xid)
+        if not sync["xids"]:
+            self._resync(dp, self.syncing.pop(dp.id))
+
+    def _resync(self, dp, sync: dict) -> None:
+        """The ports that are down on this switch join the replan (as if reported now);
+        then the switch gets only what differs from its part of the plan
+        (`recovery.resync`). Per-flow entries Hedera or a priority policy placed are kept:
+        the flows they carry keep going, and their scheduler starts afresh."""
+        name = self.topo.switch_by_dpid(dp.id).name
+        for port_no, desc in sorted(dp.ports.items()):
+            if port_no <= dp.ofproto.OFPP_MAX and ofmsgs.port_is_down(dp, desc):
+                self.port_changed(name, port_no, True)
+        todo = recovery.resync(self.plan, dp.id, sync["groups"], sync["rules"],
+                               keep_priorities=KEEP_ON_RESYNC)
+        for change in todo:
+            dp.send_msg(ofmsgs.change(dp, change))
+        dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+        self.datapaths[dp.id] = dp
+        ops: dict[str, int] = {}
+        for change in todo:
+            what = f"{change.op}_{'group' if isinstance(change.item, routing.Group) else 'rule'}"
+            ops[what] = ops.get(what, 0) + 1
+        self.resyncs.append({"time": time.time(), "switch": name, "rules_read": len(sync["rules"]),
+                             "groups_read": len(sync["groups"]),
+                             "kept": sum(1 for r in sync["rules"]
+                                         if r.priority in KEEP_ON_RESYNC),
+                             "changes": len(todo), "ops": ops,
+                             "took_s": round(time.time() - sync["t0"], 4)})
+        self.logger.info("resync %s: %d entries and %d groups read, %d changes", name,
+                         len(sync["rules"]), len(sync["groups"]), len(todo))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
@@ -94,8 +175,7 @@ class FabricRouting(RyuApp):
         sw = self.topo.switch_by_dpid(dp.id)
         if sw is None or desc.port_no > ofp.OFPP_MAX:
             return
-        is_down = (msg.reason == ofp.OFPPR_DELETE or bool(desc.state & ofp.OFPPS_LINK_DOWN)
-                   or bool(desc.config & ofp.OFPPC_PORT_DOWN))
+        is_down = msg.reason == ofp.OFPPR_DELETE or ofmsgs.port_is_down(dp, desc)
         self.port_changed(sw.name, desc.port_no, is_down)
 
     def port_changed(self, node: str, port: int, is_down: bool) -> None:
@@ -169,7 +249,8 @@ class FabricRouting(RyuApp):
                  "ready": {str(k): v for k, v in sorted(self.ready.items())},
                  "counters": {str(k): v for k, v in sorted(self.counters.items())},
                  "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
-                 "reroutes": self.reroutes}
+                 "reroutes": self.reroutes, "resync": self.config.resync,
+                 "resyncs": self.resyncs}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)

@@ -138,7 +138,9 @@ class ControllerConfig:
     `routing` is the phase's (a permutation phase may differ from the spec's); `hedera` and
     `flow_priority` are the spec's settings with the phase's changes; `dataplane_json` and
     `status_dir` are set when the phase has a QoS dataplane; `hedera_dir` is where the flow
-    app logs its periods and decisions; `results_dir` is the run's results directory."""
+    app logs its periods and decisions; `results_dir` is the run's results directory.
+    `resync`: the controller is a restart, and its switches kept their tables: it reads
+    them and sends only the difference from its plan, instead of clearing them."""
     topology_json: str
     state_json: str
     routing: Literal["ecmp", "single", "hedera"]
@@ -148,6 +150,7 @@ class ControllerConfig:
     hedera_dir: str = ""
     dataplane_json: str | None = None
     status_dir: str | None = None
+    resync: bool = False
 
     @property
     def per_flow(self) -> bool:

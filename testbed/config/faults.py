@@ -1,7 +1,7 @@
 """Faults a spec can inject into a traffic phase: a link or a whole switch going down (and
 optionally coming back), or the controller killed, at a time after the phase's traffic
-starts. What happens when is a pure timeline (`timeline`); the runner only executes it and
-records each step."""
+starts (a killed controller can be restarted after a while). What happens when is a pure
+timeline (`timeline`); the runner only executes it and records each step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +18,9 @@ class FabricFault:
     switch: str | None = None      # or every link of this switch
     controller: bool = False       # or the controller, killed (SIGKILL)
     at_s: float                    # seconds after the phase's traffic starts
-    for_s: float | None = None     # back up after this long (None: down to the phase's end)
+    # back up after this long (None: down to the phase's end); the controller is restarted
+    # and resynchronises with the tables the switches kept
+    for_s: float | None = None
 
     def target(self) -> str:
         if self.controller:
@@ -28,10 +30,6 @@ class FabricFault:
     def check(self, path: str, topo: Topology, phase_s: float | None = None) -> None:
         if [self.link is not None, self.switch is not None, self.controller].count(True) != 1:
             raise SpecError(f"{path}: give exactly one of link, switch and controller")
-        if self.controller and self.for_s is not None:
-            raise SpecError(f"{path}.for_s: restarting the controller is not supported yet "
-                            "(it would clear and reinstall every switch's tables; the "
-                            "resync that avoids that is not wired in)")
         nodes = {h.name for h in topo.hosts} | {s.name for s in topo.switches}
         if self.link is not None:
             if len(self.link) != 2 or self.link[0] == self.link[1]:

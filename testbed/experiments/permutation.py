@@ -105,6 +105,7 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]
     rows, flow_rows, outage_rows = [], [], []
+    restarts: list[dict] = []
     ideal_fcts: dict[str, float | None] = {}
     for routing in exp.routings:
         fabric_topo, fabric_routing, hedera = topo, routing, None
@@ -144,6 +145,8 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                     if faults:
                         outage_rows += outages(fab.topo, routing, pattern, rep, flows, res,
                                                steps)
+                        restarts += [restart_record(label, s, steps) for s in steps
+                                     if "resync" in s]
                     if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
                         check_cc(res, ctx.spec.hosts.congestion_control, out, label)
                     for r in res:
@@ -181,6 +184,13 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
     if outage_rows:
         ctx.write_csv("flow_outages.csv", OUTAGE_HEADER, outage_rows)
         out.headline.update(outage_headline(outage_rows))
+    if restarts:
+        out.headline["controller_restarts"] = restarts
+        changed = [r for r in restarts if r["switches_changed"] and not r["faults_meanwhile"]]
+        if changed:  # nothing else failed: the tables should be exactly as they were
+            out.warnings.append(f"{changed[0]['phase']}: the restarted controller left "
+                                f"{changed[0]['switches_changed']} switches' tables different "
+                                "from before its death (events.jsonl: table_diff)")
         lost = [f"{r[3]}->{r[4]} ({r[0]})" for r in outage_rows if r[9] is False]
         if lost:
             out.warnings.append(f"permutation: {len(lost)} flows never resumed after the "
@@ -209,6 +219,20 @@ def outages(topo: Topology, routing: str, pattern: str, rep: int, flows: list, r
         rows.append([routing, pattern, rep, r.src, r.dst, what, crossed, o["blackholed_s"],
                      o["longest_s"], o["resumed"], round(r.goodput_mbps, 3), r.interval_s])
     return rows
+
+
+def restart_record(label: str, step: dict, steps: list[dict]) -> dict:
+    """A controller restart in the headline: how long until every switch was resynchronised,
+    what it read and changed, how many switches' tables differ from before the kill, and
+    how many other fault steps happened while it was dead (which the resync must repair:
+    then the tables should differ)."""
+    killed = max((s["time"] for s in steps if s["fault"] == "controller"
+                  and s["action"] == "down" and s["time"] < step["time"]), default=0.0)
+    return {"phase": label, "at_s": step["at_s"], "ready_s": step["ready_s"],
+            "rules_read": step["resync"]["rules_read"], "changes": step["resync"]["changes"],
+            "switches_changed": len(step["table_diff"]),
+            "faults_meanwhile": sum(1 for s in steps if s["fault"] != "controller"
+                                    and killed < s["time"] < step["time"])}
 
 
 def outage_headline(rows: list[list]) -> dict:

@@ -100,10 +100,10 @@ def _controller_state_since(fabric: Fabric, t: float, timeout: float = 2.0) -> d
     """The controller's state as written at or after `t`, so that every packet-out it sent
     before `t` is counted (it writes on each packet-out and every 0.5 s)."""
     deadline = time.time() + timeout
-    state = fabric.controller.state()
+    state = fabric.controller_state()
     while state.get("time", 0) < t and time.time() < deadline:
         time.sleep(0.05)
-        state = fabric.controller.state()
+        state = fabric.controller_state()
     return state
 
 

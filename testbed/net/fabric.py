@@ -7,6 +7,7 @@ from the same translation (topologies/mnplan.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import subprocess
 import time
@@ -71,6 +72,7 @@ class Fabric:
     net: Any = None  # the Mininet network while it runs
     controller: ControllerProcess | None = None
     controller_killed: float | None = None  # when a fault killed it (time.time())
+    past_controllers: list[dict] = field(default_factory=list)  # the states of replaced ones
     host_cc: dict[str, str] = field(default_factory=dict)
     qos_status: dict = field(default_factory=dict)
     send_buffer_bytes: int | None = None
@@ -174,6 +176,7 @@ class Fabric:
             t_queues = time.time()
             self._configure_queues()
             self._wait_connected(t0)
+            ovs.quicken_reconnect(f"tcp:127.0.0.1:{self.controller.launch.port}")
             self.controller.wait_ready(len(self.topo.switches))
             if self.qos_plane is not None:
                 self.qos_status = self.qos_plane.wait_apps(
@@ -398,6 +401,41 @@ class Fabric:
             raise TestbedError("the controller is not running")
         self.controller.kill()
         self.controller_killed = time.time()
+
+    def restart_controller(self, timeout: float = 60.0) -> dict:
+        """A controller that was killed, started again on the same port with the same
+        configuration, told to resynchronise (`resync`: it reads the tables the switches
+        kept and sends only the difference); returns its state once every switch has
+        reconnected and acknowledged its changes."""
+        old = self.controller
+        if old is None or old.alive():
+            raise TestbedError("the controller is running; only a dead one is restarted")
+        self.past_controllers.append(old.state())
+        launch = dataclasses.replace(old.launch, config=dataclasses.replace(
+            old.launch.config, resync=True))
+        self.controller = ControllerProcess(launch, old.log_path)
+        self.record.add_pid(self.controller.start(), "ryu controller (restarted)")
+        self.controller_killed = None
+        return self.controller.wait_ready(len(self.topo.switches), timeout)
+
+    def controller_state(self) -> dict:
+        """The controller's state file, its packet counters and reroutes added to those of
+        the controllers it replaced (a restart starts them from zero)."""
+        state = self.controller.state() if self.controller is not None else {}
+        if not self.past_controllers:
+            return state
+        counters: dict[str, dict[str, int]] = {}
+        for s in [*self.past_controllers, state]:
+            for dpid, c in s.get("counters", {}).items():
+                mine = counters.setdefault(dpid, {})
+                for key, n in c.items():
+                    mine[key] = mine.get(key, 0) + n
+        reroutes = [r for s in [*self.past_controllers, state] for r in s.get("reroutes", [])]
+        return {**state, "counters": counters, "reroutes": reroutes}
+
+    def flow_tables(self) -> dict[str, list[str]]:
+        """Every switch's OpenFlow entries and groups, without counters (`ovs.tables`)."""
+        return {sw.name: ovs.tables(sw.name) for sw in self.topo.switches}
 
     def controller_report(self) -> str | None:
         """Why the controller is not running, if it is not (None while it runs)."""

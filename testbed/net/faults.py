@@ -1,9 +1,12 @@
 """Executes a fault timeline (testbed/config/faults.py) during a traffic phase: a thread
 sleeps until each step's time, sets the step's switch ports down or up, and records what it
 did and when. For the half second before a port goes down it reads the headers on that
-port (measure/linkflows.py): the connections the failure is about to cut. Whatever is
-still down when the phase ends is brought back up, so the phase's teardown and the next
-phase find the fabric whole."""
+port (measure/linkflows.py): the connections the failure is about to cut. Before the
+controller is killed it dumps every switch's tables, and once a restarted controller has
+resynchronised it dumps them again: the step records the difference (`table_diff`, what the
+restart changed). Whatever is still down when the phase ends is brought back up (a
+controller with a restart time is restarted), so the phase's teardown and the next phase
+find the fabric whole."""
 from __future__ import annotations
 
 import threading
@@ -19,6 +22,7 @@ from .fabric import Fabric
 
 class FaultInjector:
     LOOK_S = 0.5  # how long before a failure its ports' connections are read
+    DUMP_S = 2.0  # how long before the controller's kill the tables are dumped (about 1 s)
 
     def __init__(self, fab: Fabric, faults: list[FabricFault], label: str,
                  log: Callable[[str], None]):
@@ -30,6 +34,7 @@ class FaultInjector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.t0 = 0.0
+        self._tables_before: dict[str, list[str]] = {}
 
     def start(self) -> None:
         self.t0 = time.time()
@@ -45,6 +50,10 @@ class FaultInjector:
                 look = min(self.LOOK_S, max(0.0, self.t0 + step.t_s - time.time()))
                 if look > 0:
                     seen = connections_on([ifname(n, p) for n, p in step.ports], look)
+            elif step.action == "down" and self.faults[step.fault].controller:
+                if self._stop.wait(max(0.0, self.t0 + step.t_s - self.DUMP_S - time.time())):
+                    return
+                self._tables_before = self.fab.flow_tables()
             if self._stop.wait(max(0.0, self.t0 + step.t_s - time.time())):
                 return
             self._apply(step, seen)
@@ -52,28 +61,64 @@ class FaultInjector:
     def _apply(self, step: Step, seen: set | None = None) -> None:
         fault = self.faults[step.fault]
         t = time.time()
+        extra: dict = {}
         try:
-            if fault.controller:
+            if fault.controller and step.action == "down":
                 self.fab.kill_controller()
+            elif fault.controller:
+                extra = self._restart()
             else:
                 self.fab.set_ports(step.ports, up=step.action == "up")
         except Exception as exc:  # noqa: BLE001 (recorded; the phase reports it)
             self.errors.append(f"{fault.target()} {step.action}: {exc}")
             return
-        if step.action == "down" and not fault.controller:  # a controller stays dead
+        # a killed controller stays dead unless its fault restarts it
+        if step.action == "down" and (not fault.controller or fault.for_s is not None):
             self._down[step.fault] = step.ports
         else:
             self._down.pop(step.fault, None)
         self.done.append({"phase": self.label, "fault": fault.target(), "action": step.action,
                           "planned_s": step.t_s, "at_s": round(t - self.t0, 4), "time": t,
                           "ports": [ifname(n, p) for n, p in step.ports],
-                          "connections_seen": sorted(list(c) for c in seen or ())})
-        self.log(f"  [{self.label}] t={t - self.t0:.2f} s: {fault.target()} {step.action}")
+                          "connections_seen": sorted(list(c) for c in seen or ()), **extra})
+        what = "restarted" if fault.controller and step.action == "up" else step.action
+        self.log(f"  [{self.label}] t={t - self.t0:.2f} s: {fault.target()} {what}"
+                 + (f" (resynchronised in {extra['ready_s']:.2f} s, "
+                    f"{extra['resync']['changes']} changes, flow tables "
+                    f"{'unchanged' if not extra['table_diff'] else 'CHANGED'})" if extra else ""))
+
+    def _restart(self) -> dict:
+        """Restart the controller, wait until every switch is resynchronised, and compare
+        the tables with those dumped before the kill."""
+        t = time.time()
+        state = self.fab.restart_controller()
+        ready_s = time.time() - t
+        after = self.fab.flow_tables()
+        resyncs = state.get("resyncs", [])
+        return {"ready_s": round(ready_s, 3),
+                "resync": {"switches": len(resyncs),
+                           "rules_read": sum(r["rules_read"] for r in resyncs),
+                           "groups_read": sum(r["groups_read"] for r in resyncs),
+                           "kept": sum(r["kept"] for r in resyncs),
+                           "changes": sum(r["changes"] for r in resyncs),
+                           "took_s_max": max((r["took_s"] for r in resyncs), default=None)},
+                "table_diff": table_diff(self._tables_before, after)}
 
     def stop(self) -> None:
         """Stop the timeline and bring up whatever it left down."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=90)  # a restart waits for its switches (60 s at most)
         for index, ports in list(self._down.items()):
             self._apply(Step(time.time() - self.t0, "up", index, ports))
+
+
+def table_diff(before: dict[str, list[str]], after: dict[str, list[str]]) -> dict[str, dict]:
+    """Per switch whose tables differ: the lines only before (`gone`) and only after
+    (`new`). Empty: the tables are exactly as they were."""
+    out = {}
+    for sw in sorted(set(before) | set(after)):
+        b, a = set(before.get(sw, [])), set(after.get(sw, []))
+        if a != b:
+            out[sw] = {"gone": sorted(b - a), "new": sorted(a - b)}
+    return out

@@ -19,8 +19,7 @@ def spec(**perm):
 @pytest.mark.parametrize("faults,message", [
     ([{"at_s": 2}], "experiments[0].faults[0]: give exactly one of link, switch and controller"),
     ([{"controller": True, "switch": "c1", "at_s": 2}], "give exactly one"),
-    ([{"controller": True, "at_s": 2, "for_s": 1}],
-     "faults[0].for_s: restarting the controller is not supported yet"),
+    ([{"controller": True, "at_s": 2, "for_s": -1}], "faults[0].for_s: must be > 0"),
     ([{"link": ["a1", "c1"], "switch": "c1", "at_s": 2}], "give exactly one"),
     ([{"link": ["a1"], "at_s": 2}], "experiments[0].faults[0].link: two different nodes"),
     ([{"link": ["a1", "a1"], "at_s": 2}], "faults[0].link: two different nodes"),
