@@ -98,7 +98,7 @@ class FlowControl:
         self.topo = topo
         self.hedera = cfg.routing == "hedera"
         self.policy = policy if policy is not None else make_policy(cfg.flow_priority)
-        self.plan = routing.plan(topo, cfg.routing, base=cfg.hedera.base, track=True)
+        self.plan = routing.plan(topo, cfg.routing, **cfg.plan_args)
         self.period_s = cfg.period_s
         self.idle_s = cfg.hedera.idle_timeout_s
         nic = nic_rates_bps(topo)

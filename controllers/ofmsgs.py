@@ -16,14 +16,17 @@ def clear_all(dp) -> list:
 
 
 def group_mod(dp, group: Group, op: str = "add") -> object:
-    """Add, modify or delete a select group. Each bucket watches its port: OVS skips the
-    bucket of a port that is down by itself, before the controller hears of it."""
+    """Add, modify or delete a select or fast-failover group. Each bucket watches its port:
+    OVS skips the bucket of a port that is down by itself, before the controller hears of
+    it (a fast-failover group forwards by its first live bucket)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     command = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[op]
-    buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
+    ff = group.kind == "ff"
+    buckets = [parser.OFPBucket(weight=0 if ff else 1, watch_port=port,
+                                watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)])
                for port in group.buckets] if op != "delete" else []
-    return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT,
+    return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_FF if ff else ofp.OFPGT_SELECT,
                               group_id=group.group_id, buckets=buckets)
 
 
@@ -106,7 +109,8 @@ def read_group(dp, desc) -> Group:
     ofp = dp.ofproto
     ports = tuple(act.port for bucket in desc.buckets for act in bucket.actions
                   if act.cls_action_type == ofp.OFPAT_OUTPUT)
-    return Group(dpid=dp.id, group_id=desc.group_id, buckets=ports)
+    return Group(dpid=dp.id, group_id=desc.group_id, buckets=ports,
+                 kind="ff" if desc.type == ofp.OFPGT_FF else "select")
 
 
 def packet_out(dp, port: int, data: bytes) -> object:

@@ -66,14 +66,14 @@ def replan(topo: Topology, mode: str, down: Iterable[Port], installed: Plan,
 def _stable_group_ids(installed: Plan, new: Plan) -> Plan:
     """Renumber `new`'s groups so that a switch's group with the same buckets as one it has
     keeps that id; other groups get ids the switch does not use yet."""
-    old_ids = {(g.dpid, g.buckets): g.group_id for g in installed.groups}
+    old_ids = {(g.dpid, g.kind, g.buckets): g.group_id for g in installed.groups}
     used: dict[int, set[int]] = {}
     for g in installed.groups:
         used.setdefault(g.dpid, set()).add(g.group_id)
     remap: dict[tuple[int, int], int] = {}
     groups = []
     for g in new.groups:
-        gid = old_ids.get((g.dpid, g.buckets))
+        gid = old_ids.get((g.dpid, g.kind, g.buckets))
         if gid is None:
             taken = used.setdefault(g.dpid, set())
             gid = next(i for i in range(1, len(taken) + 2) if i not in taken)

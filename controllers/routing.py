@@ -22,6 +22,7 @@ Modes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from topologies.graph import distances_to, next_hops
 from topologies.model import Topology
@@ -29,6 +30,7 @@ from topologies.model import Topology
 MODES = ("ecmp", "single", "hedera")
 
 PRIORITY_ROUTE = 100
+PRIORITY_DETOUR = 105   # fast failover: a detour's second hop, for packets from its first
 PRIORITY_DETECT = 110   # hedera: new TCP flows from a host port -> controller
 PRIORITY_FLOW = 120     # hedera: one flow's counting entry at its ingress edge switch
 PRIORITY_PLACED = 130   # hedera: a scheduled elephant's entry on each switch of its path
@@ -47,10 +49,12 @@ MAX_BUCKETS = 64  # OVS's dp_hash selection handles at most 64 hash slots
 @dataclass(frozen=True, kw_only=True)
 class Group:
     """A select group: one bucket per entry of `buckets` (an output port each; a port may
-    appear several times, see `_decorrelated_buckets`)."""
+    appear several times, see `_decorrelated_buckets`); or (`kind` "ff") a fast-failover
+    group, whose first bucket whose port is up forwards (controllers/failover.py)."""
     dpid: int
     group_id: int
     buckets: tuple[int, ...]
+    kind: Literal["select", "ff"] = "select"
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -101,23 +105,28 @@ class Plan:
         return self._by_dpid.get(dpid, ([], []))
 
 
-def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False) -> Plan:
+def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False,
+         fast_failover: bool = False) -> Plan:
     """Proactive routing for the whole fabric. `base`: for ``hedera``, the routing new flows
     start on (``ecmp``; ``single`` makes every collision certain). `track`: give every TCP
     flow its own entry at its ingress edge (``hedera`` always does; a flow priority policy
-    needs it too)."""
+    needs it too). `fast_failover`: single next hops between switches go through
+    fast-failover groups with a precomputed detour (controllers/failover.py)."""
     if mode not in MODES:
         raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
     if any(h.relay for h in topo.hosts):
-        if mode == "hedera" or track:
-            raise ValueError("routing mode hedera and flow priorities need a switched fabric "
-                             "(not BCube's server relays)")
+        if mode == "hedera" or track or fast_failover:
+            raise ValueError("routing mode hedera, flow priorities and fast failover need a "
+                             "switched fabric (not BCube's server relays)")
         return _relay_plan(topo, mode)
     if mode == "hedera":
         if base not in ("ecmp", "single"):
             raise ValueError(f"hedera's base routing must be ecmp or single (got {base!r})")
         track = True
     start = _switched_plan(topo, base if mode == "hedera" else mode)
+    if fast_failover:
+        from .failover import protect  # it builds on this module's types
+        start = protect(topo, start)
     if not track:
         return start
     return Plan(mode=mode, groups=start.groups,

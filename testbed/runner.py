@@ -146,6 +146,7 @@ class RunContext:
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
+                     fast_failover=self.spec.controller.fast_failover,
                      topology_json=self.out_dir / "topologies" / f"{phase}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "

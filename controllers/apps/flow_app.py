@@ -35,7 +35,6 @@ class FlowRouting(FabricRouting):
         super().__init__(*args, **kwargs)
         self.control = FlowControl(self.topo, self.config)
         self.plan = self.control.plan
-        self.plan_args = {"base": self.config.hedera.base, "track": True}
         self.stats: dict[int, list] = {}
         status = Path(self.config.hedera_dir or self.state_path.parent)
         status.mkdir(parents=True, exist_ok=True)

@@ -46,8 +46,8 @@ class FabricRouting(RyuApp):
         self.config = phase_config()
         self.topo = self.config.topology()
         self.mode = self.config.routing
-        self.plan = routing.plan(self.topo, self.mode)
-        self.plan_args: dict = {}  # what else routing.plan was given (a subclass's base, track)
+        self.plan_args = self.config.plan_args  # what else routing.plan is given
+        self.plan = routing.plan(self.topo, self.mode, **self.plan_args)
         self.datapaths: dict[int, Any] = {}  # Ryu datapaths
         self.down: set[tuple[str, int]] = set()
         self.reroutes: list[dict] = []

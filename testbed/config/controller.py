@@ -112,16 +112,24 @@ class FlowPriority:
 
 @dataclass(frozen=True, kw_only=True)
 class ControllerSpec:
+    """`fast_failover`: every single next hop between switches goes through an OpenFlow
+    fast-failover group with a precomputed detour, which the switch takes by itself when
+    the port goes down (controllers/failover.py); off, only ECMP's select groups fail over
+    locally and the rest waits for the controller's replan."""
     routing: Literal["ecmp", "single", "hedera"] = "ecmp"
     plugins: list[str] = field(default_factory=list)
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    fast_failover: bool = False
 
     def check(self, topo: Topology) -> None:
         relay = any(host.relay for host in topo.hosts)
         self.flow_priority.check(topo, relay)
         if relay and self.routing == "hedera":
             raise SpecError("controller.routing: hedera needs a switched fabric; BCube's "
+                            "servers route for themselves")
+        if relay and self.fast_failover:
+            raise SpecError("controller.fast_failover: needs a switched fabric; BCube's "
                             "servers route for themselves")
         self.hedera.check()
         for i, plugin in enumerate(self.plugins):
@@ -140,7 +148,8 @@ class ControllerConfig:
     `status_dir` are set when the phase has a QoS dataplane; `hedera_dir` is where the flow
     app logs its periods and decisions; `results_dir` is the run's results directory.
     `resync`: the controller is a restart, and its switches kept their tables: it reads
-    them and sends only the difference from its plan, instead of clearing them."""
+    them and sends only the difference from its plan, instead of clearing them.
+    `fast_failover` is the spec's (`ControllerSpec`)."""
     topology_json: str
     state_json: str
     routing: Literal["ecmp", "single", "hedera"]
@@ -151,11 +160,20 @@ class ControllerConfig:
     dataplane_json: str | None = None
     status_dir: str | None = None
     resync: bool = False
+    fast_failover: bool = False
 
     @property
     def per_flow(self) -> bool:
         """Hedera or a priority policy: flows get their own entries (the flow app)."""
         return self.routing == "hedera" or self.flow_priority.policy != "none"
+
+    @property
+    def plan_args(self) -> dict[str, Any]:
+        """What `controllers.routing.plan` is given besides the topology and the mode."""
+        args: dict[str, Any] = {"fast_failover": self.fast_failover}
+        if self.per_flow:
+            args.update(base=self.hedera.base, track=True)
+        return args
 
     @property
     def period_s(self) -> float:

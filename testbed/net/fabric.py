@@ -65,6 +65,7 @@ class Fabric:
     plugins: tuple[str, ...] = ()
     hedera: HederaSpec = field(default_factory=HederaSpec)  # for routing hedera
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    fast_failover: bool = False
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
@@ -158,6 +159,7 @@ class Fabric:
             topology_json=str(topo_json), state_json=str(self.out_dir / "controller_state.json"),
             routing=self.routing, results_dir=str(self.out_dir), hedera=self.hedera,
             flow_priority=self.flow_priority, hedera_dir=str(self.hedera_dir),
+            fast_failover=self.fast_failover,
             dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
             status_dir=str(self.qos_status_dir) if self.qos_plane else None)
         self.controller = ControllerProcess(

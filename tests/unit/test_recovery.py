@@ -186,11 +186,13 @@ def wire(msg):  # serialise, then parse back what a switch's reply would carry
 
 dp = DP()
 topo = fattree(4)
-p = routing.plan(topo, "hedera")
-e1 = topo.switch("e1").dpid
-dp.id = e1
-groups, rules = p.for_switch(e1)
-marked = routing.Rule(dpid=e1, priority=routing.PRIORITY_FLOW, set_dscp=46, group_id=1,
+p = routing.plan(topo, "hedera", fast_failover=True)
+a1 = topo.switch("a1").dpid  # select and fast-failover groups, detours matching in_port
+dp.id = a1
+groups, rules = p.for_switch(a1)
+assert {g.kind for g in groups} == {"select", "ff"}
+assert any("in_port" in dict(r.match) for r in rules)
+marked = routing.Rule(dpid=a1, priority=routing.PRIORITY_FLOW, set_dscp=46, group_id=1,
                       idle_timeout=10, match=routing.flow_match(("10.0.0.1", "10.0.0.9", 6,
                                                                  40000, 5201)))
 for rule in [*rules, marked]:
