@@ -26,7 +26,26 @@ import dataclasses
 from topologies.graph import distances_to
 from topologies.model import Topology
 
-from .routing import ETH_TYPE_IP, PRIORITY_DETOUR, PRIORITY_ROUTE, Group, Plan, Rule
+from . import routing
+from .routing import (
+    ETH_TYPE_IP,
+    PRIORITY_DETECT,
+    PRIORITY_DETOUR,
+    PRIORITY_ROUTE,
+    Group,
+    Plan,
+    Rule,
+)
+
+
+def plan(topo: Topology, mode: str = "ecmp", fast_failover: bool = False,
+         **plan_args: object) -> Plan:
+    """`routing.plan`, protected by fast-failover groups when asked (what the controller
+    installs and replans)."""
+    if fast_failover and any(h.relay for h in topo.hosts):
+        raise ValueError("fast failover needs a switched fabric (not BCube's server relays)")
+    base = routing.plan(topo, mode, **plan_args)  # type: ignore[arg-type]
+    return protect(topo, base) if fast_failover else base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +84,10 @@ def detour(topo: Topology, switch: str, port: int, host: str) -> Detour | None:
 
 
 def protect(topo: Topology, plan: Plan) -> Plan:
-    """`plan` with every single-next-hop route between switches sent through a
-    fast-failover group (its port, then the detour's first hop) and the detour's rule at
-    the neighbour. Routes to a host's own port stay as they are (nothing to fail over to)."""
+    """`plan` with every single-next-hop route between switches (and Hedera's detection
+    entries that copy one) sent through a fast-failover group (its port, then the detour's
+    first hop) and the detour's rule at the neighbour. Routes to a host's own port stay as
+    they are (nothing to fail over to)."""
     groups = list(plan.groups)
     next_id = {}
     for g in groups:
@@ -79,7 +99,8 @@ def protect(topo: Topology, plan: Plan) -> Plan:
         ip = dict(rule.match).get("ipv4_dst")
         host = topo.host_by_ip(ip) if isinstance(ip, str) else None
         sw = topo.switch_by_dpid(rule.dpid)
-        if (rule.priority != PRIORITY_ROUTE or rule.out_port is None or host is None
+        if (rule.priority not in (PRIORITY_ROUTE, PRIORITY_DETECT) or rule.out_port is None
+                or host is None
                 or sw is None or topo.is_host(topo.neighbour(sw.name, rule.out_port))):
             rules.append(rule)
             continue

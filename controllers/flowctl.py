@@ -24,7 +24,7 @@ from testbed.config.controller import ControllerConfig
 from topologies.graph import shortest_paths
 from topologies.model import Topology
 
-from . import routing
+from . import failover, routing
 from .flowsched import HederaScheduler, Move
 from .priority import FlowInfo, PriorityPolicy, make_policy
 from .routing import FlowKey
@@ -98,7 +98,7 @@ class FlowControl:
         self.topo = topo
         self.hedera = cfg.routing == "hedera"
         self.policy = policy if policy is not None else make_policy(cfg.flow_priority)
-        self.plan = routing.plan(topo, cfg.routing, **cfg.plan_args)
+        self.plan = failover.plan(topo, cfg.routing, **cfg.plan_args)
         self.period_s = cfg.period_s
         self.idle_s = cfg.hedera.idle_timeout_s
         nic = nic_rates_bps(topo)

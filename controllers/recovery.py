@@ -30,7 +30,8 @@ from typing import Literal
 from topologies.graph import distances_to
 from topologies.model import Topology
 
-from .routing import Group, Plan, Rule, plan
+from .failover import plan
+from .routing import Group, Plan, Rule
 
 Port = tuple[str, int]  # (node name, port number)
 
@@ -58,7 +59,8 @@ def link_ports(topo: Topology, a: str, b: str) -> list[Port]:
 
 def replan(topo: Topology, mode: str, down: Iterable[Port], installed: Plan,
            **plan_args: object) -> Plan:
-    """The routing plan on the fabric without `down`, its group ids aligned with `installed`."""
+    """The routing plan on the fabric without `down` (with fast failover if `plan_args` say
+    so), its group ids aligned with `installed`."""
     new = plan(degraded(topo, down), mode, **plan_args)  # type: ignore[arg-type]
     return _stable_group_ids(installed, new)
 

@@ -105,28 +105,23 @@ class Plan:
         return self._by_dpid.get(dpid, ([], []))
 
 
-def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False,
-         fast_failover: bool = False) -> Plan:
+def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False) -> Plan:
     """Proactive routing for the whole fabric. `base`: for ``hedera``, the routing new flows
     start on (``ecmp``; ``single`` makes every collision certain). `track`: give every TCP
     flow its own entry at its ingress edge (``hedera`` always does; a flow priority policy
-    needs it too). `fast_failover`: single next hops between switches go through
-    fast-failover groups with a precomputed detour (controllers/failover.py)."""
+    needs it too). With fast failover: `controllers.failover.plan`."""
     if mode not in MODES:
         raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
     if any(h.relay for h in topo.hosts):
-        if mode == "hedera" or track or fast_failover:
-            raise ValueError("routing mode hedera, flow priorities and fast failover need a "
-                             "switched fabric (not BCube's server relays)")
+        if mode == "hedera" or track:
+            raise ValueError("routing mode hedera and flow priorities need a switched fabric "
+                             "(not BCube's server relays)")
         return _relay_plan(topo, mode)
     if mode == "hedera":
         if base not in ("ecmp", "single"):
             raise ValueError(f"hedera's base routing must be ecmp or single (got {base!r})")
         track = True
     start = _switched_plan(topo, base if mode == "hedera" else mode)
-    if fast_failover:
-        from .failover import protect  # it builds on this module's types
-        start = protect(topo, start)
     if not track:
         return start
     return Plan(mode=mode, groups=start.groups,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controllers import ofmsgs, recovery, routing
+from controllers import failover, ofmsgs, recovery, routing
 from controllers.compat import (
     CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
@@ -47,7 +47,7 @@ class FabricRouting(RyuApp):
         self.topo = self.config.topology()
         self.mode = self.config.routing
         self.plan_args = self.config.plan_args  # what else routing.plan is given
-        self.plan = routing.plan(self.topo, self.mode, **self.plan_args)
+        self.plan = failover.plan(self.topo, self.mode, **self.plan_args)
         self.datapaths: dict[int, Any] = {}  # Ryu datapaths
         self.down: set[tuple[str, int]] = set()
         self.reroutes: list[dict] = []

@@ -6,6 +6,7 @@ not."""
 import pytest
 
 from controllers.failover import Detour, detour, protect
+from controllers.failover import plan as failover_plan
 from controllers.recovery import changes, degraded, link_ports, replan
 from controllers.routing import PRIORITY_DETOUR, plan
 from topologies import fattree, leafspine
@@ -60,7 +61,7 @@ def hosts_pairs(topo):
 @pytest.mark.parametrize("mode", ["ecmp", "single"])
 @pytest.mark.parametrize("topo", [fattree(4), leafspine(2, 4, 4)], ids=["fattree", "leafspine"])
 def test_any_one_link_down_every_pair_is_delivered_before_the_controller_hears(topo, mode):
-    p = plan(topo, mode, fast_failover=True)
+    p = failover_plan(topo, mode, fast_failover=True)
     for a, b in switch_links(topo):
         down = set(link_ports(topo, a, b))
         for src, dst in hosts_pairs(topo):
@@ -97,7 +98,7 @@ def test_the_detours_the_docstring_names():
 
 def test_protect_changes_only_single_hops_between_switches():
     topo = fattree(4)
-    base, ff = plan(topo, "ecmp"), plan(topo, "ecmp", fast_failover=True)
+    base, ff = plan(topo, "ecmp"), failover_plan(topo, "ecmp", fast_failover=True)
     assert protect(topo, base) == ff
     assert {g for g in ff.groups if g.kind == "select"} == set(base.groups)
     by_key = {(r.dpid, r.priority, r.match): r for r in ff.rules}
@@ -112,14 +113,14 @@ def test_protect_changes_only_single_hops_between_switches():
     ff_groups = [g for g in ff.groups if g.kind == "ff"]
     assert ff_groups and all(len(g.buckets) == 2 for g in ff_groups)
     assert any(r.priority == PRIORITY_DETOUR for r in ff.rules)
-    with pytest.raises(ValueError, match="fast failover need a switched fabric"):
+    with pytest.raises(ValueError, match="fast failover needs a switched fabric"):
         from topologies import bcube
-        plan(bcube(4, 1), "ecmp", fast_failover=True)
+        failover_plan(bcube(4, 1), "ecmp", fast_failover=True)
 
 
 def test_the_controllers_replan_keeps_fast_failover_and_its_group_ids():
     topo = fattree(4)
-    installed = plan(topo, "ecmp", fast_failover=True)
+    installed = failover_plan(topo, "ecmp", fast_failover=True)
     down = link_ports(topo, "a1", "c1")
     new = replan(topo, "ecmp", down, installed, fast_failover=True)
     todo = changes(installed, new, degraded(topo, down))

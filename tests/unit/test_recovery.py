@@ -172,7 +172,7 @@ def test_a_restarted_controller_changes_only_what_differs():
 
 
 READ_BACK = """
-from controllers import ofmsgs, routing
+from controllers import failover, ofmsgs, routing
 from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
 from topologies import fattree
 
@@ -186,7 +186,7 @@ def wire(msg):  # serialise, then parse back what a switch's reply would carry
 
 dp = DP()
 topo = fattree(4)
-p = routing.plan(topo, "hedera", fast_failover=True)
+p = failover.plan(topo, "hedera", fast_failover=True, track=True)
 a1 = topo.switch("a1").dpid  # select and fast-failover groups, detours matching in_port
 dp.id = a1
 groups, rules = p.for_switch(a1)
