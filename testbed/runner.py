@@ -88,14 +88,16 @@ class RunContext:
             yield result
 
     @contextlib.contextmanager
-    def faults(self, fab: Fabric, faults: list[FabricFault], label: str) -> Iterator[list[dict]]:
-        """Injects `faults` while the block runs (net/faults.py); yields the list of executed
+    def faults(self, fab: Fabric, faults: list[FabricFault], label: str,
+               progress: Callable[[], int] | None = None) -> Iterator[list[dict]]:
+        """Injects `faults` while the block runs (net/faults.py; `progress`: the iterations
+        a training job has finished, for faults `at_iter`); yields the list of executed
         steps (fault, down/up, when), which also go to events.jsonl. A step that could not be
         executed fails the run: the phase would not be what the spec says."""
         if not faults:
             yield []
             return
-        injector = FaultInjector(fab, faults, label, self.log)
+        injector = FaultInjector(fab, faults, label, self.log, progress)
         injector.start()
         try:
             yield injector.done

@@ -1,7 +1,13 @@
 """Failures during traffic (issue 14): the controller routes around a failed switch, every
 flow it cut carries traffic again, and the run records the fault, the reroute and each
-flow's outage; a killed controller costs no traffic and is reported."""
+flow's outage; a killed controller costs no traffic and is reported, and a restarted one
+resynchronises without changing a table; a ring job survives a link failure on its path
+and fails, with a clear error, when a switch failure partitions it."""
 import json
+
+import pytest
+
+from testbed.system import TestbedError
 
 from .helpers import rows, run
 
@@ -75,3 +81,42 @@ def test_a_restarted_controller_resyncs_without_touching_the_tables(tmp_path):
     table = rows(out, "flow_outages.csv")
     assert len(table) == 16 and all(r["resumed"] == "True" for r in table)
     assert not any("controller" in w for w in summary["fidelity_warnings"]), summary
+
+
+def ring4(fault: dict, **exp) -> dict:
+    """A 4-worker ring job (h1, h5, h9, h13: one per pod) on a Fat-Tree k=4 at 10 Mb/s."""
+    return {"name": "it-train-fault", "links": {"mtu_bytes": 9000},
+            "topology": {"kind": "fattree", "params": {"k": 4, "rate_mbps": 10}},
+            "controller": {"routing": "single"},  # every pod climbs through a1, a3, ...
+            "experiments": [{"type": "training", "iters": 14, "warmup_iters": 2,
+                             "jobs": [{"sync": "ring", "workers": 4}], "faults": [fault],
+                             **exp}]}
+
+
+def test_a_ring_job_survives_a_link_failure_on_its_path(tmp_path):
+    out, summary = run(tmp_path, ring4({"link": ["a1", "c1"], "at_iter": 5}))
+    assert summary["status"] == "ok", summary
+    (job,) = rows(out, "training.csv")
+    # h1's traffic to the other pods climbed a1-c1 (single path): the job's connections
+    # were on it, the controller moved them to a1-c2, and every iteration finished
+    assert job["fault_on_job_path"] == "True", job
+    assert job["faults"].startswith("link a1-c1 down"), job
+    assert int(job["fault_iteration"]) >= 5
+    # the iteration the failure struck took longer (a retransmission timeout, at least),
+    # and the job went on at its old pace
+    assert float(job["fault_spike"]) > 1.1, job
+    its = rows(out, "training_iterations.csv")
+    assert {int(r["iteration"]) for r in its} == set(range(14))
+
+
+def test_a_partitioning_switch_failure_fails_the_job_within_its_timeout(tmp_path):
+    with pytest.raises(TestbedError):
+        run(tmp_path, ring4({"switch": "e1", "at_iter": 3}, timeout_s=8))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed", summary
+    error = summary["error"]
+    assert "a fault partitioned the job (switch e1 down leaves h5, h9, h13 with no path to " \
+           "h1" in error, error
+    assert "Timed out" in error, error  # Gloo's own word for the collective that waited
+    after = float(error.split("the job failed ")[1].split(" s after")[0])
+    assert 8 <= after < 8 + 6, error  # its timeout, plus the time to see a rank exit

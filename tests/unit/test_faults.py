@@ -29,7 +29,9 @@ def spec(**perm):
     ([{"switch": "c1", "at_s": 11}], "faults[0].at_s: 11 s is not within the phase's 11 s"),
     ([{"switch": "c1", "at_s": -1}], "faults[0].at_s: out of range"),
     ([{"switch": "c1", "at_s": 1, "for_s": 0}], "faults[0].for_s: must be > 0"),
-    ([{"switch": "c1"}], "faults[0].at_s: required"),
+    ([{"switch": "c1"}], "faults[0]: give exactly one of at_s and at_iter"),
+    ([{"switch": "c1", "at_s": 1, "at_iter": 2}], "give exactly one of at_s and at_iter"),
+    ([{"switch": "c1", "at_iter": 2}], "faults[0].at_iter: only a training job has iterations"),
     ([{"switch": "c1", "at_s": 1, "when": 3}], "faults[0].when: unknown key"),
 ])
 def test_bad_faults_name_the_field(faults, message):
@@ -117,3 +119,58 @@ def test_a_dead_controller_is_reported_with_its_cause():
     topo = fattree(4)
     assert fault_ports(FabricFault(controller=True, at_s=1), topo) == ()
     assert FabricFault(controller=True, at_s=1).target() == "controller"
+
+
+def training(**exp):
+    return {"name": "t", "topology": {"kind": "fattree", "params": {"k": 4}},
+            "experiments": [{"type": "training", "iters": 10, **exp}]}
+
+
+def test_training_faults_take_an_iteration_or_a_time():
+    spec, _ = loads(training(faults=[{"link": ["a1", "c1"], "at_iter": 4},
+                                  {"switch": "e1", "at_s": 3, "for_s": 2}]))
+    assert [f.at_iter for f in spec.experiments[0].faults] == [4, None]
+    for faults, message in [
+            ([{"link": ["a1", "c1"], "at_iter": 10}], "faults[0].at_iter: must be in 0..9"),
+            ([{"switch": "zz", "at_iter": 1}], "experiments[0].faults[0].switch: no switch"),
+            ([{"switch": "e1"}], "faults[0]: give exactly one of at_s and at_iter")]:
+        with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            loads(training(faults=faults))
+
+
+def test_an_iteration_timeline_waits_for_its_iteration():
+    topo = fattree(4)
+    faults = [FabricFault(link=["a1", "c1"], at_iter=3, for_s=2),
+              FabricFault(switch="c2", at_s=1)]
+    assert [(s.t_s, s.fault) for s in timeline(faults, topo)] == [(1, 1)]
+    steps = timeline(faults, topo, triggered={0: 4.5})
+    assert [(s.t_s, s.action, s.fault) for s in steps] == [
+        (1, "down", 1), (4.5, "down", 0), (6.5, "up", 0)]
+
+
+def test_the_iteration_a_failure_struck_and_its_spike():
+    from testbed.experiments.training.analysis import fault_spike
+    # two workers, 1 s iterations ending at t=1..8; the failure at t=4.2 strikes iteration 4
+    # (ends at 5), which took 3 s on the slower worker
+    def rows(slow):
+        return [{"iteration": i, "t_end": i + 1.0, "iter_s": 3.0 if slow and i == 4 else 1.0}
+                for i in range(8)]
+    spike = fault_spike([rows(False), rows(True)], [4.2], warmup=1)
+    assert spike == {"fault_iteration": 4, "fault_iter_s": 3.0, "steady_iter_s": 1.0,
+                     "fault_spike": 3.0}
+    assert fault_spike([rows(False)], [], 1) is None
+    assert fault_spike([rows(False)], [99.0], 1) is None  # after the job
+
+
+def test_a_failed_job_is_told_whether_the_fault_partitioned_it():
+    from testbed.experiments.training.run import fault_context
+    topo = fattree(4)
+    steps = [{"fault": "switch e1", "action": "down", "at_s": 3.0}]
+    said = fault_context(topo, [FabricFault(switch="e1", at_s=3)], steps,
+                         ["h1", "h5", "h9", "h13"])
+    assert said.startswith("a fault partitioned the job (switch e1 down leaves h5, h9, h13 "
+                           "with no path to h1")
+    said = fault_context(topo, [FabricFault(link=["a1", "c1"], at_s=3)],
+                         [{"fault": "link a1-c1", "action": "down", "at_s": 3.0}],
+                         ["h1", "h5", "h9", "h13"])
+    assert said.startswith("the job failed under faults it could have survived")

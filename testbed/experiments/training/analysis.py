@@ -154,3 +154,27 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: Placement, job
                               row["iteration"]]
                              + [row.get(f) for f in ITER_FIELDS])
     return summary, iter_rows
+
+
+def fault_spike(workers: list[list[dict]], down_times: list[float],
+                warmup: int) -> dict | None:
+    """What the first failure did to a synchronous job: the iteration it struck (the first
+    to end after it; iterations end together, so the latest worker's end counts), the
+    longest that iteration or the next took on any worker, and that over the median of
+    the other iterations after the warm-up (the spike). None without a failure or rows."""
+    n = min((len(rows) for rows in workers), default=0)
+    if not down_times or n == 0:
+        return None
+    t = min(down_times)
+    ends = [max(rows[i]["t_end"] for rows in workers) for i in range(n)]
+    took = [max(rows[i]["iter_s"] for rows in workers) for i in range(n)]
+    struck = next((i for i in range(n) if ends[i] > t), None)
+    if struck is None:
+        return None
+    hit = [i for i in (struck, struck + 1) if i < n]
+    rest = [took[i] for i in range(warmup, n) if i not in hit]
+    steady = statistics.median(rest) if rest else None
+    worst = max(took[i] for i in hit)
+    return {"fault_iteration": struck, "fault_iter_s": round(worst, 4),
+            "steady_iter_s": round(steady, 4) if steady else None,
+            "fault_spike": round(worst / steady, 2) if steady else None}

@@ -11,14 +11,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from controllers.recovery import degraded
+from testbed.config.faults import FabricFault, fault_ports
 from testbed.errors import TestbedError
 from testbed.workloads.flows import assign_ports
 from testbed.workloads.launch import train_argv
-from topologies.model import at_rate, ifname
+from topologies.graph import distances_to
+from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
-from .analysis import ITER_FIELDS, queue_stats, summarise
+from .analysis import ITER_FIELDS, fault_spike, queue_stats, read_records, summarise
 from .model import (
     Placement,
     host_link,
@@ -176,12 +179,23 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
             f"{', '.join(h for _, h, _ in placement.ranks)}")
     # a BCube host relays other hosts' packets: its interface counters include them
     measured: dict = {"hosts_relay": any(h.relay for h in topo.hosts)}  # + background rate
-    with ctx.traffic_phase(fab, outcome, label) as checks:
+    first_worker = job_dir / f"rank{len(placement.servers)}.jsonl"
+    with ctx.traffic_phase(fab, outcome, label) as checks, \
+            ctx.faults(fab, exp.faults, label, lambda: _lines(first_worker)) as steps:
+        checks["faults"] = steps
         background.start()
         sampler.start()
         try:
             measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
                                           f"training {label}"))
+        except TestbedError as exc:
+            if not steps:
+                raise
+            hosts = [h for _, h, _ in placement.ranks]
+            after = time.time() - steps[0]["time"]
+            raise TestbedError(f"training {label}: {fault_context(topo, exp.faults, steps, hosts)}"
+                               f"; the job failed {after:.1f} s after the first fault "
+                               f"(timeout_s {exp.timeout_s:g}): {exc}") from None
         finally:
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
@@ -199,6 +213,17 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     summary, iter_rows = summarise(exp, job, n, placement, job_dir, fabric_label,
                                    (rate, server_rate), fab.links.mtu_bytes, rtt,
                                    queue, measured, checks, experiment)
+    if exp.faults:
+        first = len(placement.servers)
+        workers = [read_records(job_dir / f"rank{r}.jsonl") for r in range(first, first + n)]
+        summary["faults"] = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s"
+                                      for s in steps)
+        # the job's own connections on the failed ports just before the failure
+        ips = {topo.host(h).ip for _, h, _ in placement.ranks}
+        summary["fault_on_job_path"] = any(c[0] in ips and c[1] in ips for s in steps
+                                           for c in s.get("connections_seen", []))
+        summary.update(fault_spike(workers, [s["time"] for s in steps if s["action"] == "down"],
+                                   exp.warmup_iters) or {})
     share = summary["worker_cpu_wait_share"]
     if summary["cpu_bound"] and not checks["cpu"]["cpu_bound"]:
         outcome.warnings.append(
@@ -206,6 +231,32 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
             f"for a core per iteration, {share:.0%} of it); its iteration time is not the "
             "network's")
     return summary, iter_rows
+
+
+def _lines(path: Path) -> int:
+    """How many iterations a rank has logged (one line each; 0 before its file exists)."""
+    try:
+        with path.open("rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def fault_context(topo: Topology, faults: list[FabricFault], steps: list[dict],
+                  hosts: list[str]) -> str:
+    """What the faults had done when a job failed: each executed step, and which faults
+    leave a job host with no path to the first (a partition no routing can repair)."""
+    what = ", ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+    cut = []
+    for fault in faults:
+        reach = distances_to(degraded(topo, fault_ports(fault, topo)), hosts[0])
+        lost = [h for h in hosts[1:] if h not in reach]
+        if lost:
+            cut.append(f"{fault.target()} down leaves {', '.join(lost)} with no path to "
+                       f"{hosts[0]}")
+    if cut:
+        return f"a fault partitioned the job ({'; '.join(cut)}; faults: {what})"
+    return f"the job failed under faults it could have survived (faults: {what})"
 
 
 def run(ctx: Context, exp: Training) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from testbed.config.faults import FabricFault
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
@@ -102,7 +103,8 @@ class Training(ExperimentSpec):
     jobs: list[TrainingJob] = field(default_factory=lambda: [TrainingJob()])
     background: list[BackgroundTraffic] = field(default_factory=list)
     straggler: Straggler | None = None
-    fault: Fault | None = None
+    fault: Fault | None = None          # a worker that crashes
+    faults: list[FabricFault] = field(default_factory=list)  # the fabric's: links, switches
     p3_dscp: list[int] = field(default_factory=lambda: [46, 34, 26])  # highest level first
     sample_hz: float = 200.0           # every switch queue (BPF counters, shared memory)
 
@@ -205,6 +207,9 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.fault.worker: an index below {most} (got {exp.fault.worker})")
         if not 0 <= exp.fault.at_iter < exp.iters:
             raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
+    for fabric in fabrics:
+        for j, fault in enumerate(exp.faults):
+            fault.check(f"{path}.faults[{j}]", fabric, None, exp.iters)
     if exp.straggler is not None:
         st = exp.straggler
         most = min(exp.workers or [job.workers for job in exp.jobs])
