@@ -5,6 +5,7 @@ finite flows their completion times against one flow alone."""
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -16,7 +17,14 @@ from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
 from testbed.results.stats import percentile_or_none
-from testbed.workloads.flows import assign_ports, crosses, outage
+from testbed.workloads.flows import (
+    assign_ports,
+    crosses,
+    outage,
+    parse_probe,
+    probe_argv,
+    probe_outage,
+)
 from topologies import nonblocking, patterns
 from topologies.graph import host_rate_sum
 from topologies.model import Topology
@@ -48,6 +56,10 @@ class Permutation(ExperimentSpec):
     # how long it carried nothing (flow_outages.csv)
     faults: list[FabricFault] = field(default_factory=list)
     interval_s: float = 0.1
+    # with faults: a ping every `probe_ms` beside each flow (same hosts): its missing
+    # replies time each failure on the network itself, below iperf3's interval and TCP's
+    # retransmission timeouts (flow_outages.csv: probe_outage_s)
+    probe_ms: float | None = None
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         for j, fault in enumerate(self.faults):
@@ -55,6 +67,10 @@ class Permutation(ExperimentSpec):
         if self.faults and self.flow_bytes is not None:
             raise SpecError(f"{path}.faults: not with flow_bytes (finite flows report no "
                             "intervals)")
+        if self.probe_ms is not None and not self.faults:
+            raise SpecError(f"{path}.probe_ms: probes time failures; give faults too")
+        if self.probe_ms is not None and not 2 <= self.probe_ms <= 1000:
+            raise SpecError(f"{path}.probe_ms: must be in 2..1000 (got {self.probe_ms:g})")
         if not 0.1 <= self.interval_s <= 10:
             raise SpecError(f"{path}.interval_s: must be in 0.1..10 (iperf3's range; got "
                             f"{self.interval_s:g})")
@@ -139,12 +155,16 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                          interval_s=exp.interval_s if faults else None)
                     with ctx.traffic_phase(fab, out, label) as checks, \
                             ctx.faults(fab, faults, label) as steps:
+                        probes = start_probes(fab, pairs, exp.probe_ms,
+                                              exp.omit_s + exp.duration_s + 1) \
+                            if faults and exp.probe_ms else []
                         res = fab.run_flows(flows,
                                             f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
+                        replies = collect_probes(probes)
                         checks["faults"] = steps
                     if faults:
                         outage_rows += outages(fab.topo, routing, pattern, rep, flows, res,
-                                               steps)
+                                               steps, replies, exp.probe_ms)
                         restarts += [restart_record(label, s, steps) for s in steps
                                      if "resync" in s]
                     if not exp.flow_bytes:  # iperf3 reports each flow's algorithm
@@ -199,25 +219,57 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
 
 
 OUTAGE_HEADER = ["routing", "pattern", "repeat", "src", "dst", "faults", "crossed_fault",
-                 "blackholed_s", "longest_outage_s", "resumed", "goodput_mbps", "interval_s"]
+                 "blackholed_s", "longest_outage_s", "resumed", "goodput_mbps", "interval_s",
+                 "probe_outage_s", "probe_before_s"]
+# the same probe measure this long before each failure: the background of congestion losses
+PROBE_BACKGROUND_S = 2.0
+
+
+def start_probes(fab, pairs: list[tuple[str, str]], probe_ms: float,
+                 seconds: float) -> list:
+    """A ping every `probe_ms` from each flow's source to its destination."""
+    return [fab.popen(src, probe_argv(fab.topo.host(dst).ip, probe_ms / 1000, seconds))
+            for src, dst in pairs]
+
+
+def collect_probes(probes: list) -> list[list[tuple[int, float]]]:
+    """Each probe's replies (icmp_seq, arrival time) once it has ended."""
+    out = []
+    for proc in probes:
+        try:
+            text, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        out.append(parse_probe(text or ""))
+    return out
 
 
 def outages(topo: Topology, routing: str, pattern: str, rep: int, flows: list, res: list,
-            steps: list[dict]) -> list[list]:
+            steps: list[dict], replies: list[list[tuple[int, float]]] | None = None,
+            probe_ms: float | None = None) -> list[list]:
     """One row per flow of a phase with faults: whether its packets (or its ACKs) were on a
     failed port just before the failure (`crossed_fault`, from the headers read there), and
     how long it carried nothing after the failure (flows.outage, the failure's time placed
-    on the flow's own clock)."""
+    on the flow's own clock); with probes, the longest break the failures made in its pair's
+    pings (flows.probe_outage; None without probes), and the same measure taken
+    `PROBE_BACKGROUND_S` before each failure (what congestion alone does to the probes)."""
     what = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
     downs = [s for s in steps if s["action"] == "down"]
     seen = [tuple(c) for s in downs for c in s.get("connections_seen", [])]
     rows = []
-    for f, r in zip(flows, res):
+    for i, (f, r) in enumerate(zip(flows, res)):
         crossed = crosses(seen, (topo.host(f.src).ip, topo.host(f.dst).ip, r.local_port, f.port))
         o = outage(r.intervals_mbps, r.interval_s, [s["time"] - r.started for s in downs],
                    window_s=1.0)
+        probe = before = None
+        if replies and probe_ms:
+            probe, before = (max((probe_outage(replies[i], probe_ms / 1000, s["time"] - shift)
+                                  for s in downs), default=0.0)
+                             for shift in (0.0, PROBE_BACKGROUND_S))
         rows.append([routing, pattern, rep, r.src, r.dst, what, crossed, o["blackholed_s"],
-                     o["longest_s"], o["resumed"], round(r.goodput_mbps, 3), r.interval_s])
+                     o["longest_s"], o["resumed"], round(r.goodput_mbps, 3), r.interval_s,
+                     probe, before])
     return rows
 
 
@@ -251,6 +303,14 @@ def outage_headline(rows: list[list]) -> dict:
         out[f"blackholed_max_s_{routing}"] = cut[-1] if cut else None
         out[f"flows_not_resumed_{routing}"] = sum(1 for r in mine if r[9] is False)
         out[f"other_flows_stalled_{routing}"] = f"{sum(1 for r in others if r[7])}/{len(others)}"
+        probed = sorted(r[12] for r in mine if r[12])
+        if any(r[12] is not None for r in mine):  # pairs whose pings a failure interrupted
+            out[f"probes_cut_{routing}"] = f"{len(probed)}/{len(mine)}"
+            # the same measure 2 s before each failure: congestion's share of the above
+            out[f"probes_cut_before_{routing}"] = f"{sum(1 for r in mine if r[13])}/{len(mine)}"
+            out[f"probe_outage_median_ms_{routing}"] = (round(probed[len(probed) // 2] * 1000, 1)
+                                                        if probed else None)
+            out[f"probe_outage_max_ms_{routing}"] = round(probed[-1] * 1000, 1) if probed else None
     return out
 
 

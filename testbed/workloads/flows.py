@@ -125,6 +125,44 @@ def outage(intervals_mbps: tuple[float, ...] | list[float], interval_s: float,
             "longest_s": round(max(lengths, default=0.0), 3), "resumed": resumed}
 
 
+def probe_argv(dst_ip: str, interval_s: float, seconds: float) -> list[str]:
+    """A ping every `interval_s` for `seconds`, each reply printed with its arrival time
+    (-D): the probe whose missing replies time a failure at the network's own speed."""
+    return ["ping", "-n", "-D", "-i", f"{interval_s:.4f}", "-w", f"{seconds:.0f}",
+            "-W", "1", dst_ip]
+
+
+def parse_probe(text: str) -> list[tuple[int, float]]:
+    """(icmp_seq, arrival time) of every reply in `ping -D` output."""
+    out = []
+    for line in text.splitlines():
+        if "icmp_seq=" not in line or not line.startswith("["):
+            continue
+        try:
+            t = float(line[1:line.index("]")])
+            seq = int(line.split("icmp_seq=")[1].split()[0])
+        except (ValueError, IndexError):
+            continue
+        out.append((seq, t))
+    return sorted(out)
+
+
+def probe_outage(replies: list[tuple[int, float]], interval_s: float, fault_t: float,
+                 min_lost: int = 2, before_s: float = 0.5, after_s: float = 1.0) -> float:
+    """How long the path of a probe was broken by a failure at `fault_t` (wall clock): the
+    longest run of missing replies between two that arrived from `before_s` before to
+    `after_s` after it (arrival times lag the sending by the queues' delay, and what was
+    queued on a port that goes down is lost with it), in probes times the interval. A run
+    shorter than `min_lost` probes is not counted (one probe dropped by a full queue is
+    congestion, not the failure); 0.0 if the failure broke nothing on this path."""
+    longest = 0
+    for (seq_a, t_a), (seq_b, t_b) in zip(replies, replies[1:]):
+        lost = seq_b - seq_a - 1
+        if lost >= min_lost and t_b >= fault_t - before_s and t_a <= fault_t + after_s:
+            longest = max(longest, lost)
+    return round(longest * interval_s, 4)
+
+
 def parse_finite(f: Flow, text: str) -> FlowResult:
     """A finite flow's completion time from the reader's JSON (one round)."""
     try:

@@ -174,3 +174,47 @@ def test_a_failed_job_is_told_whether_the_fault_partitioned_it():
                          [{"fault": "link a1-c1", "action": "down", "at_s": 3.0}],
                          ["h1", "h5", "h9", "h13"])
     assert said.startswith("the job failed under faults it could have survived")
+
+
+PING = """PING 10.0.0.9 (10.0.0.9) 56(84) bytes of data.
+[100.000500] 64 bytes from 10.0.0.9: icmp_seq=1 ttl=64 time=0.5 ms
+[100.005500] 64 bytes from 10.0.0.9: icmp_seq=2 ttl=64 time=0.5 ms
+[100.010500] 64 bytes from 10.0.0.9: icmp_seq=3 ttl=64 time=0.5 ms
+[100.060500] 64 bytes from 10.0.0.9: icmp_seq=13 ttl=64 time=0.5 ms
+[100.065500] 64 bytes from 10.0.0.9: icmp_seq=14 ttl=64 time=0.5 ms
+[100.075500] 64 bytes from 10.0.0.9: icmp_seq=16 ttl=64 time=0.5 ms
+[101.200500] 64 bytes from 10.0.0.9: icmp_seq=241 ttl=64 time=0.5 ms
+[103.000500] 64 bytes from 10.0.0.9: icmp_seq=600 ttl=64 time=0.5 ms
+
+--- 10.0.0.9 ping statistics ---
+"""
+
+
+def test_a_probe_times_the_break_a_failure_made_in_its_path():
+    from testbed.workloads.flows import parse_probe, probe_argv, probe_outage
+    replies = parse_probe(PING)
+    assert replies[0] == (1, 100.0005) and len(replies) == 8
+    # the failure at t=100.02: replies 4-12 missing (9 probes of 5 ms); the single loss
+    # (15) is congestion (and 17-240 lost in between is the test's shorthand: 224 probes
+    # would count); the silence beginning more than a second later is not this failure's
+    assert probe_outage(replies[:6], 0.005, 100.02) == 0.045
+    assert probe_outage(replies[:6], 0.005, 100.07) == 0.045  # the run that arrived before
+    assert probe_outage(replies, 0.005, 102.0) == 1.79  # 358 probes lost
+    assert probe_outage(replies[:6], 0.005, 100.07, min_lost=10) == 0.0
+    assert probe_outage([], 0.005, 100.0) == 0.0
+    assert probe_argv("10.0.0.9", 0.005, 16)[:5] == ["ping", "-n", "-D", "-i", "0.0050"]
+
+
+def test_probe_outages_in_the_headline():
+    from testbed.experiments.permutation import outage_headline
+    row = ["ecmp", "stride:8", 0, "h1", "h9", "link a1-c1 down at 5 s", True, 0.2, 0.2, True,
+           5.0, 0.1]
+    rows = [row + [0.03, 0.0], row[:6] + [False, 0.0, 0.0, True, 5.0, 0.1, 0.0, 0.01],
+            row + [0.01, 0.0]]
+    head = outage_headline(rows)
+    assert head["probes_cut_ecmp"] == "2/3" and head["probe_outage_max_ms_ecmp"] == 30.0
+    assert head["probes_cut_before_ecmp"] == "1/3"
+    assert head["probe_outage_median_ms_ecmp"] == 30.0  # the upper median of [10, 30]
+    assert "probes_cut_ecmp" not in outage_headline([row + [None, None]])
+    with pytest.raises(SpecError, match="probe_ms: probes time failures; give faults too"):
+        loads(spec(probe_ms=5))
