@@ -149,6 +149,7 @@ class RunContext:
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
                      fast_failover=self.spec.controller.fast_failover,
+                     on_death=self.spec.controller.on_death,
                      topology_json=self.out_dir / "topologies" / f"{phase}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "

@@ -115,12 +115,16 @@ class ControllerSpec:
     """`fast_failover`: every single next hop between switches goes through an OpenFlow
     fast-failover group with a precomputed detour, which the switch takes by itself when
     the port goes down (controllers/failover.py); off, only ECMP's select groups fail over
-    locally and the rest waits for the controller's replan."""
+    locally and the rest waits for the controller's replan. `on_death`: what the runner
+    does when the controller dies without a fault killing it: `warn` (the phase's results
+    say so), `fail` (the run fails), `restart` (it is started again and resynchronises
+    with the switches' tables, and the phase says so)."""
     routing: Literal["ecmp", "single", "hedera"] = "ecmp"
     plugins: list[str] = field(default_factory=list)
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
     fast_failover: bool = False
+    on_death: Literal["warn", "fail", "restart"] = "warn"
 
     def check(self, topo: Topology) -> None:
         relay = any(host.relay for host in topo.hosts)

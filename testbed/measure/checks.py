@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from testbed.errors import TestbedError
+
 from .conservation import conservation_report, conservation_snapshot
 from .cpu import CpuMonitor, forwarding_verdict
 
@@ -44,8 +46,11 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     if report["socket_drops"]:
         warnings.append(f"{label}: {report['socket_drops']} packets dropped at OVS "
                         "receive sockets")
-    death = fab.controller_report()
-    if death:
+    # deaths the watch saw (and restarted) meanwhile, and a controller still dead now (the
+    # same death reads the same both ways)
+    now = fab.controller_report()
+    deaths = list(dict.fromkeys(fab.deaths_report(t_start, time.time()) + ([now] if now else [])))
+    for death in deaths:
         warnings.append(f"{label}: {death}")
         events.append({"phase": label, "controller": death})
     if verdict["cpu_bound"]:
@@ -55,3 +60,6 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
             "its numbers are not faithful")
     events.append({"phase": label, "conservation": report, "cpu": verdict})
     checks.update(conservation=report, cpu=verdict)
+    unasked = [d for d in deaths if "killed by the spec's fault" not in d]
+    if unasked and fab.on_death == "fail":
+        raise TestbedError(f"{label}: {unasked[0]} (controller.on_death: fail)")

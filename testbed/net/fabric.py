@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class Fabric:
     hedera: HederaSpec = field(default_factory=HederaSpec)  # for routing hedera
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
     fast_failover: bool = False
+    on_death: str = "warn"  # the spec's controller.on_death: warn | fail | restart
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
     datapath: str = "user"
@@ -74,6 +76,9 @@ class Fabric:
     controller: ControllerProcess | None = None
     controller_killed: float | None = None  # when a fault killed it (time.time())
     past_controllers: list[dict] = field(default_factory=list)  # the states of replaced ones
+    controller_deaths: list[dict] = field(default_factory=list)  # unasked, seen by the watch
+    _ctl_lock: Any = field(default_factory=threading.RLock, repr=False)
+    _watch_stop: Any = field(default_factory=threading.Event, repr=False)
     host_cc: dict[str, str] = field(default_factory=dict)
     qos_status: dict = field(default_factory=dict)
     send_buffer_bytes: int | None = None
@@ -187,6 +192,32 @@ class Fabric:
             self._first_packet()
         self.times.total_s = time.time() - t0
         self._check_send_buffer()
+        threading.Thread(target=self._watch_controller, name="controller-watch",
+                         daemon=True).start()
+
+    WATCH_S = 0.5  # how often the runner looks whether its controller is alive
+
+    def _watch_controller(self) -> None:
+        """Notices a controller that died without a fault killing it: records when, how
+        and its last log lines, and with `on_death: restart` starts it again."""
+        while not self._watch_stop.wait(self.WATCH_S):
+            with self._ctl_lock:
+                ctl = self.controller
+                if ctl is None or ctl.proc is None or ctl.alive() \
+                        or self.controller_killed is not None \
+                        or any(d["pid"] == ctl.proc.pid for d in self.controller_deaths):
+                    continue
+                death = {"time": time.time(), "pid": ctl.proc.pid,
+                         "returncode": ctl.returncode(), "log_tail": ctl.log_tail(),
+                         "action": self.on_death}
+                self.log(f"  the controller died ({controller_death(ctl.returncode(), None, [])})"
+                         + ("; restarting it" if self.on_death == "restart" else ""))
+                self.controller_deaths.append(death)
+                if self.on_death == "restart":
+                    try:
+                        death["restart"] = self.restart_controller()
+                    except TestbedError as exc:
+                        death["restart_error"] = str(exc)
 
     def _build_net(self) -> None:
         from mininet.link import Link
@@ -399,26 +430,39 @@ class Fabric:
     def kill_controller(self) -> None:
         """The controller killed outright (a fault): the switches keep the flows they have
         (fail-mode secure) and nobody answers them until the phase ends."""
-        if self.controller is None or not self.controller.alive():
-            raise TestbedError("the controller is not running")
-        self.controller.kill()
-        self.controller_killed = time.time()
+        with self._ctl_lock:
+            if self.controller is None or not self.controller.alive():
+                raise TestbedError("the controller is not running")
+            self.controller_killed = time.time()  # before: the watch must not take it
+            self.controller.kill()
 
     def restart_controller(self, timeout: float = 60.0) -> dict:
         """A controller that was killed, started again on the same port with the same
         configuration, told to resynchronise (`resync`: it reads the tables the switches
-        kept and sends only the difference); returns its state once every switch has
-        reconnected and acknowledged its changes."""
-        old = self.controller
-        if old is None or old.alive():
-            raise TestbedError("the controller is running; only a dead one is restarted")
-        self.past_controllers.append(old.state())
-        launch = dataclasses.replace(old.launch, config=dataclasses.replace(
-            old.launch.config, resync=True))
-        self.controller = ControllerProcess(launch, old.log_path)
-        self.record.add_pid(self.controller.start(), "ryu controller (restarted)")
-        self.controller_killed = None
-        return self.controller.wait_ready(len(self.topo.switches), timeout)
+        kept and sends only the difference); once every switch has reconnected and
+        acknowledged its changes, returns how long that took and what the resync read and
+        changed."""
+        with self._ctl_lock:
+            t0 = time.time()
+            old = self.controller
+            if old is None or old.alive():
+                raise TestbedError("the controller is running; only a dead one is restarted")
+            self.past_controllers.append(old.state())
+            launch = dataclasses.replace(old.launch, config=dataclasses.replace(
+                old.launch.config, resync=True))
+            self.controller = ControllerProcess(launch, old.log_path)
+            self.record.add_pid(self.controller.start(), "ryu controller (restarted)")
+            self.controller_killed = None
+            state = self.controller.wait_ready(len(self.topo.switches), timeout)
+            resyncs = state.get("resyncs", [])
+            return {"ready_s": round(time.time() - t0, 3),
+                    "resync": {"switches": len(resyncs),
+                               "rules_read": sum(r["rules_read"] for r in resyncs),
+                               "groups_read": sum(r["groups_read"] for r in resyncs),
+                               "kept": sum(r["kept"] for r in resyncs),
+                               "changes": sum(r["changes"] for r in resyncs),
+                               "took_s_max": max((r["took_s"] for r in resyncs),
+                                                 default=None)}}
 
     def controller_state(self) -> dict:
         """The controller's state file, its packet counters and reroutes added to those of
@@ -452,7 +496,25 @@ class Fabric:
             raise TestbedError("this phase has no traffic-class dataplane (no qos)")
         return Dataplane(self.qos_plane.description)
 
+    def deaths_report(self, t_start: float, t_end: float) -> list[str]:
+        """The controller deaths the watch saw between two times, each with what was done
+        (restarted and resynchronised, or not)."""
+        out = []
+        for d in self.controller_deaths:
+            if not t_start <= d["time"] <= t_end:
+                continue
+            text = controller_death(d["returncode"], None, d["log_tail"]) or ""
+            if "restart" in d:
+                r = d["restart"]
+                text += (f"; restarted: {r['resync']['switches']} switches resynchronised in "
+                         f"{r['ready_s']:.1f} s with {r['resync']['changes']} changes")
+            elif "restart_error" in d:
+                text += f"; the restart failed: {d['restart_error']}"
+            out.append(text)
+        return out
+
     def stop(self) -> None:
+        self._watch_stop.set()
         t0 = time.time()
         if self.net is not None:
             controllers = list(self.net.controllers)

@@ -4,6 +4,11 @@ flow's outage; a killed controller costs no traffic and is reported, and a resta
 resynchronises without changing a table; a ring job survives a link failure on its path
 and fails, with a clear error, when a switch failure partitions it."""
 import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +125,47 @@ def test_a_partitioning_switch_failure_fails_the_job_within_its_timeout(tmp_path
     assert "Timed out" in error, error  # Gloo's own word for the collective that waited
     after = float(error.split("the job failed ")[1].split(" s after")[0])
     assert 8 <= after < 8 + 6, error  # its timeout, plus the time to see a rank exit
+
+
+def kill_the_controller_later(out_dir, after_s: float) -> threading.Thread:
+    """SIGKILL the run's controller (as a crash would) `after_s` into its first flows."""
+    def crash():
+        deadline = time.time() + 60
+        while time.time() < deadline and not list((out_dir / "flows").glob("*client.json")):
+            time.sleep(0.1)
+        time.sleep(after_s)
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if b"controllers.launch" in cmd:
+                os.kill(int(pid), signal.SIGKILL)
+    thread = threading.Thread(target=crash, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("on_death", ["restart", "fail"])
+def test_a_controller_that_dies_unasked_is_restarted_or_fails_the_run(tmp_path, on_death):
+    data = stride8({"link": ["a1", "c1"], "at_s": 7}, 12)  # after the restart: its port events
+    data["controller"] = {"on_death": on_death}
+    crash = kill_the_controller_later(tmp_path / "run", 2.0)
+    if on_death == "fail":
+        with pytest.raises(TestbedError, match=r"the controller died during the phase \(killed "
+                                               r"by signal 9\).*controller.on_death: fail"):
+            run(tmp_path, data)
+        crash.join()
+        return
+    out, summary = run(tmp_path, data)
+    crash.join()
+    assert summary["status"] == "ok", summary
+    (said,) = [w for w in summary["fidelity_warnings"] if "the controller died" in w]
+    assert "killed by signal 9" in said and "restarted: 20 switches resynchronised" in said
+    assert said.endswith("with 0 changes"), said  # nothing failed while it was dead
+    # the restarted controller heard the later link failure and rerouted around it
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    reroutes = [e["reroute"] for e in events if "reroute" in e]
+    assert any(r["down"] and r["changes"] > 0 for r in reroutes), reroutes
+    table = rows(out, "flow_outages.csv")
+    assert all(r["resumed"] == "True" for r in table), table
