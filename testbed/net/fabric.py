@@ -176,7 +176,7 @@ class Fabric:
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
 
-        with ovs.raised_socket_defaults(self.needed_buffer_bytes):
+        with ovs.raised_socket_defaults(self.needed_buffer_bytes, self.record.remember_sysctl):
             self._build_net()
             self.times.net_up_s = time.time() - t0
             self._configure_hosts()

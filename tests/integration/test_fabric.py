@@ -104,3 +104,108 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
     summary = json.loads((out / "summary.json").read_text())
     # SIGINT/SIGTERM: the run wrote its own summary; SIGKILL: `testbed clean` found it dead
     assert summary["status"] == ("killed" if sig == signal.SIGKILL else "incomplete"), summary
+
+
+def machine_state() -> dict:
+    """What a run changes on the machine and `testbed clean` must put back: OVS bridges,
+    network interfaces, processes (not kernel threads; not OVS's own daemons, which a run
+    restarts when their socket buffer is too small, docs/FIDELITY.md), the sysctls under
+    net.core and net.ipv4, and pinned BPF objects."""
+    from testbed.net import ovs
+    procs = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if cmd and not cmd.startswith(("ovs-vswitchd", "ovsdb-server")):
+            procs.add((int(pid), cmd))
+    sysctls = {}
+    for d in ("/proc/sys/net/core", "/proc/sys/net/ipv4"):
+        for f in sorted(Path(d).iterdir()):
+            if f.is_file():
+                try:
+                    sysctls[str(f)] = f.read_text().strip()
+                except OSError:
+                    pass
+    bpf = Path("/sys/fs/bpf/testbed")
+    return {"bridges": set(ovs.bridges()), "interfaces": set(os.listdir("/sys/class/net")),
+            "processes": procs, "sysctls": sysctls,
+            "bpf": sorted(str(p) for p in bpf.rglob("*")) if bpf.exists() else []}
+
+
+SPECS = {
+    "build": "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
+             "duration_s: 60, omit_s: 1}]\n",
+    "traffic": "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
+               "duration_s: 60, omit_s: 1}]\n",
+    "training": "experiments: [{type: training, iters: 400, jobs: [{sync: ring, workers: 4}]}]\n",
+}
+
+
+def _reached(phase: str, out: Path, before: dict) -> bool:
+    if phase == "build":  # inside the window where OVS's socket buffers are raised
+        return Path("/proc/sys/net/core/wmem_default").read_text().strip() != \
+            before["sysctls"]["/proc/sys/net/core/wmem_default"]
+    if phase == "traffic":
+        return bool(list((out / "flows").glob("*client.json")))
+    return any(p.stat().st_size > 0 for p in (out / "training").glob("*/rank*.jsonl"))
+
+
+BUFFERS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
+           "net.core.rmem_default")
+
+
+@pytest.fixture
+def kernel_default_buffers():
+    """The socket buffer sysctls at Linux's defaults for the test (a run raises them while
+    it builds its fabric only when they are below what its queues need), then as they were."""
+    from testbed.system import sysctl_get, sysctl_set
+    saved = {name: sysctl_get(name) for name in BUFFERS}
+    for name in BUFFERS:
+        sysctl_set(name, 212992)
+    yield
+    for name, value in saved.items():
+        sysctl_set(name, value)
+
+
+@pytest.mark.parametrize("phase", ["build", "traffic", "training"])
+def test_sigkill_at_any_phase_then_clean_restores_the_machine(tmp_path, phase,
+                                                              kernel_default_buffers):
+    """SIGKILL, the one signal a run cannot answer, while it builds its fabric (OVS's socket
+    buffers raised), while its flows run, and while a training job runs: `testbed clean`
+    then leaves the machine exactly as it was before the run."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: it-sigkill\ntopology: {kind: fattree, params: {k: 4}}\n"
+                    + SPECS[phase])
+    out = tmp_path / "killed"
+    before = machine_state()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
+                             str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and not _reached(phase, out, before):
+        time.sleep(0.01 if phase == "build" else 0.2)
+    assert proc.poll() is None and _reached(phase, out, before), f"never reached {phase}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    during = machine_state()
+    if phase == "build":  # killed with OVS's socket buffers raised: the leak of issue 14
+        assert during["sysctls"] != before["sysctls"]
+    else:
+        assert during["bridges"] - before["bridges"], "the kill left nothing to clean?"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    time.sleep(1)
+    after = machine_state()
+    assert after["bridges"] == before["bridges"]
+    assert after["interfaces"] == before["interfaces"]
+    assert after["sysctls"] == before["sysctls"], {
+        k: (before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
+        if before["sysctls"].get(k) != v}
+    assert after["bpf"] == before["bpf"]
+    new = {p for p in after["processes"] - before["processes"] if p[0] != proc.pid}
+    assert not new, new
