@@ -32,8 +32,11 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
                 BOOTSTRAP))
     if root:
         kdp = ovs.kernel_datapath_available()
-        out.append(("OVS kernel datapath", kdp, "available" if kdp else
-                    "absent: userspace (netdev) datapath will be used", None))
+        out.append(("OVS userspace datapath (datapath: user)", True,
+                    "available; the measured one (the default)", None))
+        out.append(("OVS kernel datapath (datapath: kernel)", kdp,
+                    "available, unmeasured (README: Datapaths)" if kdp else
+                    "absent: no openvswitch module; `auto` uses the userspace one", None))
         if running:
             buf = ovs.send_socket_buffer()
             out.append(("OVS send socket buffer", True,

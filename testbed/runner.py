@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from testbed.config.datapath import TRAITS
+from testbed.config.datapath import choose as choose_datapath
 from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
@@ -150,6 +152,7 @@ class RunContext:
                      flow_priority=self.spec.controller.flow_priority,
                      fast_failover=self.spec.controller.fast_failover,
                      on_death=self.spec.controller.on_death,
+                     datapath_setting=self.spec.datapath,
                      topology_json=self.out_dir / "topologies" / f"{phase}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
@@ -216,6 +219,11 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError("`testbed run` needs root: run it with sudo")
     if not ovs.running():
         raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
+    if spec.datapath == "kernel" and not ovs.kernel_datapath_available():
+        try:  # refused before anything is created (each fabric chooses again: config/datapath)
+            choose_datapath(spec.datapath, False)
+        except ValueError as exc:
+            raise TestbedError(str(exc)) from None
     lock = RunLock()
     lock.acquire()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -290,6 +298,9 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "elapsed_s": round(elapsed, 1), "versions": _versions(),
         "machine": {"cpus": os.cpu_count(), "kernel": kernel_release()},
         "datapath": ctx.datapath or "not started",
+        "datapath_setting": ctx.spec.datapath,
+        "datapath_traits": (dataclasses.asdict(TRAITS[ctx.datapath]) if ctx.datapath in TRAITS
+                            else None),
         "mechanisms": {"shaping": "htb", "queue": f"{ctx.spec.links.drop}-drop fifo, "
                        f"{'bytes' if ctx.spec.links.buffer_bytes else 'packets'}",
                        "ecn_marking": "none", "pfc": "none",

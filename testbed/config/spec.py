@@ -11,7 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from topologies import TopologyError, build
 from topologies.model import Topology
@@ -88,6 +88,8 @@ class Spec:
     hosts: HostConfig = field(default_factory=HostConfig)
     controller: ControllerSpec = field(default_factory=ControllerSpec)
     qos: QosConfig | None = None
+    # which Open vSwitch datapath forwards: user (measured), kernel or auto (config/datapath.py)
+    datapath: Literal["user", "kernel", "auto"] = "user"
     experiments: list[ExperimentSpec] = field(default_factory=list)
 
     def build_topology(self) -> Topology:

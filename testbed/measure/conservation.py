@@ -47,7 +47,8 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
     # kernel counters do not. Wait for a full round so both describe the same packets.
     run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
     snap = ConservationSnapshot(t=time.time())
-    socket_drops = ovs.port_socket_drops(set(fabric.switch_ifaces()))
+    socket_drops = (ovs.port_socket_drops(set(fabric.switch_ifaces()))
+                    if fabric.traits.socket_drops else {})
     bpf = _bpf_port_counters(fabric)
     with IPRoute() as ipr:
         for sw in topo.switches:

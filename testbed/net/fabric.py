@@ -20,6 +20,8 @@ from typing import Any
 
 from controllers.routing import plan as routing_plan
 from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
+from testbed.config.datapath import TRAITS, Traits
+from testbed.config.datapath import choose as choose_datapath
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
@@ -70,7 +72,8 @@ class Fabric:
     on_death: str = "warn"  # the spec's controller.on_death: warn | fail | restart
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
-    datapath: str = "user"
+    datapath_setting: str = "user"  # the spec's: user | kernel | auto
+    datapath: str = "user"  # the one chosen (config/datapath.py)
     times: StartupTimes = field(default_factory=StartupTimes)
     net: Any = None  # the Mininet network while it runs
     controller: ControllerProcess | None = None
@@ -133,7 +136,12 @@ class Fabric:
         switch_q, _ = self.port_queues()
         if any(q.delay_us or q.loss_pct for q in switch_q):
             dataplane.check_mechanisms(switch_q, netem_available=_netem_available())
-        self.datapath = "kernel" if ovs.kernel_datapath_available() else "user"
+        try:
+            traits = choose_datapath(self.datapath_setting, self.datapath_setting != "user"
+                                     and ovs.kernel_datapath_available())
+        except ValueError as exc:
+            raise TestbedError(str(exc)) from None
+        self.datapath = traits.name
         if self.qos is not None:
             build_object()
             self.qos_plane = self._make_qos_plane()
@@ -143,7 +151,7 @@ class Fabric:
             self.needed_buffer_bytes = ovs.needed_buffer_bytes(
                 [q.buffer_pkts for q in switch_q if q.buffer_pkts],
                 [q.buffer_bytes for q in switch_q if q.buffer_bytes], self.links.mtu_bytes)
-        if self.datapath == "user":
+        if self.traits.send_socket:
             current = ovs.send_socket_buffer()
             if current is not None and current < self.needed_buffer_bytes:
                 self.log(f"OVS send buffer {current} B < {self.needed_buffer_bytes} B needed; "
@@ -364,8 +372,13 @@ class Fabric:
             a, b = self.topo.hosts[0], self.topo.hosts[1]
             run(in_netns(self.host_pid(a.name), ["ping", "-c", "1", "-W", "2", b.ip]), check=False)
 
+    @property
+    def traits(self) -> Traits:
+        """What the chosen datapath changes (config/datapath.py)."""
+        return TRAITS[self.datapath]
+
     def _check_send_buffer(self) -> None:
-        if self.datapath != "user":
+        if not self.traits.send_socket:
             return
         self.send_buffer_bytes = ovs.send_socket_buffer()
         if self.send_buffer_bytes is None or self.send_buffer_bytes < self.needed_buffer_bytes:

@@ -1,5 +1,6 @@
 import csv
 import json
+import os
 from pathlib import Path
 
 from testbed.runner import run_spec
@@ -7,6 +8,11 @@ from testbed.spec import loads
 
 
 def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
+    """Run a spec given as data. TESTBED_TEST_DATAPATH (user | kernel | auto) sets the
+    datapath of every spec that names none: how the suite is run on the kernel datapath
+    (README: Datapaths)."""
+    if os.environ.get("TESTBED_TEST_DATAPATH") and "datapath" not in data:
+        data = {**data, "datapath": os.environ["TESTBED_TEST_DATAPATH"]}
     spec, topo = loads(data)
     out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None)
     return out, json.loads((out / "summary.json").read_text())
