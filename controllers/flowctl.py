@@ -32,9 +32,11 @@ from .routing import FlowKey
 
 @dataclass(frozen=True)
 class FlowMod:
-    """One flow entry to send: added, or modifying the entry with the same match."""
+    """One flow entry to send: added, modifying the entry with the same match, or deleting
+    it."""
     rule: routing.Rule
     modify: bool = False
+    delete: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class FlowControl:
     def __init__(self, topo: Topology, cfg: ControllerConfig,
                  policy: PriorityPolicy | None = None):
         self.topo = topo
+        self.live = topo  # the fabric without what has failed (fabric_changed)
         self.hedera = cfg.routing == "hedera"
         self.policy = policy if policy is not None else make_policy(cfg.flow_priority)
         self.plan = failover.plan(topo, cfg.routing, **cfg.plan_args)
@@ -113,10 +116,35 @@ class FlowControl:
         self.flow_dscp: dict[FlowKey, int | None] = {}
 
     def paths(self, src: str, dst: str) -> list:
-        """The equal-cost paths between two hosts, in a fixed order (cached)."""
+        """The equal-cost paths between two hosts on the fabric as it is now (`live`), in
+        a fixed order (cached)."""
         if (src, dst) not in self._paths:
-            self._paths[(src, dst)] = shortest_paths(self.topo, src, dst)
+            self._paths[(src, dst)] = shortest_paths(self.live, src, dst)
         return self._paths[(src, dst)]
+
+    def fabric_changed(self, now: float, live: Topology) -> tuple[list[FlowMod], list[dict]]:
+        """A link or switch failed or came back; `live` is the fabric without what is down
+        (and `plan` is already the replanned one). Paths are taken on `live` from now on,
+        and every flow Hedera placed on a path that crosses a link `live` lacks goes back
+        to its hash route: its exact entries beyond its ingress switch are deleted (the
+        switches then route it as any other flow), then its ingress entry follows the
+        replanned route. Returns those entries in order, and the records to log."""
+        self.live = live
+        self._paths.clear()
+        alive = {end for link in live.links for end in ((link.a, link.b), (link.b, link.a))}
+        mods: list[FlowMod] = []
+        records = []
+        for key, path in self.scheduler.unplace(
+                lambda p: any(hop not in alive for hop in zip(p, p[1:]))):
+            rules = routing.path_rules(self.topo, path, key, self.idle_s)
+            mods += [FlowMod(r, delete=True) for r in rules[:-1]]  # last switch first
+            back = routing.flow_entry(self.plan, rules[-1].dpid, key, self.idle_s)
+            if back is not None:
+                mods.append(FlowMod(dataclasses.replace(back, set_dscp=self.flow_dscp.get(key)),
+                                    modify=True))
+            records.append({"t": now, "flow": "/".join(map(str, key)), "unplaced": True,
+                            "why": "its path crosses a failed link", "path": list(path)})
+        return mods, records
 
     def new_flow(self, now: float, dpid: int, key: FlowKey) -> tuple[FlowMod | None, list[dict]]:
         """A new TCP flow seen at its ingress switch: its counting entry (None when the

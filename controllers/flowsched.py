@@ -285,6 +285,19 @@ class HederaScheduler:
             if t.path is not None:
                 self.reservations.release(t.path, t.demand)
 
+    def unplace(self, broken: Callable[[tuple[str, ...]], bool]) -> list[tuple[FlowKey, tuple[str, ...]]]:
+        """Every placed flow whose path is `broken` (it crosses a failed link) goes back to
+        its hash path and releases its reservation; the next period may place it again on
+        what is left. Returns (flow, the path it had)."""
+        out = []
+        for key, t in self.flows.items():
+            if t.path is not None and broken(t.path):
+                if t.demand:
+                    self.reservations.release(t.path, t.demand)
+                out.append((key, t.path))
+                t.path, t.demand = None, 0.0
+        return out
+
     def elephants(self) -> list[FlowKey]:
         return [k for k, t in self.flows.items()
                 if is_elephant(t.rate_bps, self.nic_bps[t.src], self.fraction)]

@@ -6,7 +6,8 @@ which flows move where each period, which are re-marked) given the time and the
 switches' counters; this app reads the clock and the switches, sends what it returns (a
 moved flow's entries from the last switch back, each confirmed by a barrier before the one
 upstream of it, so packets are never sent towards a switch that does not know the flow)
-and writes its records: hedera_decisions.jsonl, priority.jsonl and each period's summary
+and writes its records: hedera_decisions.jsonl (moves, and placed flows sent back to their
+hash route when a failure cuts their path), priority.jsonl and each period's summary
 in hedera_periods.jsonl, in the phase's `hedera_dir` (its configuration file,
 config/controller.py).
 """
@@ -16,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from controllers import ofmsgs, routing
+from controllers import ofmsgs, recovery, routing
 from controllers.apps.routing_app import FabricRouting
 from controllers.compat import (
     MAIN_DISPATCHER,
@@ -46,10 +47,23 @@ class FlowRouting(FabricRouting):
         hub.spawn(self._loop)
 
     def set_plan(self, new: routing.Plan) -> None:
-        """New flows' entries copy the replanned routes. Flows Hedera placed keep their
-        exact entries (not rerouted yet: docs/FIDELITY.md)."""
+        """New flows' entries copy the replanned routes."""
         super().set_plan(new)
         self.control.plan = new
+
+    def port_changed(self, node: str, port: int, is_down: bool) -> None:
+        """After the replan: flows Hedera placed across a failed link go back to their hash
+        route (flowctl.fabric_changed), their entries sent in order, each confirmed before
+        the next, in a greenlet of their own (a handler cannot wait for a barrier reply)."""
+        was = set(self.down)
+        super().port_changed(node, port, is_down)
+        if self.down == was:
+            return
+        mods, records = self.control.fabric_changed(time.time(),
+                                                    recovery.degraded(self.topo, self.down))
+        self._write(self.decisions, records)
+        if mods:
+            hub.spawn(self._install, mods)
 
     # ---- new flows -------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -119,7 +133,8 @@ class FlowRouting(FabricRouting):
 
     @staticmethod
     def _send(dp, mod: FlowMod) -> None:
-        dp.send_msg(ofmsgs.flow_mod(dp, mod.rule, modify=mod.modify))
+        dp.send_msg(ofmsgs.flow_delete(dp, mod.rule) if mod.delete
+                    else ofmsgs.flow_mod(dp, mod.rule, modify=mod.modify))
 
     @staticmethod
     def _write(log, records: list[dict]) -> None:

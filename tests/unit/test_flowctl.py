@@ -92,3 +92,37 @@ def test_the_phase_file_round_trips_through_the_strict_loader(tmp_path, monkeypa
     assert phase_config() == cfg
     assert cfg.per_flow and cfg.period_s == 1.0
     assert config(routing="ecmp", flow_priority=FlowPriority(period_s=2.0)).period_s == 2.0
+
+
+def test_a_failure_sends_the_flows_placed_across_it_back_to_their_hash_route():
+    from controllers.recovery import degraded, link_ports, replan
+    ctl = FlowControl(TOPO, config())
+    a, b = key("h1", "h9"), key("h2", "h10")
+    ctl.period(0.0, [stat(ctl, a, 0), stat(ctl, b, 0)])
+    moves = ctl.period(1.0, [stat(ctl, a, 1_250_000), stat(ctl, b, 1_250_000)]).moves
+    placed = {m.move.flow: m.move.path for m in moves}
+    # fail a link of the first flow's path between its aggregation and core switches
+    path = placed[a]
+    agg, core = path[2], path[3]
+    down = link_ports(TOPO, agg, core)
+    ctl.plan = replan(TOPO, "hedera", down, ctl.plan, base="single", track=True)
+    used_before = dict(ctl.scheduler.reservations.used)
+    mods, records = ctl.fabric_changed(2.0, degraded(TOPO, down))
+    # its exact entries beyond the ingress go, last switch first, then the ingress entry
+    # follows the replanned route (modified in place: it keeps its byte counter)
+    assert [m.delete for m in mods] == [True] * (len(path) - 3) + [False]
+    assert [m.rule.dpid for m in mods[:-1]] == [TOPO.switch(n).dpid for n in path[-2:1:-1]]
+    ingress = mods[-1]
+    assert ingress.modify and ingress.rule.priority == routing.PRIORITY_FLOW
+    assert ingress.rule == routing.flow_entry(ctl.plan, TOPO.switch(path[1]).dpid, a, 10)
+    assert records == [{"t": 2.0, "flow": "/".join(map(str, a)), "unplaced": True,
+                        "why": "its path crosses a failed link", "path": list(path)}]
+    # its reservation is released, the other flow keeps its place, and the next period
+    # places on what is left
+    assert ctl.scheduler.flows[a].path is None and ctl.scheduler.flows[b].path == placed[b]
+    assert sum(ctl.scheduler.reservations.used.values()) < sum(used_before.values())
+    again = ctl.period(3.0, [stat(ctl, a, 2_500_000), stat(ctl, b, 2_500_000)]).moves
+    assert [m.move.flow for m in again] == [a]
+    assert (agg, core) not in zip(again[0].move.path, again[0].move.path[1:])
+    # a failure no placed flow crosses changes nothing
+    assert ctl.fabric_changed(4.0, degraded(TOPO, down))[0] == []
