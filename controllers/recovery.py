@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from topologies.graph import distances_to
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 from .failover import plan
-from .routing import Group, Plan, Rule
+from .routing import Group, HostRoute, Plan, Rule
 
 Port = tuple[str, int]  # (node name, port number)
 
@@ -178,4 +178,30 @@ def _diff(have: Plan, want: Plan) -> list[Change]:
             for k, r in new_r.items() if old_r.get(k) != r]
     out += [Change("delete", r) for k, r in old_r.items() if k not in new_r]
     out += [Change("delete", g) for k, g in old_g.items() if k not in new_g]
+    return out
+
+
+def host_route_line(route: HostRoute) -> str:
+    """The `ip -batch` line that installs a relay host's /32 route (several next hops: a
+    multipath route hashed on the 5-tuple)."""
+    hops = [f"nexthop via {ip} dev {ifname(route.host, port)} onlink" for port, ip in route.via]
+    if len(hops) == 1:
+        hops = [hops[0].replace("nexthop ", "")]
+    return f"route replace {route.dst_ip}/32 " + " ".join(hops)
+
+
+def host_route_changes(installed: Plan, new: Plan) -> dict[str, list[str]]:
+    """Per relay host (BCube's servers route for themselves), the `ip -batch` lines that
+    turn its routes in `installed` into those of `new`: changed routes replaced, routes to
+    destinations no longer reachable deleted (a packet to them is refused at its source,
+    not sent into a dead link)."""
+    old = {(r.host, r.dst_ip): r for r in installed.host_routes}
+    want = {(r.host, r.dst_ip): r for r in new.host_routes if r.via}
+    out: dict[str, list[str]] = {}
+    for key, route in want.items():
+        if old.get(key) != route:
+            out.setdefault(route.host, []).append(host_route_line(route))
+    for (host, dst), route in old.items():
+        if (host, dst) not in want and route.via:
+            out.setdefault(host, []).append(f"route del {dst}/32")
     return out

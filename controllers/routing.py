@@ -278,7 +278,7 @@ def _relay_plan(topo: Topology, mode: str) -> Plan:
                     if relay != src.name and _on_shortest_path(topo, relay, dst.name, src.name):
                         via.append((port, topo.host(relay).ip))
             via.sort()
-            if mode == "single":
+            if mode == "single" and via:  # none: unreachable (a failure cut it off)
                 via = [_bcube_first_choice(topo, src.name, via)]
             routes.append(HostRoute(host=src.name, dst_ip=dst.ip, via=tuple(via)))
     return Plan(mode=mode, groups=(), rules=tuple(rules), host_routes=tuple(routes))

@@ -110,6 +110,8 @@ class RunContext:
             state = fab.controller_state()
             self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", [])
                                if r.get("time", 0) >= injector.t0)  # this phase's, not earlier
+            self.events.extend({"phase": label, "relay_reroute": r} for r in fab.relay_reroutes
+                               if r["time"] >= injector.t0)
         if injector.errors:
             raise TestbedError(f"{label}: fault not injected: {injector.errors[0]}")
 

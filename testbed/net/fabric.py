@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from controllers.recovery import degraded, host_route_changes, host_route_line
 from controllers.routing import plan as routing_plan
 from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
 from testbed.config.datapath import TRAITS, Traits
@@ -80,6 +81,9 @@ class Fabric:
     controller_killed: float | None = None  # when a fault killed it (time.time())
     past_controllers: list[dict] = field(default_factory=list)  # the states of replaced ones
     controller_deaths: list[dict] = field(default_factory=list)  # unasked, seen by the watch
+    ports_down: set = field(default_factory=set)  # (switch, port) a fault has set down
+    relay_plan: Any = None  # BCube: the relay routes the servers have now
+    relay_reroutes: list[dict] = field(default_factory=list)
     _ctl_lock: Any = field(default_factory=threading.RLock, repr=False)
     _watch_stop: Any = field(default_factory=threading.Event, repr=False)
     host_cc: dict[str, str] = field(default_factory=dict)
@@ -272,6 +276,7 @@ class Fabric:
     def _configure_hosts(self) -> None:
         relay_plan = routing_plan(self.topo, self.routing) if any(
             h.relay for h in self.topo.hosts) else None
+        self.relay_plan = relay_plan
         for host in self.topo.hosts:
             pid = self.host_pid(host.name)
             settings = [f"net.ipv4.tcp_congestion_control={self.hosts.congestion_control}",
@@ -308,11 +313,7 @@ class Fabric:
         for route in relay_plan.host_routes:
             if route.host != host.name:
                 continue
-            hops = [f"nexthop via {ip} dev {ifname(host.name, port)} onlink"
-                    for port, ip in route.via]
-            if len(hops) == 1:
-                hops = [hops[0].replace("nexthop ", "")]
-            lines.append(f"route replace {route.dst_ip}/32 " + " ".join(hops))
+            lines.append(host_route_line(route))
         ip_batch(lines, pid)
 
     @property
@@ -439,6 +440,25 @@ class Fabric:
             if self.topo.is_host(node):
                 raise TestbedError(f"{node} is a host: a fault sets switch ports down")
             run(["ip", "link", "set", "dev", ifname(node, port), "up" if up else "down"])
+            (self.ports_down.discard if up else self.ports_down.add)((node, port))
+        if self.relay_plan is not None:
+            self._reroute_relays()
+
+    def _reroute_relays(self) -> None:
+        """BCube's servers route for themselves: their /32 routes are replanned on the
+        fabric without the ports that are down and only the changed ones replaced
+        (recovery.host_route_changes), at once. An oracle: BCube's own protocol (BSR)
+        would find a broken path by probing; here the runner knows when it breaks one."""
+        t0 = time.time()
+        new = routing_plan(degraded(self.topo, self.ports_down), self.routing)
+        changes = host_route_changes(self.relay_plan, new)
+        for host, lines in changes.items():
+            ip_batch(lines, self.host_pid(host))
+        self.relay_plan = new
+        self.relay_reroutes.append({"time": t0, "ports_down": len(self.ports_down),
+                                    "hosts": len(changes),
+                                    "routes": sum(len(v) for v in changes.values()),
+                                    "took_s": round(time.time() - t0, 4)})
 
     def kill_controller(self) -> None:
         """The controller killed outright (a fault): the switches keep the flows they have

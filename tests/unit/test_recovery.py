@@ -234,3 +234,32 @@ def test_entries_read_back_from_a_switch_equal_the_rules_that_wrote_them():
     assert done.returncode == 0, done.stderr[-2000:]
     n_rules, n_groups = map(int, done.stdout.split())
     assert n_rules > 10 and n_groups > 0
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "single"])
+def test_bcube_servers_route_around_a_failed_link(mode):
+    from controllers.recovery import host_route_changes
+    from topologies import bcube
+    topo = bcube(4, 1)
+    installed = plan(topo, mode)
+    server = topo.hosts[0].name
+    level1 = topo.neighbour(server, 1)  # its level-1 switch
+    down = link_ports(topo, server, level1)
+    cut = degraded(topo, down)
+    new = plan(cut, mode)
+    fab = FakeFabric(cut, new)
+    for src, dst in pairs(topo):  # every pair still delivered, never through the dead link
+        for path in fab.paths(src, dst):
+            assert (server, level1) not in zip(path, path[1:]), path
+            assert (level1, server) not in zip(path, path[1:]), path
+    lines = host_route_changes(installed, new)
+    assert lines and all(line.startswith("route replace ") for v in lines.values() for line in v)
+    # only routes that changed are replaced, and none may still use the dead port
+    assert sum(len(v) for v in lines.values()) < len(installed.host_routes)
+    assert not any(f"dev {server}-eth1 " in line for line in lines.get(server, []))
+    # the server cut off from everything: the others' routes to it are deleted
+    alone = degraded(topo, down + link_ports(topo, server, topo.neighbour(server, 0)))
+    gone = host_route_changes(new, plan(alone, mode))
+    ip = topo.host(server).ip
+    assert all(f"route del {ip}/32" in v for h, v in gone.items() if h != server)
+    assert len(gone) == len(topo.hosts)  # and its own routes go too
