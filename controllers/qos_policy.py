@@ -75,6 +75,18 @@ def plan_batch(events: list[tuple[int, int, int]], ports: list[dict]) -> list[Pa
     return sorted(last.values(), key=lambda a: a.verb != "pause")
 
 
+def reconcile_pauses(ports: list[dict], classes: Iterable[int],
+                     asks: Callable[[int, int], bool]) -> list[PauseAction]:
+    """What a (re)started executor does first, for every switch ingress port and lossless
+    class: its link partner is paused if the BPF flag says the port asks for a pause
+    (`asks(rx_port, cls)`), resumed otherwise. The executor keeps its own set of paused
+    transmitters, empty at start: a pause its predecessor applied would never be ended by
+    an XON (it resumes only pauses it knows), and one whose XON came while no executor ran
+    would stay in force with nobody asking for it (measured: the lossless class froze)."""
+    return [PauseAction("pause" if asks(p["id"], cls) else "resume", p["peer"], cls)
+            for p in ports if not p["is_host"] for cls in classes]
+
+
 def expired_pauses(paused: Iterable[tuple[int, int]], ports: list[dict],
                    ingress: Callable[[int, int], tuple[bool, int]],
                    xon_bytes: int) -> list[PauseAction]:

@@ -114,6 +114,13 @@ class RunContext:
                                if r["time"] >= injector.t0)
         if injector.errors:
             raise TestbedError(f"{label}: fault not injected: {injector.errors[0]}")
+        struck = {s["index"] for s in injector.done if s["action"] == "down"}
+        missed = [f for i, f in enumerate(faults) if i not in struck]
+        if missed:  # the phase ended first: it was not the phase the spec describes
+            f = missed[0]
+            when = f"at {f.at_s:g} s" if f.at_s is not None else f"at iteration {f.at_iter}"
+            raise TestbedError(f"{label}: the fault {f.target()} {when} never happened: the "
+                               f"phase's traffic ended after {time.time() - injector.t0:.1f} s")
 
     def congestion_controls(self) -> list[str]:
         """The congestion controls this kernel offers its hosts."""

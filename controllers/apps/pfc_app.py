@@ -27,7 +27,15 @@ class PfcApp(QosApp):
         for port, cls, thresholds in qos_policy.pfc_settings(cfg, dp.ports):
             dp.set_pfc(port, cls, thresholds)
             lossless += thresholds is not None
-        dp.prepare([i for i, c in enumerate(cfg.classes) if c.lossless])
+        lossless_classes = [i for i, c in enumerate(cfg.classes) if c.lossless]
+        dp.prepare(lossless_classes)
+        # after a restart, pauses its predecessor applied may still be in force: each
+        # transmitter is paused or resumed as its partner's ingress asks now
+        start = qos_policy.reconcile_pauses(
+            dp.ports, lossless_classes if cfg.pfc is not None else [],
+            lambda rx, cls: bool(dp.ingress(rx, cls).paused))
+        for action in start:
+            (dp.pause if action.verb == "pause" else dp.resume)(action.port, action.cls)
         self.events = dp.events()
         self.log_txt = open(self.status_dir / "pfc.txt", "a")
         self.log_csv = open(self.status_dir / "pfc_events.csv", "a")
@@ -41,6 +49,7 @@ class PfcApp(QosApp):
             self.log_csv.flush()
         realtime = self._realtime()
         return {"lossless_ingress_queues": lossless, "realtime_priority": realtime,
+                "pauses_at_start": sum(1 for a in start if a.verb == "pause"),
                 "pfc": None if cfg.pfc is None else vars(cfg.pfc)}
 
     WATCHDOG_S = 0.005

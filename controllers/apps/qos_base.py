@@ -21,6 +21,7 @@ class QosApp(RyuApp):
         super().__init__(*args, **kwargs)
         self.started = time.time()
         config = phase_config()
+        self.restarted = config.resync  # the dataplane was built for the controller it replaces
         if config.dataplane_json is None or config.status_dir is None:
             raise RuntimeError(f"{self.NAME}: this phase has no QoS dataplane")
         self.description = Path(config.dataplane_json)
@@ -34,7 +35,8 @@ class QosApp(RyuApp):
         while True:
             try:
                 desc = json.loads(self.description.read_text())
-                if desc.get("written", 0) >= self.started - 1:  # not a previous phase's
+                # this phase's, not a previous one's (a restart takes the phase's own)
+                if self.restarted or desc.get("written", 0) >= self.started - 1:
                     break
             except (OSError, ValueError):
                 pass

@@ -62,6 +62,13 @@ class FabricFault:
                             f"{phase_s:g} s of traffic")
 
 
+def check_faults(faults: list[FabricFault], path: str, topo: Topology,
+                 phase_s: float | None = None, iters: int | None = None) -> None:
+    """An experiment's `faults` list, each against the fabric it will run on."""
+    for j, fault in enumerate(faults):
+        fault.check(f"{path}.faults[{j}]", topo, phase_s, iters)
+
+
 Action = Literal["down", "up"]
 
 

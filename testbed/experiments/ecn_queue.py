@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
 from testbed.config.qos import EcnProfile, QosConfig, TrafficClass
@@ -37,8 +38,16 @@ class EcnQueue(ExperimentSpec):
     duration_s: float = 20.0
     omit_s: float = 3.0
     sample_hz: float = 1000.0
+    # links, switches or the controller failing during every traffic phase (as a
+    # permutation's, config/faults.py); at_s counts from the phase's traffic start
+    faults: list[FabricFault] = field(default_factory=list)
+
+    def fabric(self) -> Topology:
+        return dumbbell(senders=self.senders, receivers=1,
+                        access_rate_mbps=self.access_rate_mbps, bottleneck_rate_mbps=self.rate_mbps)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_faults(self.faults, path, self.fabric(), self.omit_s + self.duration_s)
         if not 1 <= self.senders <= 64:
             raise SpecError(f"{path}.senders: must be in 1..64 (got {self.senders})")
         positive(self.buffer_pkts, f"{path}.buffer_pkts")
@@ -56,8 +65,7 @@ def run(ctx: Context, exp: EcnQueue) -> Outcome:
     """Drop-tail TCP vs ECN marking at K on one bottleneck (DCTCP paper, Fig. 1 / 13;
     Mininet-HiFi's reproduction: TCP mean queue ~331-345 packets, DCTCP ~19-20 at K = 20)."""
     out = Outcome()
-    topo = dumbbell(senders=exp.senders, receivers=1, access_rate_mbps=exp.access_rate_mbps,
-                    bottleneck_rate_mbps=exp.rate_mbps)
+    topo = exp.fabric()
     bottleneck = f"s1-eth{exp.senders + 1}"
     receiver = f"h{exp.senders + 1}"
     ecn_cc = ecn_congestion_control(ctx.congestion_controls())
@@ -82,7 +90,8 @@ def run(ctx: Context, exp: EcnQueue) -> Outcome:
             before = dp.queue(port, 0)
             flows = [Flow(src=f"h{i + 1}", dst=receiver, duration_s=exp.duration_s,
                           omit_s=exp.omit_s, port=5201 + i) for i in range(exp.senders)]
-            with ctx.traffic_phase(fab, out, f"ecn queue {label}") as checks:
+            with ctx.traffic_phase(fab, out, f"ecn queue {label}") as checks, \
+                    ctx.faults(fab, exp.faults, f"ecn queue {label}") as checks["faults"]:
                 sampler.start()
                 res = fab.run_flows(flows, f"ecn-{label}")
                 sampler.stop()

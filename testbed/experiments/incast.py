@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
@@ -48,8 +49,16 @@ class Incast(ExperimentSpec):
     xon_bytes: int = 6000
     headroom_bytes: int = 64000  # in flight while the pause takes effect (ms here, FIDELITY.md)
     dscp: int = 26
+    # links, switches or the controller failing during every traffic phase (as a
+    # permutation's, config/faults.py); at_s counts from the phase's traffic start
+    faults: list[FabricFault] = field(default_factory=list)
+
+    def fabric(self) -> Topology:
+        return dumbbell(senders=max(self.senders or [1]), receivers=1,
+                        access_rate_mbps=self.rate_mbps, bottleneck_rate_mbps=self.rate_mbps)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_faults(self.faults, path, self.fabric())
         if not self.senders or min(self.senders) < 1 or max(self.senders) > 63:
             raise SpecError(f"{path}.senders: sender counts in 1..63 (got {self.senders})")
         for j, v in enumerate(self.variants):
@@ -84,8 +93,7 @@ def incast_qos(exp: Incast, variant: str) -> QosConfig:
 def run(ctx: Context, exp: Incast) -> Outcome:
     out = Outcome()
     n_max = max(exp.senders)
-    topo = dumbbell(senders=n_max, receivers=1, access_rate_mbps=exp.rate_mbps,
-                    bottleneck_rate_mbps=exp.rate_mbps)
+    topo = exp.fabric()
     reader = f"h{n_max + 1}"
     ecn_cc = ecn_congestion_control(ctx.congestion_controls())
     rows, summary, queue_rows = [], {}, []
@@ -113,7 +121,8 @@ def run(ctx: Context, exp: Incast) -> Outcome:
                     t_before = sum(fab.netstat(h, "TCPTimeouts") for h in senders)
                     drops_before = qc.fabric_drops(dp)
                     t_ns = time.monotonic_ns()
-                    with ctx.traffic_phase(fab, out, f"{label} N={n}") as checks:
+                    with ctx.traffic_phase(fab, out, f"{label} N={n}") as checks, \
+                            ctx.faults(fab, exp.faults, f"{label} N={n}") as checks["faults"]:
                         res = fab.run_process(reader, [
                             sys.executable, "-m", "testbed.workloads.incast", "read",
                             "--servers", ",".join(f"{topo.host(h).ip}:7000" for h in senders),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from controllers.flowsched import estimate_demands
-from testbed.config.faults import FabricFault
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
@@ -62,8 +62,7 @@ class Permutation(ExperimentSpec):
     probe_ms: float | None = None
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
-        for j, fault in enumerate(self.faults):
-            fault.check(f"{path}.faults[{j}]", topo, self.omit_s + self.duration_s)
+        check_faults(self.faults, path, topo, self.omit_s + self.duration_s)
         if self.faults and self.flow_bytes is not None:
             raise SpecError(f"{path}.faults: not with flow_bytes (finite flows report no "
                             "intervals)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
 from testbed.config.qos import validate as validate_qos
@@ -44,8 +45,16 @@ class PfcVictim(ExperimentSpec):
     k_bytes: int = 20000
     burst_us: int = 1000
     dscp: int = 26
+    # links, switches or the controller failing during every traffic phase (as a
+    # permutation's, config/faults.py); at_s counts from the phase's traffic start
+    faults: list[FabricFault] = field(default_factory=list)
+
+    def fabric(self) -> Topology:
+        return leafspine(spines=1, leaves=3, hosts_per_leaf=self.incast_senders + 1,
+                         host_rate=self.host_rate_mbps, uplink_rate=self.uplink_rate_mbps)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_faults(self.faults, path, self.fabric(), self.omit_s + self.duration_s)
         for j, ph in enumerate(self.phases):
             if ph not in VICTIM_PHASES:
                 raise SpecError(f"{path}.phases[{j}]: one of {', '.join(VICTIM_PHASES)} "
@@ -77,8 +86,7 @@ def victim_qos(exp: PfcVictim, phase: str) -> QosConfig:
 def run(ctx: Context, exp: PfcVictim) -> Outcome:
     out = Outcome()
     hpl = exp.incast_senders + 1
-    topo = leafspine(spines=1, leaves=3, hosts_per_leaf=hpl, host_rate=exp.host_rate_mbps,
-                     uplink_rate=exp.uplink_rate_mbps)
+    topo = exp.fabric()
     leaf = {i: [f"h{i * hpl + j + 1}" for j in range(hpl)] for i in range(3)}
     receiver = leaf[0][0]
     senders = leaf[1][:exp.incast_senders]
@@ -104,7 +112,8 @@ def run(ctx: Context, exp: PfcVictim) -> Outcome:
             before = qc.fabric_drops(dp)
             sampler = ctx.class_sampler(dp, qc.switch_slots(dp))
             t_ns = time.monotonic_ns()
-            with ctx.traffic_phase(fab, out, label) as checks:
+            with ctx.traffic_phase(fab, out, label) as checks, \
+                    ctx.faults(fab, exp.faults, label) as checks["faults"]:
                 sampler.start()
                 res = fab.run_flows(flows, f"victim-{phase}")
                 sampler.stop()

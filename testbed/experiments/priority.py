@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.spec import ExperimentSpec, Spec
@@ -28,8 +29,16 @@ class PriorityQueues(ExperimentSpec):
     weights: list[int] = field(default_factory=lambda: [3, 1])
     duration_s: float = 10.0
     omit_s: float = 2.0
+    # links, switches or the controller failing during every traffic phase (as a
+    # permutation's, config/faults.py); at_s counts from the phase's traffic start
+    faults: list[FabricFault] = field(default_factory=list)
+
+    def fabric(self) -> Topology:
+        return dumbbell(senders=2, receivers=1, access_rate_mbps=max(100.0, 4 * self.rate_mbps),
+                        bottleneck_rate_mbps=self.rate_mbps)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_faults(self.faults, path, self.fabric(), self.omit_s + self.duration_s)
         for name in ("high_load", "low_load"):
             if not 0 < getattr(self, name) <= 2:
                 raise SpecError(f"{path}.{name}: a fraction of the bottleneck in (0, 2]")
@@ -41,8 +50,7 @@ def run(ctx: Context, exp: PriorityQueues) -> Outcome:
     """Two UDP classes over one bottleneck: strict priority (the high class offers part of
     the port, the low class saturates it), then weighted round robin (both saturate)."""
     out = Outcome()
-    topo = dumbbell(senders=2, receivers=1, access_rate_mbps=max(100.0, 4 * exp.rate_mbps),
-                    bottleneck_rate_mbps=exp.rate_mbps)
+    topo = exp.fabric()
     classes = [TrafficClass(name="low", dscp=[0], priority=0, weight=exp.weights[1]),
                TrafficClass(name="high", dscp=[46], priority=7, weight=exp.weights[0])]
     rows = []
@@ -56,7 +64,8 @@ def run(ctx: Context, exp: PriorityQueues) -> Outcome:
                           port=5201, dscp=46, udp_mbps=high_load * exp.rate_mbps),
                      Flow(src="h2", dst="h3", duration_s=exp.duration_s, omit_s=exp.omit_s,
                           port=5202, dscp=0, udp_mbps=exp.low_load * exp.rate_mbps)]
-            with ctx.traffic_phase(fab, out, f"priority {sched}") as checks:
+            with ctx.traffic_phase(fab, out, f"priority {sched}") as checks, \
+                    ctx.faults(fab, exp.faults, f"priority {sched}") as checks["faults"]:
                 res = fab.run_flows(flows, f"prio-{sched}")
         high, low = res
         rows.append([sched, round(high.sent_mbps, 3), round(high.goodput_mbps, 3),

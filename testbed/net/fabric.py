@@ -520,8 +520,12 @@ class Fabric:
         """Why the controller is not running, if it is not (None while it runs)."""
         if self.controller is None:
             return None
-        return controller_death(self.controller.returncode(), self.controller_killed,
+        said = controller_death(self.controller.returncode(), self.controller_killed,
                                 self.controller.log_tail())
+        if said and self.qos is not None and self.qos.pfc is not None:
+            said += ("; PFC's pause executor runs in the controller, so the pauses in force "
+                     "stayed in force and the lossless classes froze")
+        return said
 
     def dataplane(self) -> Dataplane:
         """The live dataplane API of this fabric's class queues (a `qos` fabric only)."""

@@ -112,7 +112,8 @@ class FaultInjector:
             self._down[step.fault] = step.ports
         else:
             self._down.pop(step.fault, None)
-        self.done.append({"phase": self.label, "fault": fault.target(), "action": step.action,
+        self.done.append({"phase": self.label, "fault": fault.target(), "index": step.fault,
+                          "action": step.action,
                           "planned_s": step.t_s, "at_iter": fault.at_iter, "at_s": round(t - self.t0, 4), "time": t,
                           "ports": [ifname(n, p) for n, p in step.ports],
                           "connections_seen": sorted(list(c) for c in seen or ()), **extra})

@@ -108,3 +108,28 @@ def test_dataplane_api_changes_marking_at_run_time(tmp_path):
         fab.stop()
         release_record(record)
     assert not Path(fab.qos_plane.pin_dir).exists()
+
+
+def test_a_dead_controller_freezes_pfc_and_a_restart_thaws_it(tmp_path):
+    """PFC's pause executor runs in the controller. Killed, it leaves the pauses in force in
+    force: the incast's lossless class freezes and the phase says so. Restarted, it pauses
+    or resumes every transmitter as its partner's ingress asks now, and PFC works again:
+    nothing is left held at any ingress when the traffic stops."""
+    def victim(fault):
+        return {"type": "pfc_victim", "phases": ["pfc"], "duration_s": 10, "omit_s": 2,
+                "faults": [fault]}
+    out, summary = run(tmp_path, {"name": "it-pfc-ctl", "experiments": [
+        victim({"controller": True, "at_s": 4}),
+        victim({"controller": True, "at_s": 4, "for_s": 2})]})
+    assert summary["status"] == "ok", summary["error"]
+    frozen, thawed = rows(out, "pfc_victim.csv")
+    assert any("the lossless classes froze" in w for w in summary["fidelity_warnings"])
+    assert int(frozen["ingress_residual_bytes"]) > 0  # held for good behind the pauses
+    assert int(thawed["ingress_residual_bytes"]) == 0
+    assert float(thawed["incast_mbps"]) > 1.5 * float(frozen["incast_mbps"])
+    # the status is the restarted executor's: written after the restart
+    status = json.loads(next((out / "qos_apps").glob("*-2/pfc.json")).read_text())
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    restarted = [e["fault_step"]["time"] for e in events
+                 if e.get("fault_step", {}).get("action") == "up"]
+    assert len(restarted) == 1 and status["applied"] > restarted[0], (status, restarted)

@@ -242,3 +242,18 @@ def test_a_pause_expires_unless_its_ingress_still_asks():
     out = qos_policy.expired_pauses({(1, 1), (3, 1), (1, 0)}, ports,
                                     lambda rx, cls: held[(rx, cls)], xon_bytes=6000)
     assert [(a.verb, a.port, a.cls) for a in out] == [("resume", 1, 0), ("resume", 3, 1)]
+
+
+def test_a_restarted_executor_pauses_exactly_where_an_ingress_asks():
+    # switch ingress ports 2 and 4 ask for pauses of class 1; 1 and 5 do not (a pause of
+    # their partner may still be in force from before, with nobody asking); port 0 is a
+    # host's NIC (it never asks, and is a transmitter only)
+    ports = [{"id": 0, "peer": 5, "is_host": True}, {"id": 1, "peer": 2, "is_host": False},
+             {"id": 2, "peer": 1, "is_host": False}, {"id": 3, "peer": 4, "is_host": False},
+             {"id": 4, "peer": 3, "is_host": False}, {"id": 5, "peer": 0, "is_host": False}]
+    asking = {(2, 1), (4, 1), (0, 1)}
+    found = qos_policy.reconcile_pauses(ports, [1], lambda rx, cls: (rx, cls) in asking)
+    assert [(a.verb, a.port, a.cls) for a in found] == [
+        ("resume", 2, 1), ("pause", 1, 1), ("resume", 4, 1), ("pause", 3, 1),
+        ("resume", 0, 1)]
+    assert qos_policy.reconcile_pauses(ports, [], lambda rx, cls: True) == []  # no PFC

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from testbed.config.faults import FabricFault
+from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
@@ -208,8 +208,7 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
         if not 0 <= exp.fault.at_iter < exp.iters:
             raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
     for fabric in fabrics:
-        for j, fault in enumerate(exp.faults):
-            fault.check(f"{path}.faults[{j}]", fabric, None, exp.iters)
+        check_faults(exp.faults, path, fabric, None, exp.iters)
     if exp.straggler is not None:
         st = exp.straggler
         most = min(exp.workers or [job.workers for job in exp.jobs])
