@@ -120,9 +120,10 @@ class ControllerProcess:
 
 
 def controller_death(returncode: int | None, killed_at: float | None,
-                     log_tail: list[str]) -> str | None:
+                     log_tail: list[str], died_at: float | None = None) -> str | None:
     """What to say of a controller that is not running (None while it runs): a fault's
-    doing, or a death nobody asked for, with its exit status and its last log lines."""
+    doing, or a death nobody asked for (`died_at`: when the runner saw it), with its exit
+    status and its last log lines."""
     if returncode is None:
         return None
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
@@ -131,4 +132,5 @@ def controller_death(returncode: int | None, killed_at: float | None,
                 f"{time.strftime('%H:%M:%S', time.localtime(killed_at))} ({how}); the "
                 "switches kept their flows")
     tail = " | ".join(log_tail) or "its log is empty"
-    return f"the controller died during the phase ({how}); last log lines: {tail}"
+    when = f" at {time.strftime('%H:%M:%S', time.localtime(died_at))}" if died_at else ""
+    return f"the controller died during the phase{when} ({how}); last log lines: {tail}"

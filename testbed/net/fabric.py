@@ -520,8 +520,10 @@ class Fabric:
         """Why the controller is not running, if it is not (None while it runs)."""
         if self.controller is None:
             return None
+        seen = [d["time"] for d in self.controller_deaths
+                if self.controller.proc is not None and d["pid"] == self.controller.proc.pid]
         said = controller_death(self.controller.returncode(), self.controller_killed,
-                                self.controller.log_tail())
+                                self.controller.log_tail(), seen[0] if seen else None)
         if said and self.qos is not None and self.qos.pfc is not None:
             said += ("; PFC's pause executor runs in the controller, so the pauses in force "
                      "stayed in force and the lossless classes froze")
@@ -540,7 +542,7 @@ class Fabric:
         for d in self.controller_deaths:
             if not t_start <= d["time"] <= t_end:
                 continue
-            text = controller_death(d["returncode"], None, d["log_tail"]) or ""
+            text = controller_death(d["returncode"], None, d["log_tail"], d["time"]) or ""
             if "restart" in d:
                 r = d["restart"]
                 text += (f"; restarted: {r['resync']['switches']} switches resynchronised in "

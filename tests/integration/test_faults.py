@@ -152,7 +152,8 @@ def test_a_controller_that_dies_unasked_is_restarted_or_fails_the_run(tmp_path, 
     data["controller"] = {"on_death": on_death}
     crash = kill_the_controller_later(tmp_path / "run", 2.0)
     if on_death == "fail":
-        with pytest.raises(TestbedError, match=r"the controller died during the phase \(killed "
+        with pytest.raises(TestbedError, match=r"the controller died during the phase at "
+                                               r"[0-9:]+ \(killed "
                                                r"by signal 9\).*controller.on_death: fail"):
             run(tmp_path, data)
         crash.join()

@@ -116,6 +116,11 @@ def test_a_dead_controller_is_reported_with_its_cause():
     assert crash.startswith("the controller died during the phase (exit status 1)")
     assert "KeyError: 'x'" in crash
     assert "its log is empty" in controller_death(-15, None, [])
+    import time
+    seen = controller_death(-9, None, [], died_at=1795450000.0)
+    assert seen.startswith("the controller died during the phase at "
+                           f"{time.strftime('%H:%M:%S', time.localtime(1795450000.0))} "
+                           "(killed by signal 9)")
     topo = fattree(4)
     assert fault_ports(FabricFault(controller=True, at_s=1), topo) == ()
     assert FabricFault(controller=True, at_s=1).target() == "controller"
