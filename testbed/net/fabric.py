@@ -555,14 +555,17 @@ class Fabric:
     def stop(self) -> None:
         self._watch_stop.set()
         t0 = time.time()
+        # The controller first: tearing the network down takes every port down, and a
+        # controller still running would take that for failures (replans, Hedera's placed
+        # flows sent back, in its logs as if they had happened during the phase).
+        if self.controller is not None:
+            self.controller.stop()
         if self.net is not None:
             controllers = list(self.net.controllers)
             self.net.stop()
             for node in controllers:  # RemoteController.stop() leaves its shell running
                 node.terminate()
             self.net = None
-        if self.controller is not None:
-            self.controller.stop()
         if self.qos_plane is not None:
             self.qos_plane.remove()
         self.times.teardown_s = time.time() - t0
