@@ -89,7 +89,7 @@ def protect(topo: Topology, plan: Plan) -> Plan:
     first hop) and the detour's rule at the neighbour. Routes to a host's own port stay as
     they are (nothing to fail over to)."""
     groups = list(plan.groups)
-    next_id = {}
+    next_id: dict[int, int] = {}
     for g in groups:
         next_id[g.dpid] = max(next_id.get(g.dpid, 0), g.group_id)
     ff_ids: dict[tuple[int, int, int], int] = {}
