@@ -15,7 +15,7 @@ PACKAGES = ("topologies", "testbed", "controllers")
 # the bottom: pure data and decisions, importable by anything, importing no runtime
 PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.flowsched",
         "controllers.priority", "controllers.flowctl", "controllers.qos_policy",
-        "controllers.recovery", "controllers.failover",
+        "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
         # the parallel workers' layout, schedules, model descriptions and analytical model
         "testbed.workloads.parallel.layout", "testbed.workloads.parallel.schedule",
         "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",

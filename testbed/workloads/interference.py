@@ -1,0 +1,127 @@
+"""Training jobs sharing one bottleneck, as a fluid model (issue 13): what each job's
+iteration should take when its communication phases meet other jobs' on the link, and the
+start offsets that keep them apart (CASSINI's idea, NSDI'24).
+
+Each job repeats compute (`compute_s`, the link idle for it) then communication: `comm_s`
+seconds of the bottleneck's full rate, which is what it takes alone. Jobs communicating at
+the same time share the link in proportion to their `weight` (1 each: TCP's fair share;
+other weights: a weighted round robin, or priorities as very unequal weights). `simulate`
+steps through every change of who is communicating and returns each iteration's start,
+communication start and end; everything else (iteration times, overlap, the best offsets)
+is computed from that. For two identical jobs the known closed forms fall out: fully
+overlapped, each communication takes 2M (iteration C + 2M); interleaved, M (iteration
+C + M) when C >= M (`tests/unit/test_interference.py`).
+
+Pure: no clock, no I/O; the runner compares it with what the jobs measured.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    compute_s: float         # C: per iteration, the link idle for this job
+    comm_s: float            # M: its communication alone at the bottleneck's full rate
+    offset_s: float = 0.0    # when its first iteration starts
+    weight: float = 1.0      # its share of the link while others communicate too
+
+
+@dataclass(frozen=True)
+class Iteration:
+    start: float
+    comm_start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def simulate(jobs: list[Job], iterations: int) -> list[list[Iteration]]:
+    """Every job's first `iterations` iterations under weighted fair sharing of the link."""
+    n = len(jobs)
+    done: list[list[Iteration]] = [[] for _ in jobs]
+    # per job: phase ("wait" before its offset, "compute", "comm"), when the phase ends
+    # (compute) or the work left (comm), and the current iteration's start / comm start
+    phase = ["wait"] * n
+    left = [job.offset_s for job in jobs]  # seconds of waiting, computing, or link work
+    started = [job.offset_s for job in jobs]
+    comm_started = [0.0] * n
+    t = 0.0
+    while any(len(d) < iterations for d in done):
+        active = [i for i in range(n) if len(done[i]) < iterations]
+        comm = [i for i in active if phase[i] == "comm"]
+        total_w = sum(jobs[i].weight for i in comm)
+        rate = {i: jobs[i].weight / total_w for i in comm}
+        # the next change: a wait or compute phase ending, or a communication finishing
+        step = min(left[i] / rate[i] if phase[i] == "comm" else left[i] for i in active)
+        step = max(step, 0.0)
+        t += step
+        for i in active:
+            left[i] -= step * rate[i] if phase[i] == "comm" else step
+        for i in active:
+            if left[i] > EPS:
+                continue
+            if phase[i] == "wait":
+                phase[i], left[i], started[i] = "compute", jobs[i].compute_s, t
+            elif phase[i] == "compute":
+                phase[i], left[i], comm_started[i] = "comm", jobs[i].comm_s, t
+            else:
+                done[i].append(Iteration(started[i], comm_started[i], t))
+                phase[i], left[i], started[i] = "compute", jobs[i].compute_s, t
+            if phase[i] == "compute" and left[i] <= EPS:  # no compute: straight to the link
+                phase[i], left[i], comm_started[i] = "comm", jobs[i].comm_s, t
+    return done
+
+
+def steady_iteration_s(runs: list[list[Iteration]], warmup: int = 2) -> list[float]:
+    """Each job's median iteration time after `warmup` iterations."""
+    return [statistics.median(it.duration for it in run[warmup:] or run) for run in runs]
+
+
+def overlap_fraction(runs: list[list[Iteration]], job: int, k: int) -> float:
+    """Of job `job`'s k-th communication phase, the fraction during which another job was
+    communicating too (0: interleaved; 1: always shared)."""
+    mine = runs[job][k]
+    a, b = mine.comm_start, mine.end
+    if b <= a:
+        return 0.0
+    spans = sorted((max(a, it.comm_start), min(b, it.end)) for j, run in enumerate(runs)
+                   if j != job for it in run if it.end > a and it.comm_start < b)
+    covered, reach = 0.0, a
+    for lo, hi in spans:  # the union of the others' phases within mine
+        lo = max(lo, reach)
+        if hi > lo:
+            covered += hi - lo
+            reach = hi
+    return covered / (b - a)
+
+
+def best_offsets(jobs: list[Job], steps: int = 20, iterations: int = 12,
+                 warmup: int = 4) -> tuple[list[float], float]:
+    """Start offsets (the first job at 0) that minimise the jobs' mean steady iteration time,
+    searched over `steps` points of a period for each other job in turn (coordinate
+    descent, deterministic); with the mean iteration time they give. A time-shift policy
+    delays each job's iteration starts by its offset."""
+    period = max(j.compute_s + j.comm_s for j in jobs)
+    offsets = [0.0] * len(jobs)
+
+    def cost(offs: list[float]) -> float:
+        shifted = [Job(j.name, j.compute_s, j.comm_s, o, j.weight) for j, o in zip(jobs, offs)]
+        return statistics.mean(steady_iteration_s(simulate(shifted, iterations), warmup))
+
+    best = cost(offsets)
+    for _ in range(2):  # two sweeps settle every case tried (tests)
+        for i in range(1, len(jobs)):
+            for s in range(steps):
+                trial = list(offsets)
+                trial[i] = period * s / steps
+                c = cost(trial)
+                if c < best - 1e-9:
+                    best, offsets = c, trial
+    return offsets, best

@@ -1,0 +1,54 @@
+"""The fluid model of training jobs sharing one bottleneck (issue 13, testbed/workloads/
+interference.py): the closed forms for two identical jobs, weights, overlap, and the
+offsets a time-shift policy would choose."""
+import pytest
+
+from testbed.workloads.interference import (
+    Job,
+    best_offsets,
+    overlap_fraction,
+    simulate,
+    steady_iteration_s,
+)
+
+C, M = 0.6, 0.4  # communication 40% of an iteration alone
+
+
+def test_one_job_alone_takes_compute_plus_communication():
+    (run,) = simulate([Job("a", C, M)], 5)
+    assert [round(it.duration, 9) for it in run] == [C + M] * 5
+    assert run[1].start == pytest.approx(C + M) and run[1].comm_start == pytest.approx(2 * C + M)
+
+
+def test_two_identical_jobs_in_step_share_the_link_and_take_c_plus_2m():
+    runs = simulate([Job("a", C, M), Job("b", C, M)], 6)
+    assert steady_iteration_s(runs) == pytest.approx([C + 2 * M] * 2)
+    assert overlap_fraction(runs, 0, 3) == pytest.approx(1.0)
+
+
+def test_interleaved_they_each_take_c_plus_m():
+    # b starts half a period later: when C >= M, its communication fits in a's compute
+    runs = simulate([Job("a", C, M), Job("b", C, M, offset_s=(C + M) / 2)], 8)
+    assert steady_iteration_s(runs) == pytest.approx([C + M] * 2)
+    assert overlap_fraction(runs, 0, 5) == pytest.approx(0.0)
+
+
+def test_weights_split_the_link_while_both_communicate():
+    # in step, a has 3 of 4 shares: it finishes its M after M/0.75 s; b gets the rest
+    runs = simulate([Job("a", C, M, weight=3), Job("b", C, M)], 1)
+    a, b = runs[0][0], runs[1][0]
+    assert a.end - a.comm_start == pytest.approx(M / 0.75)
+    # b did M/4 of its work meanwhile, then has the link to itself
+    assert b.end - b.comm_start == pytest.approx(M / 0.75 + (M - M / 3))
+
+
+def test_the_time_shift_offsets_recover_the_interleaved_iteration():
+    jobs = [Job("a", C, M), Job("b", C, M)]
+    offsets, mean = best_offsets(jobs)
+    assert offsets[0] == 0 and 0 < offsets[1] < C + M
+    assert mean == pytest.approx(C + M, rel=0.02)
+    # three jobs whose communication cannot all fit apart: better than in step, not C + M
+    three = [Job("a", C, M), Job("b", C, M), Job("c", C, M)]
+    offs, mean3 = best_offsets(three)
+    in_step = sum(steady_iteration_s(simulate(three, 12), 4)) / 3
+    assert mean3 < in_step and mean3 > C + M
