@@ -47,18 +47,12 @@ class FlowRouting(FabricRouting):
         hub.spawn(self._loop)
 
     def set_plan(self, new: routing.Plan) -> None:
-        """New flows' entries copy the replanned routes."""
+        """After a replan: new flows' entries copy the replanned routes, and flows Hedera
+        placed across a failed link go back to their hash route (flowctl.fabric_changed),
+        their entries sent in order, each confirmed before the next, in a greenlet of their
+        own (a handler cannot wait for a barrier reply)."""
         super().set_plan(new)
         self.control.plan = new
-
-    def port_changed(self, node: str, port: int, is_down: bool) -> None:
-        """After the replan: flows Hedera placed across a failed link go back to their hash
-        route (flowctl.fabric_changed), their entries sent in order, each confirmed before
-        the next, in a greenlet of their own (a handler cannot wait for a barrier reply)."""
-        was = set(self.down)
-        super().port_changed(node, port, is_down)
-        if self.down == was:
-            return
         mods, records = self.control.fabric_changed(time.time(),
                                                     recovery.degraded(self.topo, self.down))
         self._write(self.decisions, records)

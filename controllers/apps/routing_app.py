@@ -208,7 +208,8 @@ class FabricRouting(RyuApp):
         self._write_state()
 
     def set_plan(self, new: routing.Plan) -> None:
-        """The plan now installed (a subclass that derives entries from it follows)."""
+        """The plan now installed, replanned after the ports in `down` changed (a subclass
+        that derives entries from it follows)."""
         self.plan = new
 
     # ---- proxy ARP -------------------------------------------------------------
