@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.datapath import TRAITS
-from testbed.config.datapath import choose as choose_datapath
 from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
@@ -228,11 +227,8 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError("`testbed run` needs root: run it with sudo")
     if not ovs.running():
         raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
-    if spec.datapath == "kernel" and not ovs.kernel_datapath_available():
-        try:  # refused before anything is created (each fabric chooses again: config/datapath)
-            choose_datapath(spec.datapath, False)
-        except ValueError as exc:
-            raise TestbedError(str(exc)) from None
+    ovs.datapath_for(spec.datapath)  # refused before anything is created (each fabric
+    # chooses again when it starts)
     lock = RunLock()
     lock.acquire()
     stamp = time.strftime("%Y%m%d-%H%M%S")

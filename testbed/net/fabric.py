@@ -22,7 +22,6 @@ from controllers.recovery import degraded, host_route_changes, host_route_line
 from controllers.routing import plan as routing_plan
 from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
 from testbed.config.datapath import TRAITS, Traits
-from testbed.config.datapath import choose as choose_datapath
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
@@ -140,12 +139,7 @@ class Fabric:
         switch_q, _ = self.port_queues()
         if any(q.delay_us or q.loss_pct for q in switch_q):
             dataplane.check_mechanisms(switch_q, netem_available=_netem_available())
-        try:
-            traits = choose_datapath(self.datapath_setting, self.datapath_setting != "user"
-                                     and ovs.kernel_datapath_available())
-        except ValueError as exc:
-            raise TestbedError(str(exc)) from None
-        self.datapath = traits.name
+        self.datapath = ovs.datapath_for(self.datapath_setting).name
         if self.qos is not None:
             build_object()
             self.qos_plane = self._make_qos_plane()

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from testbed.config.datapath import Traits
+from testbed.config.datapath import choose as choose_datapath
 from testbed.config.units import frame_bytes
 from testbed.system import TestbedError, have, run, sysctl_get, sysctl_set
 
@@ -87,6 +89,16 @@ def tables(bridge: str) -> list[str]:
         out += [line.strip() for line in run(argv).stdout.splitlines()
                 if line.strip() and " reply (" not in line]
     return out
+
+
+def datapath_for(setting: str) -> Traits:
+    """The datapath a run uses for the spec's `datapath` setting on this machine
+    (config/datapath.choose; the kernel module is looked for only when it could be used);
+    TestbedError, saying why, when it cannot have it."""
+    try:
+        return choose_datapath(setting, setting != "user" and kernel_datapath_available())
+    except ValueError as exc:
+        raise TestbedError(str(exc)) from None
 
 
 def bridges() -> list[str]:
