@@ -69,6 +69,12 @@ def check_faults(faults: list[FabricFault], path: str, topo: Topology,
         fault.check(f"{path}.faults[{j}]", topo, phase_s, iters)
 
 
+def describe_steps(steps: list[dict], sep: str = "; ") -> str:
+    """The executed steps of a phase (net/faults.py records) in words: "link a1-c1 down at
+    5.02 s; link a1-c1 up at 10.00 s"."""
+    return sep.join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+
+
 Action = Literal["down", "up"]
 
 

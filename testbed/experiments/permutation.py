@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from controllers.flowsched import estimate_demands
-from testbed.config.faults import FabricFault, check_faults
+from testbed.config.faults import FabricFault, check_faults, describe_steps
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
@@ -253,7 +253,7 @@ def outages(topo: Topology, routing: str, pattern: str, rep: int, flows: list, r
     on the flow's own clock); with probes, the longest break the failures made in its pair's
     pings (flows.probe_outage; None without probes), and the same measure taken
     `PROBE_BACKGROUND_S` before each failure (what congestion alone does to the probes)."""
-    what = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+    what = describe_steps(steps)
     downs = [s for s in steps if s["action"] == "down"]
     seen = [tuple(c) for s in downs for c in s.get("connections_seen", [])]
     rows = []

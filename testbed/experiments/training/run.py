@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controllers.recovery import degraded
-from testbed.config.faults import FabricFault, fault_ports
+from testbed.config.faults import FabricFault, describe_steps, fault_ports
 from testbed.errors import TestbedError
 from testbed.workloads.flows import assign_ports
 from testbed.workloads.launch import train_argv
@@ -216,8 +216,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     if exp.faults:
         first = len(placement.servers)
         workers = [read_records(job_dir / f"rank{r}.jsonl") for r in range(first, first + n)]
-        summary["faults"] = "; ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s"
-                                      for s in steps)
+        summary["faults"] = describe_steps(steps)
         # the job's own connections on the failed ports just before the failure
         ips = {topo.host(h).ip for _, h, _ in placement.ranks}
         summary["fault_on_job_path"] = any(c[0] in ips and c[1] in ips for s in steps
@@ -246,7 +245,7 @@ def fault_context(topo: Topology, faults: list[FabricFault], steps: list[dict],
                   hosts: list[str]) -> str:
     """What the faults had done when a job failed: each executed step, and which faults
     leave a job host with no path to the first (a partition no routing can repair)."""
-    what = ", ".join(f"{s['fault']} {s['action']} at {s['at_s']:.2f} s" for s in steps)
+    what = describe_steps(steps, ", ")
     cut = []
     for fault in faults:
         reach = distances_to(degraded(topo, fault_ports(fault, topo)), hosts[0])
