@@ -285,7 +285,8 @@ class HederaScheduler:
             if t.path is not None:
                 self.reservations.release(t.path, t.demand)
 
-    def unplace(self, broken: Callable[[tuple[str, ...]], bool]) -> list[tuple[FlowKey, tuple[str, ...]]]:
+    def unplace(self, broken: Callable[[tuple[str, ...]], bool]
+                ) -> list[tuple[FlowKey, tuple[str, ...]]]:
         """Every placed flow whose path is `broken` (it crosses a failed link) goes back to
         its hash path and releases its reservation; the next period may place it again on
         what is left. Returns (flow, the path it had)."""

@@ -1,7 +1,8 @@
 """Executes a fault timeline (testbed/config/faults.py) during a traffic phase: a thread
 sleeps until each step's time (a training fault at an iteration: until the job reports that
-iteration done), sets the step's switch ports down or up, and records what it did and when. For the half second before a port goes down it reads the headers on that
-port (measure/linkflows.py): the connections the failure is about to cut. Before the
+iteration done), sets the step's switch ports down or up, and records what it did and
+when. For the half second before a port goes down it reads the headers on that port
+(measure/linkflows.py): the connections the failure is about to cut. Before the
 controller is killed it dumps every switch's tables, and once a restarted controller has
 resynchronised it dumps them again: the step records the difference (`table_diff`, what the
 restart changed). Whatever is still down when the phase ends is brought back up (a
@@ -113,8 +114,8 @@ class FaultInjector:
         else:
             self._down.pop(step.fault, None)
         self.done.append({"phase": self.label, "fault": fault.target(), "index": step.fault,
-                          "action": step.action,
-                          "planned_s": step.t_s, "at_iter": fault.at_iter, "at_s": round(t - self.t0, 4), "time": t,
+                          "action": step.action, "planned_s": step.t_s,
+                          "at_iter": fault.at_iter, "at_s": round(t - self.t0, 4), "time": t,
                           "ports": [ifname(n, p) for n, p in step.ports],
                           "connections_seen": sorted(list(c) for c in seen or ()), **extra})
         what = "restarted" if fault.controller and step.action == "up" else step.action
