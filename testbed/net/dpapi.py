@@ -4,15 +4,18 @@ depth and counters.
 
 It is opened from `dataplane.json`, which the fabric writes once its queues and BPF programs
 are in place. Standard library only (bpf(2) through ctypes, netlink through a raw socket), so
-that it runs unchanged inside Ryu's eventlet loop.
+that it runs unchanged inside Ryu's eventlet loop; class weights, a change a policy makes a few
+times a second at most, go through `tc`.
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import socket
 import struct
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +65,14 @@ class QueueState:
 
 
 @dataclass(frozen=True)
+class DscpCounters:
+    enq_bytes: int
+    enq_pkts: int
+    marks: int
+    drops: int
+
+
+@dataclass(frozen=True)
 class IngressState:
     bytes: int
     paused: int
@@ -104,6 +115,7 @@ class Dataplane:
         self._maps: dict[str, Map] = {}
         self._qstate = self._map("tb_qstate").mmap_array()
         self._inq = self._map("tb_inq").mmap_array()
+        self._dscp_stats = self._map("tb_dscp_stats").mmap_array()
         self._nl: dict[str | None, socket.socket] = {}
         self._gates: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self._kickers: dict[int, socket.socket] = {}
@@ -118,6 +130,7 @@ class Dataplane:
     def close(self) -> None:
         self._qstate.close()
         self._inq.close()
+        self._dscp_stats.close()
         for m in self._maps.values():
             m.close()
         for s in [*self._nl.values(), *self._kickers.values()]:
@@ -156,10 +169,34 @@ class Dataplane:
                if cfg and cfg.enabled else qos.PFC_CFG.pack(0, 0, 0, 0))
         self._map("tb_pfc_cfg").update(qos.U32.pack(qos.slot(port, cls)), rec)
 
+    def set_schedule(self, ports: list[int], weights: list[int] | None = None,
+                     priorities: list[int] | None = None) -> None:
+        """On these switch egress ports, while traffic runs: weighted round robin with
+        these weights, or strict priority with these priorities (one per class, higher
+        first); one `tc -batch` for all of them."""
+        fields = {f.name for f in dataclasses.fields(qos.QosPort)}
+        n = len(weights if weights is not None else priorities or [])
+        lines = []
+        for port in ports:
+            p = qos.QosPort(**{k: v for k, v in self.ports[port].items() if k in fields})
+            for index in range(n):
+                lines.append(" ".join(qos.htb_class(
+                    p, index, self.desc["mtu_bytes"], self.desc.get("burst_us", 0), weights,
+                    priorities[index] if priorities is not None else 0, verb="change")))
+        if lines:
+            subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", text=True,
+                           check=True, capture_output=True)
+
     # ---- reading -------------------------------------------------------------------
     def queue(self, port: int, cls: int) -> QueueState:
         return QueueState(*qos.QSTATE.unpack_from(self._qstate,
                                                   qos.slot(port, cls) * qos.QSTATE.size))
+
+    def dscp_counters(self, port: int, dscp: int) -> DscpCounters:
+        """What one code point (e.g. one job's) has put through a port's egress so far,
+        whatever class it maps to."""
+        return DscpCounters(*qos.DSCP_STATS.unpack_from(
+            self._dscp_stats, qos.dscp_slot(port, dscp) * qos.DSCP_STATS.size))
 
     def ingress(self, port: int, cls: int) -> IngressState:
         return IngressState(*qos.INGRESS.unpack_from(self._inq,

@@ -71,25 +71,36 @@ def htb_class_commands(port: QosPort, q: QosConfig, mtu_bytes: int, burst_us: in
          "htb", "rate", f"{rate_bit}bit", "ceil", f"{rate_bit}bit", *burst_args,
          "quantum", str(frame)],
     ]
-    total_w = sum(c.weight for c in q.classes)
-    min_w = min(c.weight for c in q.classes)
+    weights = [c.weight for c in q.classes] if port.scheduler == "wrr" else None
     for index, cls in enumerate(q.classes):
         minor = class_minor(index)
-        if port.scheduler == "wrr":
-            rate = max(8000, rate_bit * cls.weight // total_w)
-            prio, quantum = 0, frame * cls.weight // min_w
-        else:
-            rate, prio, quantum = 8000, 7 - cls.priority, frame
-        cmds.append(["class", "replace", "dev", dev, "parent", PARENT_CLASS,
-                     "classid", f"{ROOT_MAJOR}:{minor:x}", "htb", "rate", f"{rate}bit",
-                     "ceil", f"{rate_bit}bit", *burst_args, "prio", str(prio),
-                     "quantum", str(quantum)])
+        cmds.append(htb_class(port, index, mtu_bytes, burst_us, weights, cls.priority))
         cmds.append(["qdisc", "replace", "dev", dev, "parent", f"{ROOT_MAJOR}:{minor:x}",
                      "handle", f"{minor:x}:", "tbf", "rate", f"{RUNNING_RATE_BPS * 8}bit",
                      "burst", str(gate_burst(frame, paused=False)),
                      "limit", str(tbf_limits[index])])
     cmds.append(["qdisc", "replace", "dev", dev, "clsact"])
     return cmds
+
+
+def htb_class(port: QosPort, index: int, mtu_bytes: int, burst_us: int,
+              weights: list[int] | None, priority: int = 0, verb: str = "replace") -> list[str]:
+    """tc argv (without 'tc') of one class's HTB leaf: under weighted round robin
+    (`weights`, one per class) a guaranteed rate and a DRR quantum in proportion to its
+    weight; under strict priority a token rate and HTB's `prio` from the class's priority.
+    `verb` change: the same settings applied to a running class (a policy moving weights)."""
+    frame = frame_bytes(mtu_bytes)
+    rate_bit = int(round(port.rate_mbps * 1_000_000))
+    burst = htb_burst_bytes(port.rate_mbps, burst_us, mtu_bytes)
+    burst_args = ["burst", str(burst), "cburst", str(burst)] if burst else []
+    if weights is not None:
+        rate = max(8000, rate_bit * weights[index] // sum(weights))
+        prio, quantum = 0, frame * weights[index] // min(weights)
+    else:
+        rate, prio, quantum = 8000, 7 - priority, frame
+    return ["class", verb, "dev", port.ifname, "parent", PARENT_CLASS,
+            "classid", f"{ROOT_MAJOR}:{class_minor(index):x}", "htb", "rate", f"{rate}bit",
+            "ceil", f"{rate_bit}bit", *burst_args, "prio", str(prio), "quantum", str(quantum)]
 
 
 def bpf_attach_commands(ifname: str, prog_dir: str, host: bool) -> list[list[str]]:
@@ -120,6 +131,8 @@ def gate_burst(frame: int, paused: bool) -> int:
 
 QCFG = struct.Struct("8I")
 QSTATE = struct.Struct("qq7Q")
+DSCP_STATS = struct.Struct("4Q")  # per port and DSCP: enq_bytes, enq_pkts, marks, drops
+NDSCP = 64
 PFC_CFG = struct.Struct("4I")
 INGRESS = struct.Struct("q9Q")
 EVENT = struct.Struct("4Q4Iq")
@@ -132,6 +145,10 @@ PORT_HOST = 1  # port_cfg flag: drops go back to the sending host's stack (TC_AC
 
 def slot(port_id: int, cls: int) -> int:
     return port_id * NCLASS + cls
+
+
+def dscp_slot(port_id: int, dscp: int) -> int:
+    return port_id * NDSCP + dscp
 
 
 def qcfg_record(limit_bytes: int, limit_pkts: int, ecn: EcnProfile | None, frame: int,

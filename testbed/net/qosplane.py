@@ -194,7 +194,8 @@ class QosPlane:
                      limits=[self.limits(p, c) for c in range(len(self.cfg.classes))])
             ports.append(d)
         desc = {"map_dir": str(self.pin_dir / "maps"), "prog_dir": str(self.pin_dir / "progs"),
-                "mtu_bytes": self.mtu, "qos": asdict(self.cfg), "ports": ports,
+                "mtu_bytes": self.mtu, "burst_us": self.burst_us, "qos": asdict(self.cfg),
+                "ports": ports,
                 "written": time.time()}
         self.description.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.description.with_suffix(".tmp")
@@ -202,24 +203,24 @@ class QosPlane:
         tmp.replace(self.description)
 
     def wait_apps(self, status_dir: Path, since: float, timeout: float = 30.0,
-                  alive=lambda: True) -> dict:
+                  alive=lambda: True, apps: tuple[str, ...] = QOS_APPS) -> dict:
         """Until every QoS app has applied its policy to this dataplane."""
         deadline = time.time() + timeout
         status: dict = {}
         while time.time() < deadline:
-            for app in QOS_APPS:
+            for app in apps:
                 try:
                     st = json.loads((status_dir / f"{app}.json").read_text())
                 except (OSError, ValueError):
                     continue
                 if st.get("applied", 0) >= since:
                     status[app] = st
-            if len(status) == len(QOS_APPS):
+            if len(status) == len(apps):
                 return status
             if not alive():
                 break
             time.sleep(0.05)
-        missing = sorted(set(QOS_APPS) - set(status))
+        missing = sorted(set(apps) - set(status))
         raise TestbedError(f"QoS apps {missing} did not configure the dataplane within "
                            f"{timeout:.0f} s; see the controller log")
 

@@ -27,6 +27,7 @@
 
 #define MAX_PORTS 1024
 #define NCLASS 8
+#define NDSCP 64
 #define NONE 0xffffffffu
 /* Resuming a class (opening its tbf gate) does not run the interface's qdisc; when nothing
  * else arrives, the held packets would wait for the next packet. The pause executor then
@@ -84,6 +85,13 @@ struct qstate {            /* per port and class; read by telemetry through mmap
 	__u64 not_ect_over_k;  /* packets that would be marked but are not ECN-capable */
 	__u64 enq_bytes;
 	__u64 kicks;           /* resume kicks sent from this port (class 0 slot only) */
+};
+
+struct dscp_stats {        /* per port and DSCP (each job's own code point); read through mmap */
+	__u64 enq_bytes;
+	__u64 enq_pkts;
+	__u64 marks;
+	__u64 drops;
 };
 
 struct pfc_cfg {           /* per switch ingress port and class */
@@ -186,6 +194,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS * NDSCP);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct dscp_stats);
+} tb_dscp_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_PORTS * NCLASS);
 	__type(key, __u32);
 	__type(value, struct pfc_cfg);
@@ -215,6 +231,7 @@ struct {
 
 struct parsed {
 	__u32 cls;
+	__u32 dscp;
 	__u8 tos;
 	__u8 is_ip;
 	__u8 kick;
@@ -240,6 +257,7 @@ static __always_inline void parse(struct __sk_buff *skb, struct parsed *p)
 	p->is_ip = 1;
 	p->tos = ip.tos;
 	__u32 dscp = ip.tos >> 2;
+	p->dscp = dscp;
 	__u32 *cls = bpf_map_lookup_elem(&tb_dscp, &dscp);
 	if (cls && *cls < NCLASS)
 		p->cls = *cls;
@@ -341,9 +359,11 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 	}
 
 	__u32 slot = pc->port * NCLASS + p.cls;
+	__u32 dslot = pc->port * NDSCP + (p.dscp & (NDSCP - 1));
 	struct qcfg *qc = bpf_map_lookup_elem(&tb_qcfg, &slot);
 	struct qstate *q = bpf_map_lookup_elem(&tb_qstate, &slot);
-	if (!qc || !q)
+	struct dscp_stats *ds = bpf_map_lookup_elem(&tb_dscp_stats, &dslot);
+	if (!qc || !q || !ds)
 		return TC_ACT_OK;
 	if (p.is_ip && pc->sw != NONE && is_lossless(p.cls)) {
 		/* a packet whose ingress overflowed its headroom: the tc ingress hook cannot
@@ -354,6 +374,7 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 		if (v && (v->flags & PKT_DROP)) {
 			release(&p, pc->sw, pc->port, bpf_ktime_get_ns());
 			__sync_fetch_and_add(&q->drops, 1);
+			__sync_fetch_and_add(&ds->drops, 1);
 			return TC_ACT_STOLEN;
 		}
 	}
@@ -364,6 +385,7 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 	if ((qc->limit_pkts && q->pkts + segs > qc->limit_pkts) ||
 	    (qc->limit_bytes && q->bytes + len > qc->limit_bytes)) {
 		__sync_fetch_and_add(&q->drops, 1);
+		__sync_fetch_and_add(&ds->drops, 1);
 		/* A host's full NIC queue pushes back on its TCP (local congestion, as with a real
 		 * qdisc); a switch drops silently. */
 		return (pc->flags & PORT_HOST) ? TC_ACT_SHOT : TC_ACT_STOLEN;
@@ -385,6 +407,7 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 				bpf_l3_csum_replace(skb, ETH_HLEN + 10, old, new, 2);
 				bpf_skb_store_bytes(skb, ETH_HLEN, &new, 2, 0);
 				__sync_fetch_and_add(&q->marks, 1);
+				__sync_fetch_and_add(&ds->marks, 1);
 			}
 		}
 	}
@@ -392,6 +415,8 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 	__sync_fetch_and_add(&q->bytes, len);
 	__sync_fetch_and_add(&q->enq_pkts, segs);
 	__sync_fetch_and_add(&q->enq_bytes, len);
+	__sync_fetch_and_add(&ds->enq_pkts, segs);
+	__sync_fetch_and_add(&ds->enq_bytes, len);
 	return TC_ACT_OK;
 }
 
