@@ -42,6 +42,9 @@ class JobConfig:
     crash_rank: int = -1               # fault injection: this rank raises ...
     crash_iter: int = -1               # ... at the start of this iteration
     hang_rank: int = -1                # ... or stops answering (sleeps) there
+    gate_file: str = ""                # jobs sharing a fabric: a policy's gate (jobsync), ...
+    report_file: str = ""              # ... where rank 0 reports its progress, ...
+    start_file: str = ""               # ... and the runner's start of iteration 0
 
     def plan(self) -> Plan:
         """The job as the analytical model sees it."""

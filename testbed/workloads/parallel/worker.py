@@ -37,6 +37,7 @@ from pathlib import Path
 from testbed.config.loader import load_json
 from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 
+from ..jobsync import Gate, Reporter, wait_start
 from ..layerwise import mark_sockets, socket_fds, tcp_sockets
 from ..train import Timeline, counters, report_failure, union_s
 from .cost import KINDS
@@ -476,6 +477,9 @@ class Runner:
         self.model = RealStage(cfg, self.comm, rank) if self.real else \
             EmulatedStage(cfg, self.comm, rank)
         self.logfh = (out / f"rank{rank}.jsonl").open("w", buffering=1)
+        self.gate = Gate(cfg.gate_file)
+        self.reporter = Reporter(cfg.report_file if rank == 0 else "",
+                                 lambda: sum(b for b, _ in self.comm.sent().values()))
         if self.real:
             from .. import models
             self.xtr, self.ytr, _, _ = models.dataset(cfg.real.data, "mlp", seed=cfg.seed)
@@ -546,6 +550,7 @@ class Runner:
         for w in sends:
             w.wait()
         t_pipe = time.perf_counter()
+        self.reporter.set_phase("sync")
         self.sync()
         t1 = time.perf_counter()
         self.timeline.span(f"iteration {it}", "iteration", t0, t1, tid=7)
@@ -595,28 +600,42 @@ class Runner:
              "groups": {k: r for k, (_, r) in self.comm.groups.items()}}))
 
     def run(self) -> None:
-        for it in range(self.cfg.iters):
-            base = counters(self.ifname)
-            sent0 = self.comm.sent()
-            compute0 = self.compute_spans_now()
-            row = self.iteration(it)
-            sent1 = self.comm.sent()
-            (rx0, tx0, w0), (rx1, tx1, w1) = base, counters(self.ifname)
-            spans = self.comm.spans
-            row.update({
-                "t_end": time.time(), "stage": self.stage, "dp_index": self.dpi,
-                "compute_s": self.compute_spans_now() - compute0 if not self.real
-                else None,
-                "comm_s": union_s([(s, e) for s, e, _ in spans]),
-                "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": w1 - w0})
-            for k in KINDS:
-                row[f"{k}_s"] = union_s([(s, e) for s, e, a in spans if a == k])
-                payload = sent1[k][0] - sent0[k][0]
-                row[f"{k}_bytes"] = payload
-                row[f"{k}_wire_bytes"] = payload + (sent1[k][1] - sent0[k][1]) * TCP_HEADERS
-            if self.real:  # the layers' time without their tensor-parallel allreduces
-                row["compute_s"] = max(0.0, row["compute_loop_s"] - row["tp_s"])
-            self.logfh.write(json.dumps(row) + "\n")
+        self.reporter.start()
+        try:
+            for it in range(self.cfg.iters):
+                self.reporter.begin(it, "gate")
+                gate_wait = self.gate.wait(it)
+                if it == 0 and self.cfg.start_file:
+                    gate_wait += wait_start(self.cfg.start_file, self.cfg.timeout_s)
+                self.reporter.begin(it, "compute")
+                self.one(it, gate_wait)
+        finally:
+            self.reporter.stop()
+
+    def one(self, it: int, gate_wait: float) -> None:
+        """One iteration, its row written (`gate_wait` is what the gate held it before)."""
+        base = counters(self.ifname)
+        sent0 = self.comm.sent()
+        compute0 = self.compute_spans_now()
+        row = self.iteration(it)
+        sent1 = self.comm.sent()
+        (rx0, tx0, w0), (rx1, tx1, w1) = base, counters(self.ifname)
+        spans = self.comm.spans
+        row.update({
+            "t_end": time.time(), "stage": self.stage, "dp_index": self.dpi,
+            "compute_s": self.compute_spans_now() - compute0 if not self.real
+            else None,
+            "comm_s": union_s([(s, e) for s, e, _ in spans]),
+            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": w1 - w0,
+            "gate_wait_s": gate_wait})
+        for k in KINDS:
+            row[f"{k}_s"] = union_s([(s, e) for s, e, a in spans if a == k])
+            payload = sent1[k][0] - sent0[k][0]
+            row[f"{k}_bytes"] = payload
+            row[f"{k}_wire_bytes"] = payload + (sent1[k][1] - sent0[k][1]) * TCP_HEADERS
+        if self.real:  # the layers' time without their tensor-parallel allreduces
+            row["compute_s"] = max(0.0, row["compute_loop_s"] - row["tp_s"])
+        self.logfh.write(json.dumps(row) + "\n")
 
     def compute_spans_now(self) -> float:
         if self.real:
