@@ -85,7 +85,7 @@ def make_policy(fp: FlowPriority) -> PriorityPolicy | None:
     if fp.policy == "small_first":
         return SmallFlowsFirst(fp.threshold_bytes, fp.high, fp.low)
     if fp.policy == "plugin":
-        cls = _load_class(fp.plugin)
+        cls = load_class(fp.plugin)
         policy = cls(**fp.args)
         if not hasattr(policy, "dscp"):
             raise TypeError(f"{fp.plugin} has no dscp(flow) method")
@@ -93,7 +93,7 @@ def make_policy(fp: FlowPriority) -> PriorityPolicy | None:
     raise ValueError(f"unknown flow priority policy {fp.policy!r}")
 
 
-def _load_class(ref: str) -> Any:
+def load_class(ref: str) -> Any:
     where, _, name = ref.rpartition(":")
     if where.endswith(".py"):
         found = importlib.util.spec_from_file_location("testbed_priority_plugin", where)

@@ -138,9 +138,11 @@ class RunContext:
     @contextlib.contextmanager
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
-               hedera: dict[str, Any] | None = None, **link_overrides: Any) -> Iterator[Fabric]:
+               hedera: dict[str, Any] | None = None, jobs: bool = False,
+               **link_overrides: Any) -> Iterator[Fabric]:
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
-        `hedera` changes some of the scheduler's settings."""
+        `hedera` changes some of the scheduler's settings, `jobs` loads the cross-job
+        policies' app (it needs `qos`)."""
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
@@ -160,7 +162,7 @@ class RunContext:
                      flow_priority=self.spec.controller.flow_priority,
                      fast_failover=self.spec.controller.fast_failover,
                      on_death=self.spec.controller.on_death,
-                     datapath_setting=self.spec.datapath,
+                     datapath_setting=self.spec.datapath, jobs=jobs,
                      topology_json=self.out_dir / "topologies" / f"{phase}.json",
                      log=self.log)
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "

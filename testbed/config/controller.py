@@ -153,7 +153,8 @@ class ControllerConfig:
     app logs its periods and decisions; `results_dir` is the run's results directory.
     `resync`: the controller is a restart, and its switches kept their tables: it reads
     them and sends only the difference from its plan, instead of clearing them.
-    `fast_failover` is the spec's (`ControllerSpec`)."""
+    `fast_failover` is the spec's (`ControllerSpec`). `jobs_dir`: the phase runs training
+    jobs side by side under a cross-job policy (the jobs app; controllers/jobpolicy.py)."""
     topology_json: str
     state_json: str
     routing: Literal["ecmp", "single", "hedera"]
@@ -165,6 +166,7 @@ class ControllerConfig:
     status_dir: str | None = None
     resync: bool = False
     fast_failover: bool = False
+    jobs_dir: str | None = None
 
     @property
     def per_flow(self) -> bool:

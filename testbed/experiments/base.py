@@ -35,6 +35,9 @@ class Phase(Protocol):
     @property
     def qos_status_dir(self) -> Path: ...
 
+    @property
+    def jobs_dir(self) -> Path: ...
+
     def run_flows(self, flows: list[Flow], tag: str) -> list[FlowResult]: ...
 
     def start_process(self, host: str, argv: list[str], what: str,
@@ -71,7 +74,7 @@ class Context(Protocol):
 
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
-               hedera: dict[str, Any] | None = None,
+               hedera: dict[str, Any] | None = None, jobs: bool = False,
                **link_overrides: Any) -> AbstractContextManager[Phase]: ...
 
     def traffic_phase(self, fab: Phase, outcome: Outcome,

@@ -91,6 +91,7 @@ class Fabric:
     needed_buffer_bytes: int = 0
     qos: QosConfig | None = None  # traffic classes, ECN and PFC (the BPF dataplane)
     qos_plane: QosPlane | None = None
+    jobs: bool = False  # training jobs side by side: the jobs app and its directory
 
     # ---- queues ------------------------------------------------------------------
     def port_queues(self) -> tuple[list[dataplane.PortQueue], dict[str, list[dataplane.PortQueue]]]:
@@ -172,12 +173,13 @@ class Fabric:
             flow_priority=self.flow_priority, hedera_dir=str(self.hedera_dir),
             fast_failover=self.fast_failover,
             dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
-            status_dir=str(self.qos_status_dir) if self.qos_plane else None)
+            status_dir=str(self.qos_status_dir) if self.qos_plane else None,
+            jobs_dir=str(self.jobs_dir) if self.jobs else None)
         self.controller = ControllerProcess(
             ControllerLaunch(config=config,
                              config_path=self.out_dir / "controller" / f"{self.slug}.json",
                              port=free_port(), plugins=self.plugins,
-                             qos_apps=QOS_APPS if self.qos_plane else ()),
+                             qos_apps=self.qos_apps),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
@@ -193,7 +195,8 @@ class Fabric:
             self.controller.wait_ready(len(self.topo.switches))
             if self.qos_plane is not None:
                 self.qos_status = self.qos_plane.wait_apps(
-                    self.qos_status_dir, since=t_queues, alive=self.controller.alive)
+                    self.qos_status_dir, since=t_queues, alive=self.controller.alive,
+                    apps=self.qos_apps)
             self.times.paths_installed_s = time.time() - t0
             self._first_packet()
         self.times.total_s = time.time() - t0
@@ -319,6 +322,18 @@ class Fabric:
     def hedera_dir(self) -> Path:
         """Where Hedera's scheduler logs its periods and decisions for this fabric."""
         return self.out_dir / "hedera" / self.slug
+
+    @property
+    def qos_apps(self) -> tuple[str, ...]:
+        """The QoS apps the controller loads (and the fabric waits for)."""
+        if self.qos_plane is None:
+            return ()
+        return QOS_APPS + (("jobs",) if self.jobs else ())
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where the jobs app reads rounds and logs its decisions (with `jobs`)."""
+        return self.out_dir / "jobs" / self.slug
 
     @property
     def qos_status_dir(self) -> Path:

@@ -16,6 +16,8 @@ PACKAGES = ("topologies", "testbed", "controllers")
 PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.flowsched",
         "controllers.priority", "controllers.flowctl", "controllers.qos_policy",
         "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
+        # cross-job policies and the gate / progress files they exchange with workers
+        "controllers.jobpolicy", "testbed.workloads.jobsync",
         # the parallel workers' layout, schedules, model descriptions and analytical model
         "testbed.workloads.parallel.layout", "testbed.workloads.parallel.schedule",
         "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",
