@@ -8,6 +8,7 @@ from . import (
                calibration,
                ecn_queue,
                incast,
+               jobs,
                parallel,
                permutation,
                pfc_victim,
@@ -28,6 +29,7 @@ EXPERIMENTS: dict[str, Experiment] = register(
     pfc_victim.EXPERIMENT,
     training.EXPERIMENT,
     parallel.EXPERIMENT,
+    jobs.EXPERIMENT,
 )
 
 

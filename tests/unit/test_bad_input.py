@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from testbed import cli, resources, runner
 
 from .test_spec import BASE, INVALID, with_
+from .test_spec_jobs import BAD_JOBS
+from .test_spec_jobs import spec as jobs_spec
 from .test_spec_parallel import BAD_PARALLEL
 from .test_spec_parallel import spec as parallel_spec
 from .test_spec_training import BAD_TRAINING
@@ -146,6 +148,7 @@ CORPUS: list[tuple[str | bytes, str]] = (
     [(text(data), message) for data, message in INVALID]
     + [(text(parallel_spec(**fields)), message) for fields, message in BAD_PARALLEL]
     + [(text(training_spec(**fields)), message) for fields, message in BAD_TRAINING]
+    + [(text(jobs_spec(**fields)), message) for fields, message in BAD_JOBS]
     + HARD_EDGES)
 
 

@@ -117,8 +117,7 @@ def job_hosts(job: ParallelJob, topo: Topology) -> list[str]:
 
 
 def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
-    one_of(exp.compute, COMPUTE_MODES, f"{path}.compute")
-    for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz", "scale"):
+    for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz"):
         positive(getattr(exp, name), f"{path}.{name}")
     if not 0 <= exp.warmup_iters < exp.iters:
         raise SpecError(f"{path}.warmup_iters: must be in 0..iters-1 (got {exp.warmup_iters})")
@@ -128,27 +127,7 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
         one_of(kind, KINDS, f"{path}.dscp")
         if not 0 <= d <= 63:
             raise SpecError(f"{path}.dscp.{kind}: DSCP must be in 0..63 (got {d})")
-    model = None
-    if exp.compute == "emulated":
-        if exp.model_desc is None and exp.model not in load_models():
-            raise SpecError(f"{path}.model: unknown {exp.model!r} (one of "
-                            f"{', '.join(load_models())}, or write model_desc)")
-        model = exp.describe_model()
-        if (exp.layer_fwd_s is None) != (exp.layer_bwd_s is None):
-            raise SpecError(f"{path}.layer_fwd_s: give both layer_fwd_s and layer_bwd_s")
-        if exp.layer_fwd_s is None:
-            if exp.device_tflops is None:
-                raise SpecError(f"{path}.device_tflops: emulated compute needs a device "
-                                "speed (or a profile: layer_fwd_s and layer_bwd_s)")
-            positive(exp.device_tflops, f"{path}.device_tflops")
-        else:
-            positive(exp.layer_fwd_s, f"{path}.layer_fwd_s")
-            positive(exp.layer_bwd_s, f"{path}.layer_bwd_s")
-        positive(exp.reference_link_gbps, f"{path}.reference_link_gbps", allow_none=True)
-    else:
-        for name in ("width", "depth", "batch", "lr"):
-            positive(getattr(exp.real, name), f"{path}.real.{name}")
-        one_of(exp.real.data, DATASETS, f"{path}.real.data")
+    model = check_model(exp, path)
     if not exp.jobs:
         raise SpecError(f"{path}.jobs: at least one job")
     try:
@@ -165,31 +144,64 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
     if "hedera" in exp.routings and any(h.relay for t in fabrics for h in t.hosts):
         raise SpecError(f"{path}.routings: hedera needs a switched fabric (not BCube)")
     for j, job in enumerate(exp.jobs):
-        jp = f"{path}.jobs[{j}]"
-        one_of(job.schedule, SCHEDULES, f"{jp}.schedule")
-        one_of(job.placement, POLICIES, f"{jp}.placement")
-        if not 0 <= job.zero <= 3:
-            raise SpecError(f"{jp}.zero: 0 (plain data parallel), 1, 2 or 3 (got {job.zero})")
-        if job.micro_batches < 1:
-            raise SpecError(f"{jp}.micro_batches: must be >= 1 (got {job.micro_batches})")
-        try:
-            job.layout.check()
-        except ValueError as exc:
-            raise SpecError(f"{jp}.{exc}") from None
-        if model is not None:
-            try:
-                model.check(job.layout, f"{path}.model")
-            except ValueError as exc:
-                where = str(exc) if str(exc).startswith(f"{path}.") else f"{jp}.{exc}"
-                raise SpecError(where) from None
-        else:
-            check_real(exp.real, job, jp)
+        check_job(exp, job, f"{path}.jobs[{j}]", path, model)
         for t in fabrics:
             try:
                 job_hosts(job, t)
             except ValueError as exc:
                 field_name = "hosts" if job.hosts else "dp"
-                raise SpecError(f"{jp}.{field_name}: {exc} ({t.kind})") from None
+                raise SpecError(f"{path}.jobs[{j}].{field_name}: {exc} ({t.kind})") from None
+
+
+def check_model(exp: Parallel, path: str) -> ModelDesc | None:
+    """The compute settings (`path` names the fields): the described model with emulated
+    compute (None with real compute)."""
+    one_of(exp.compute, COMPUTE_MODES, f"{path}.compute")
+    positive(exp.scale, f"{path}.scale")
+    if exp.compute != "emulated":
+        for name in ("width", "depth", "batch", "lr"):
+            positive(getattr(exp.real, name), f"{path}.real.{name}")
+        one_of(exp.real.data, DATASETS, f"{path}.real.data")
+        return None
+    if exp.model_desc is None and exp.model not in load_models():
+        raise SpecError(f"{path}.model: unknown {exp.model!r} (one of "
+                        f"{', '.join(load_models())}, or write model_desc)")
+    if (exp.layer_fwd_s is None) != (exp.layer_bwd_s is None):
+        raise SpecError(f"{path}.layer_fwd_s: give both layer_fwd_s and layer_bwd_s")
+    if exp.layer_fwd_s is None:
+        if exp.device_tflops is None:
+            raise SpecError(f"{path}.device_tflops: emulated compute needs a device "
+                            "speed (or a profile: layer_fwd_s and layer_bwd_s)")
+        positive(exp.device_tflops, f"{path}.device_tflops")
+    else:
+        positive(exp.layer_fwd_s, f"{path}.layer_fwd_s")
+        positive(exp.layer_bwd_s, f"{path}.layer_bwd_s")
+    positive(exp.reference_link_gbps, f"{path}.reference_link_gbps", allow_none=True)
+    return exp.describe_model()
+
+
+def check_job(exp: Parallel, job: ParallelJob, jp: str, model_path: str,
+              model: ModelDesc | None) -> None:
+    """One job's layout, schedule and placement against its model (`jp` names the job's
+    fields, `model_path` the model's)."""
+    one_of(job.schedule, SCHEDULES, f"{jp}.schedule")
+    one_of(job.placement, POLICIES, f"{jp}.placement")
+    if not 0 <= job.zero <= 3:
+        raise SpecError(f"{jp}.zero: 0 (plain data parallel), 1, 2 or 3 (got {job.zero})")
+    if job.micro_batches < 1:
+        raise SpecError(f"{jp}.micro_batches: must be >= 1 (got {job.micro_batches})")
+    try:
+        job.layout.check()
+    except ValueError as exc:
+        raise SpecError(f"{jp}.{exc}") from None
+    if model is not None:
+        try:
+            model.check(job.layout, f"{model_path}.model")
+        except ValueError as exc:
+            where = str(exc) if str(exc).startswith(f"{model_path}.") else f"{jp}.{exc}"
+            raise SpecError(where) from None
+    else:
+        check_real(exp.real, job, jp)
 
 
 def check_real(real: RealModel, job: ParallelJob, jp: str) -> None:

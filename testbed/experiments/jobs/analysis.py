@@ -1,0 +1,203 @@
+"""The jobs experiment's results from its rounds (pure): one row per job and round with the
+model beside it, the communication phases on one time axis, bytes / marks / drops per job
+and link, and the policies' decisions."""
+from __future__ import annotations
+
+import json
+import statistics
+
+from controllers.jobpolicy import JobInfo
+from testbed.workloads.interference import simulate, steady_iteration_s
+from testbed.workloads.parallel.cost import KINDS
+
+from .model import expected, iterations, overlaps, periods, recovered, settled_after
+from .spec import JOB_DSCPS, Jobs
+
+PHASE_FIELDS = ["experiment", "placement", "policy", "job", "iteration", "start_s",
+                "sync_start_s", "end_s", "iter_s", "compute_s", "comm_s", "gate_wait_s",
+                "overlap"]
+LINK_FIELDS = ["experiment", "placement", "policy", "job", "link", "bytes", "bytes_per_iter",
+               "marks", "drops"]
+STRICT = 1000.0  # the model's weight ratio between strict-priority levels
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return round(x, nd) if x is not None else None
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def round_t0(rnd: dict) -> float:
+    """The round's first rank start (monotonic): zero of its time axis."""
+    return min(rows[0]["t_start"] for ranks in rnd["ranks"].values() for rows in ranks if rows)
+
+
+def note_of(rnd: dict) -> dict:
+    """What the policy said when it acted (the last note of the round)."""
+    notes = [d.get("note") for d in rnd["decisions"] if d.get("note")]
+    return notes[-1] if notes else {}
+
+
+def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
+                 names: list[str]) -> dict[str, float | None]:
+    """The model's iteration per job under the policy (None where it has none: a plugin)."""
+    offsets = [exp.jobs[names.index(j.name)].offset_s for j in group]
+    exp_fair = expected(group, offsets)
+    if policy == "none":
+        return {j.name: e.shared_s for j, e in zip(group, exp_fair)}
+    if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
+        return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
+    if policy == "time_shift":
+        note = note_of(rnd)
+        if "period_s" not in note:
+            return dict.fromkeys((j.name for j in group), None)
+        offs = note["offsets_s"]
+        order = [d for d in rnd["decisions"] if d.get("gates")]
+        gated = list(order[-1]["gates"]) if order else [j.name for j in group]
+        by_name = dict(zip(gated, offs))
+        runs = simulate([j.fluid(by_name.get(j.name, 0.0), period_s=note["period_s"])
+                         for j in group], 16)
+        return dict(zip((j.name for j in group), steady_iteration_s(runs, 4)))
+    if policy == "priority":
+        ranking = note_of(rnd).get("ranking", [j.name for j in group])
+        strict = exp.priority.scheduler == "strict"
+        n = len(ranking)
+        level = {name: n - r for r, name in enumerate(ranking)}
+        weights = [STRICT ** level.get(j.name, 0) if strict else float(level.get(j.name, 1))
+                   for j in group]
+        return {j.name: e.shared_s for j, e in zip(group, expected(group, offsets, weights))}
+    return dict.fromkeys((j.name for j in group), None)
+
+
+def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
+             hosts: list[list[str]], groups: list[list[int]], profiles: dict[str, JobInfo],
+             rounds: dict[str, dict]) -> list[dict]:
+    group_of = {names[i]: [names[j] for j in g] for g in groups for i in g}
+    rows: list[dict] = []
+    iter_by: dict[tuple[str, str], float | None] = {}
+    for key, rnd in rounds.items():
+        policy = "alone" if key.startswith("alone:") else key
+        rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
+        runs = [iterations(rows0) for rows0 in rank0.values()]
+        over = overlaps(runs) if len(runs) > 1 else [[0.0] * len(r) for r in runs]
+        model: dict[str, float | None] = {}
+        if policy == "alone":
+            model = {n: profiles[n].period_s for n in rank0}
+        else:
+            for name in rank0:
+                if name not in model:
+                    group = [profiles[n] for n in group_of[name] if n in rank0]
+                    model.update(policy_model(policy, group, rnd, exp, names))
+        cpu = rnd["checks"]["cpu"]
+        for (name, rows0), per_iter in zip(rank0.items(), over):
+            i = names.index(name)
+            w = exp.warmup_iters
+            steady = rows0[w:] or rows0
+            iter_s = _median(periods(rows0)[w:] or periods(rows0))
+            iter_by[(policy, name)] = iter_s
+            alone = profiles[name].period_s
+            counters = rnd["counters"][name]
+            n_it = len(rows0) or 1
+            waits = [_median([r["cpu_wait_s"] for r in ranks[w:]])
+                     for ranks in rnd["ranks"][name]]
+            wait = max((x for x in waits if x is not None), default=None)
+            share = wait / iter_s if wait is not None and iter_s else None
+            group = [profiles[n] for n in group_of[name] if n in rank0] if policy != "alone" \
+                else [profiles[name]]
+            ex = expected(group, [0.0] * len(group))[[g.name for g in group].index(name)]
+            note = note_of(rnd)
+            model_s = model.get(name)
+            rows.append({
+                "experiment": experiment, "placement": placement, "policy": policy,
+                "job": name, "hosts": " ".join(hosts[i]), "world": len(hosts[i]),
+                "dscp": JOB_DSCPS[i], "sharing_with": " ".join(
+                    n for n in group_of[name] if n != name and n in rank0),
+                "iters": len(rows0), "iter_s_median": _r(iter_s),
+                "iter_s_max": _r(max(periods(rows0)[w:] or [0.0])),
+                "alone_iter_s": _r(alone),
+                "slowdown": _r(iter_s / alone, 3) if iter_s and alone else None,
+                "jct_s": _r(rows0[-1]["t_sync_end"] - rows0[0]["t_start"]) if rows0 else None,
+                "compute_s_median": _r(_median([r["pipeline_s"] for r in steady])),
+                "comm_s_median": _r(_median([r["sync_s"] for r in steady])),
+                "alone_comm_s": _r(profiles[name].comm_s),
+                "alone_link_s": _r(profiles[name].link_s),
+                "alone_comm_share": _r(profiles[name].comm_s / alone, 3) if alone else None,
+                "gate_wait_s_median": _r(_median([r.get("gate_wait_s", 0.0) for r in steady])),
+                "model_policy_s": _r(model_s),
+                "iter_over_model": _r(iter_s / model_s, 3) if iter_s and model_s else None,
+                "model_shared_s": _r(ex.shared_s), "model_interleaved_s": _r(ex.interleaved_s),
+                "model_overlapped_s": _r(ex.overlapped_s),
+                "overlap_mean": _r(_median(per_iter[w:]) if policy != "alone" else None, 3),
+                "overlap_settled_after": settled_after(per_iter) if policy != "alone" else None,
+                "predicted_overlap": note.get("predicted_overlap"),
+                "bytes_per_iter": _r(_median([sum(r[f"{k}_bytes"] for k in KINDS)
+                                              for r in steady]), 0),
+                "marks_per_iter": _r(sum(c[1] for c in counters.values()) / n_it, 2),
+                "drops_per_iter": _r(sum(c[2] for c in counters.values()) / n_it, 2),
+                "busiest_port": max(counters, key=lambda p: counters[p][0])
+                if counters else None,
+                "busiest_port_bytes_per_iter": _r(max((c[0] for c in counters.values()),
+                                                      default=0) / n_it, 0),
+                "worker_cpu_wait_share": _r(share, 3),
+                "machine_idle_mean": cpu["machine_idle_mean"],
+                "background_mbps": rnd.get("background_mbps"),
+                "_monitor_cpu_bound": cpu["cpu_bound"],
+            })
+    for row in rows:
+        none_s = iter_by.get(("none", row["job"]))
+        if row["policy"] not in ("alone", "none") and none_s and row["iter_s_median"]:
+            row["recovered"] = _r(recovered(row["alone_iter_s"], none_s,
+                                            row["iter_s_median"]), 3)
+        else:
+            row["recovered"] = None
+    return rows
+
+
+def phase_rows(experiment: int, placement: str, names: list[str],
+               rounds: dict[str, dict]) -> list[list]:
+    """Every job's iterations (rank 0) on its round's time axis, with the overlap of its
+    communication phase."""
+    out = []
+    for key, rnd in rounds.items():
+        policy = "alone" if key.startswith("alone:") else key
+        t0 = round_t0(rnd)
+        rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
+        runs = [iterations(rows0) for rows0 in rank0.values()]
+        over = overlaps(runs) if len(runs) > 1 else [[0.0] * len(r) for r in runs]
+        for (name, rows0), per_iter in zip(rank0.items(), over):
+            for r, it_s, ov in zip(rows0, periods(rows0), per_iter):
+                out.append([experiment, placement, policy, name, r["iteration"],
+                            _r(r["t_start"] - t0), _r(r["t_sync_start"] - t0),
+                            _r(r["t_sync_end"] - t0), _r(it_s), _r(r["pipeline_s"]),
+                            _r(r["sync_s"]), _r(r.get("gate_wait_s", 0.0)), _r(ov, 3)])
+    return out
+
+
+def link_rows(experiment: int, placement: str, rounds: dict[str, dict],
+              iters: int) -> list[list]:
+    out = []
+    for key, rnd in rounds.items():
+        policy = "alone" if key.startswith("alone:") else key
+        for name, ports in rnd["counters"].items():
+            for link, (b, marks, drops) in sorted(ports.items()):
+                if b or marks or drops:
+                    out.append([experiment, placement, policy, name, link, b,
+                                round(b / iters), marks, drops])
+    return out
+
+
+def policy_rows(experiment: int, placement: str, rounds: dict[str, dict]) -> list[dict]:
+    out = []
+    for key, rnd in rounds.items():
+        if key.startswith("alone:"):
+            continue
+        t0 = round_t0(rnd)
+        for d in rnd["decisions"]:
+            body = {k: v for k, v in d.items() if k not in ("round", "when", "t_mono", "t")}
+            out.append({"experiment": experiment, "placement": placement, "policy": key,
+                        "round": d["round"], "when": d.get("when", "error"),
+                        "t_s": _r(d["t_mono"] - t0) if "t_mono" in d else None,
+                        "decision": json.dumps(body, sort_keys=True)})
+    return out

@@ -1,0 +1,173 @@
+"""Pure decisions of the jobs-sharing-a-fabric experiment: the classes, the links and ports
+jobs share, each job's profile and iterations from its rank rows, the overlap of the jobs'
+communication phases, and the fluid model's expectation (workloads/interference.py)."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from controllers.jobpolicy import JobInfo
+from testbed.config.qos import QosConfig, TrafficClass
+from testbed.workloads.interference import (
+    Iteration,
+    best_offsets,
+    overlap_fraction,
+    simulate,
+    steady_iteration_s,
+)
+from testbed.workloads.parallel.cost import KINDS
+from testbed.workloads.parallel.layout import Layout
+from topologies.graph import link_shares
+from topologies.model import Topology, ifname
+
+from ..parallel.model import kind_flows
+from .spec import JOB_CLASSES, JOB_DSCPS, Jobs
+
+STAYS_BELOW = 0.2  # the overlap a converged interleaving stays under
+
+
+def jobs_qos(exp: Jobs, buffer_pkts: int | None) -> QosConfig:
+    """Best effort (background traffic, and every job under `none` and `time_shift`) and a
+    class per job for the policies that give jobs classes of their own (which DSCP goes to
+    which class is the policy's decision, applied by the jobs app); weighted round robin
+    with equal weights until a policy changes them on the ports jobs share."""
+    n = min(len(exp.jobs), JOB_CLASSES)
+    bg = sorted({b.dscp for b in exp.background} | {0})
+    classes = [TrafficClass(name="best-effort", dscp=bg, buffer_pkts=buffer_pkts, ecn=exp.ecn)]
+    classes += [TrafficClass(name=f"job-class-{i + 1}", buffer_pkts=buffer_pkts, ecn=exp.ecn)
+                for i in range(n)]
+    return QosConfig(classes=classes, scheduler="wrr", ecn_enabled=exp.ecn is not None)
+
+
+def job_links(topo: Topology, layout: Layout, hosts: list[str]) -> set[tuple[str, str]]:
+    """The directed links a job's collectives may cross (every shortest path: ECMP may
+    hash a flow onto any of them)."""
+    flows = [f for k in KINDS for f in kind_flows(layout, hosts, k)]
+    return set(link_shares(topo, flows))
+
+
+def shared_ports(topo: Topology, links: list[set[tuple[str, str]]]) -> list[str]:
+    """Switch egress interfaces on links that two or more jobs may cross: where a
+    cross-job policy's class weights matter."""
+    out = []
+    for u, v in sorted({link for i, a in enumerate(links) for b in links[i + 1:]
+                        for link in a & b}):
+        if topo.is_host(u):
+            continue
+        link = topo.link_between(u, v)
+        assert link is not None
+        port = link.a_port if link.a == u else link.b_port
+        out.append(ifname(u, port))
+    return out
+
+
+def sharing_groups(links: list[set[tuple[str, str]]]) -> list[list[int]]:
+    """Jobs joined when their links meet (transitively): the model treats each group as
+    sharing one bottleneck."""
+    groups: list[set[int]] = []
+    for i, mine in enumerate(links):
+        joined = [g for g in groups if any(mine & links[j] for j in g)]
+        merged = {i}.union(*joined) if joined else {i}
+        groups = [g for g in groups if g not in joined] + [merged]
+    return sorted(sorted(g) for g in groups)
+
+
+# ---- measured rows -------------------------------------------------------------------
+
+def iterations(rows: list[dict]) -> list[Iteration]:
+    """A rank's iterations on the machine's monotonic clock: start, start of its
+    synchronisation (the communication phase the jobs compete with), end."""
+    return [Iteration(r["t_start"], r["t_sync_start"], r["t_sync_end"]) for r in rows]
+
+
+def periods(rows: list[dict]) -> list[float]:
+    """Iteration times end to end (a gate's wait included); the first from its start (its
+    wait is for the round's start)."""
+    out = []
+    for k, r in enumerate(rows):
+        start = rows[k - 1]["t_sync_end"] if k else r["t_start"]
+        out.append(r["t_sync_end"] - start)
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def profile(name: str, dscp: int, rows: list[dict], warmup: int, workers: int,
+            weight: float, link_s: float) -> JobInfo:
+    """A job's profile from its rank 0's rows alone (and its link time: `link_time`): the
+    policies' input."""
+    steady = rows[warmup:] or rows
+    return JobInfo(name=name, dscp=dscp,
+                   compute_s=_median([r["pipeline_s"] for r in steady]),
+                   comm_s=_median([r["sync_s"] for r in steady]),
+                   period_s=_median(periods(rows)[warmup:] or periods(rows)),
+                   comm_bytes=int(_median([sum(r[f"{k}_bytes"] for k in KINDS)
+                                           for r in steady])),
+                   link_s=link_s, workers=workers, weight=weight)
+
+
+def port_rate(topo: Topology, name: str) -> float:
+    """The rate (Mb/s) of the link an interface is on."""
+    node, _, port = name.rpartition("-eth")
+    for link in topo.links:
+        if (node, int(port)) in link.ends():
+            return link.rate_mbps
+    raise KeyError(name)
+
+
+def link_time(topo: Topology, counters: dict[str, tuple[int, int, int]], iters: int) -> float:
+    """Seconds per iteration a job's bytes occupy its busiest switch port (wire bytes, as
+    the switch counted them, at that port's rate)."""
+    if not counters:
+        return 0.0
+    name = max(counters, key=lambda p: counters[p][0])
+    return counters[name][0] / max(1, iters) * 8 / (port_rate(topo, name) * 1e6)
+
+
+def overlaps(runs: list[list[Iteration]]) -> list[list[float]]:
+    """Per job and iteration, the share of its communication phase another job's
+    communication overlapped."""
+    return [[overlap_fraction(runs, i, k) for k in range(len(run))]
+            for i, run in enumerate(runs)]
+
+
+def settled_after(per_iter: list[float], below: float = STAYS_BELOW) -> int | None:
+    """The first iteration from which the overlap stays under `below` (None: never)."""
+    for k in range(len(per_iter)):
+        if all(x < below for x in per_iter[k:]):
+            return k
+    return None
+
+
+@dataclass(frozen=True)
+class Expected:
+    shared_s: float        # fair sharing, the jobs' spec offsets
+    interleaved_s: float   # fair sharing at the model's best offsets
+    overlapped_s: float    # the closed form: compute + every job's communication at once
+
+
+def expected(jobs: list[JobInfo], offsets: list[float], weights: list[float] | None = None,
+             iters: int = 16, warmup: int = 4) -> list[Expected]:
+    """The fluid model's steady iteration for each job of one sharing group, from the
+    alone profiles (compute and communication; `weights`: a policy's shares)."""
+    ws = weights or [1.0] * len(jobs)
+    model = [j.fluid(o, w) for j, o, w in zip(jobs, offsets, ws)]
+    shared = steady_iteration_s(simulate(model, iters), warmup)
+    best, _ = best_offsets(model, iterations=iters, warmup=warmup)
+    inter = steady_iteration_s(simulate([j.fluid(o, w) for j, o, w in zip(jobs, best, ws)],
+                                        iters), warmup)
+    total_link = sum(m.comm_s for m in model)
+    return [Expected(s, i, m.compute_s + total_link)
+            for s, i, m in zip(shared, inter, model)]
+
+
+def recovered(alone_s: float, shared_s: float, policy_s: float) -> float | None:
+    """The share of the shared-vs-alone loss a policy won back (1: all of it)."""
+    loss = shared_s - alone_s
+    return (shared_s - policy_s) / loss if loss > 0 else None
+
+
+def dscp_of(index: int) -> int:
+    return JOB_DSCPS[index]

@@ -1,0 +1,101 @@
+"""Plots of jobs sharing a fabric, drawn only from its CSV files: iteration time per job and
+policy beside the model and the job alone; the jobs' communication phases on one time axis
+per round (interleaving, or not), with each iteration's overlap below."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.results.files import read_rows
+from testbed.results.plots import pyplot, save
+
+
+def _f(value: str | None) -> float:
+    return float(value) if value not in (None, "", "None") else 0.0
+
+
+def iterations(rows: list[dict], plots: Path) -> Path | None:
+    """Per placement, policy and job: median iteration (measured, model) and alone."""
+    rows = [r for r in rows if r["policy"] != "alone"]
+    if not rows:
+        return None
+    labels = [f"{r['placement']} {r['policy']}\n{r['job']}" for r in rows]
+    x = list(range(len(rows)))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(rows) + 2), 4.8))
+    ax.bar([i - 0.27 for i in x], [_f(r["alone_iter_s"]) for r in rows], 0.27,
+           label="alone", color="tab:green")
+    ax.bar(x, [_f(r["iter_s_median"]) for r in rows], 0.27, label="shared, measured")
+    ax.bar([i + 0.27 for i in x], [_f(r["model_policy_s"]) for r in rows], 0.27,
+           label="model", color="tab:gray")
+    for i, r in enumerate(rows):
+        if r.get("cpu_bound") == "True":
+            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"])), ha="center", va="bottom",
+                        color="tab:red", fontsize=7)
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("iteration time (s, median)")
+    ax.set_title("Jobs sharing a fabric: each policy against the job alone")
+    ax.legend(fontsize=8)
+    return save(fig, plots / "jobs_iteration.png")
+
+
+def phases(rows: list[dict], plots: Path) -> Path | None:
+    """One panel per shared round: each job's communication phases as bars on the round's
+    time axis, and each iteration's overlap (the MLTCP paper's picture)."""
+    rounds = list(dict.fromkeys((r["experiment"], r["placement"], r["policy"]) for r in rows
+                                if r["policy"] != "alone"))
+    if not rounds:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(len(rounds), 1, figsize=(10, 1.9 * len(rounds) + 0.6),
+                             squeeze=False)
+    for ax, key in zip(axes[:, 0], rounds):
+        mine = [r for r in rows if (r["experiment"], r["placement"], r["policy"]) == key]
+        jobs = list(dict.fromkeys(r["job"] for r in mine))
+        colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown",
+                   "tab:pink", "tab:olive"]
+        for y, job in enumerate(jobs):
+            its = [r for r in mine if r["job"] == job]
+            c = colours[y % len(colours)]
+            ax.broken_barh([(_f(r["sync_start_s"]), _f(r["end_s"]) - _f(r["sync_start_s"]))
+                            for r in its], (y - 0.35, 0.7), color=c)
+            ax.broken_barh([(_f(r["start_s"]), _f(r["sync_start_s"]) - _f(r["start_s"]))
+                            for r in its], (y - 0.1, 0.2), color=c, alpha=0.3)
+        ax.set_yticks(range(len(jobs)), jobs, fontsize=7)
+        ax.set_title(f"{key[1]} {key[2]}: communication (thick), compute (thin)", fontsize=8)
+        ax.set_xlabel("seconds since the round's first start", fontsize=7)
+    return save(fig, plots / "jobs_phases.png")
+
+
+def overlap(rows: list[dict], plots: Path) -> Path | None:
+    """Overlap per iteration, one line per shared round (mean over its jobs)."""
+    series: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for r in rows:
+        if r["policy"] == "alone":
+            continue
+        series.setdefault((r["placement"], r["policy"]), {}).setdefault(
+            int(r["iteration"]), []).append(_f(r["overlap"]))
+    if not series:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (placement, policy), by_it in series.items():
+        its = sorted(by_it)
+        ax.plot(its, [sum(by_it[i]) / len(by_it[i]) for i in its], "o-", ms=3,
+                label=f"{placement} {policy}")
+    ax.axhline(0.2, color="k", ls="--", lw=0.8)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("share of a communication phase overlapped")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
+    return save(fig, plots / "jobs_overlap.png")
+
+
+def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
+    """The phase and overlap plots, both from jobs_phases.csv."""
+    path = out_dir / "metrics" / "jobs_phases.csv"
+    rows = read_rows(path) if path.exists() else []
+    return [p for p in (phases(rows, plots), overlap(rows, plots)) if p is not None] \
+        if rows else []
+
+
+PLOTS = {"jobs.csv": iterations}

@@ -1,0 +1,291 @@
+"""The runner of jobs sharing a fabric: one fabric per placement; in it each job alone on
+its hosts (its baseline and the policies' profile), then all jobs together once per policy.
+A round is announced to the controller's jobs app (round.json in the fabric's jobs
+directory), which applies the policy; the jobs' ranks start, their first iterations are
+released together once every job is ready (each `offset_s` after the common start), and
+any rank failing stops every job and fails the run with its error."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from controllers.jobpolicy import JobInfo, Round, RoundFile
+from testbed.config.loader import dump_json
+from testbed.errors import TestbedError
+from testbed.workloads.jobsync import read_progress, write_start
+from topologies.model import Topology, at_rate, ifname
+
+from ..base import Context, Outcome, Phase, slug
+from ..parallel.model import job_config
+from ..training.analysis import read_records
+from ..training.model import cpu_bound_verdict, host_link
+from ..training.run import Background
+from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
+from .model import job_links, jobs_qos, link_time, profile, shared_ports, sharing_groups
+from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, per_job_classes, placements
+
+MASTER_PORT = 29900
+APP_TIMEOUT_S = 15.0
+
+
+@dataclasses.dataclass
+class Member:
+    """One job of a round, as launched."""
+    index: int
+    name: str
+    hosts: list[str]
+    dir: Path
+    offset_s: float
+
+
+def policy_args(exp: Jobs, policy: str) -> dict:
+    if policy == "priority":
+        return dataclasses.asdict(exp.priority)
+    if policy == "time_shift":
+        return dataclasses.asdict(exp.time_shift)
+    if policy == "mltcp":
+        return dataclasses.asdict(exp.mltcp)
+    if ":" in policy:
+        return dict(exp.plugin_args)
+    return {}
+
+
+def announce(fab: Phase, rnd: Round, members: list[Member], ports: list[str],
+             period_s: float) -> None:
+    """Writes the round for the jobs app and waits until it has applied the policy's start
+    (or fails with the policy's error)."""
+    rf = RoundFile(round=rnd, progress={m.name: str(m.dir / "progress.json") for m in members},
+                   gates={m.name: str(m.dir / "gate.json") for m in members},
+                   ports=ports, period_s=period_s)
+    fab.jobs_dir.mkdir(parents=True, exist_ok=True)
+    dump_json(rf, fab.jobs_dir / "round.json")
+    deadline = time.time() + APP_TIMEOUT_S
+    while time.time() < deadline:
+        for d in decisions(fab.jobs_dir, rnd.id):
+            if "error" in d:
+                raise TestbedError(f"jobs: the policy {rnd.policy} failed: {d['error']}")
+            if d.get("when") == "start":
+                return
+        time.sleep(0.05)
+    raise TestbedError(f"jobs: the controller's jobs app did not start round {rnd.id} within "
+                       f"{APP_TIMEOUT_S:.0f} s; see controller.log")
+
+
+def end_round(fab: Phase) -> None:
+    (fab.jobs_dir / "round.json").unlink(missing_ok=True)
+
+
+def decisions(jobs_dir: Path, round_id: int) -> list[dict]:
+    try:
+        lines = (jobs_dir / "decisions.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("round") == round_id:
+            out.append(d)
+    return out
+
+
+def dscp_snapshot(dp, dscps: list[int]) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """(switch egress port, DSCP) -> (bytes, marks, drops) so far."""
+    out = {}
+    for p in dp.ports:
+        if p["is_host"]:
+            continue
+        for d in dscps:
+            c = dp.dscp_counters(p["id"], d)
+            out[(p["id"], d)] = (c.enq_bytes, c.marks, c.drops)
+    return out
+
+
+START_LEAD_S = 0.2  # from the last job being ready to the first iteration
+
+
+def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, list[list[str]]],
+              label: str) -> None:
+    """Starts every job's ranks; once every job is ready (its rank 0 reports, waiting for
+    its first iteration) releases each job's first iteration `offset_s` after a common
+    start; waits for all. The first rank to fail stops every job and fails the round with
+    its error."""
+    procs: list[tuple[Member, int, str, subprocess.Popen]] = []
+    deadline = time.time() + exp.job_timeout_s
+    started = False
+    try:
+        for m in members:
+            for rank, (host, argv) in enumerate(zip(m.hosts, argvs[m.name])):
+                procs.append((m, rank, host, fab.start_process(
+                    host, argv, f"job {m.name} rank {rank} in {host}",
+                    m.dir / f"rank{rank}.log")))
+        while True:
+            if not started and all(read_progress(m.dir / "progress.json") is not None
+                                   for m in members):
+                at = time.monotonic() + START_LEAD_S
+                for m in members:
+                    write_start(m.dir / "start.json", at + m.offset_s)
+                started = True
+            for m, rank, host, p in procs:
+                code = p.poll()
+                if code not in (None, 0):
+                    err = m.dir / f"rank{rank}.error"
+                    why = err.read_text().strip() if err.exists() else \
+                        (m.dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
+                    raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
+                                       f"(exit {code}); every job was stopped: {why}")
+            if all(p.poll() == 0 for *_, p in procs):
+                return
+            if time.time() > deadline:
+                raise TestbedError(f"{label}: not finished after {exp.job_timeout_s:.0f} s "
+                                   "(job_timeout_s)")
+            time.sleep(0.2)
+    finally:
+        fab.stop_processes([p for *_, p in procs])
+
+
+def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id: int,
+              experiment: int, label: str, policy: str, members_of: list[int],
+              hosts: list[list[str]], profiles: dict[str, JobInfo], ports: list[str]) -> dict:
+    """One round; returns each member's rank rows, its counters per port, the checks and
+    the policy's decisions."""
+    topo = fab.topo
+    names = exp.names()
+    round_dir = ctx.out_dir / "jobs" / f"{experiment}-{round_id:02d}-{slug(label)}"
+    members, argvs = [], {}
+    for i in members_of:
+        job, name = exp.jobs[i], names[i]
+        m = Member(i, name, hosts[i], round_dir / slug(name),
+                   job.offset_s if len(members_of) > 1 else 0.0)
+        m.dir.mkdir(parents=True, exist_ok=True)
+        pexp, pjob = job.as_parallel(exp, JOB_DSCPS[i])
+        if len(members_of) == 1:  # a job's fault strikes where the jobs run together
+            pexp = dataclasses.replace(pexp, fault=None)
+        rate = min(host_link(topo, h).rate_mbps for h in m.hosts)
+        cfg = dataclasses.replace(job_config(pexp, pjob, rate),
+                                  gate_file=str(m.dir / "gate.json"),
+                                  report_file=str(m.dir / "progress.json"),
+                                  start_file=str(m.dir / "start.json"))
+        dump_json(cfg, m.dir / "job.json")
+        master = f"{topo.host(m.hosts[0]).ip}:{MASTER_PORT + (round_id % 40) * 16 + i}"
+        argvs[name] = [[sys.executable, "-m", "testbed.workloads.parallel.worker",
+                        "--rank", str(r), "--world-size", str(len(m.hosts)), "--master", master,
+                        "--config", str(m.dir / "job.json"), "--out", str(m.dir),
+                        "--ifname", ifname(h, 0)] for r, h in enumerate(m.hosts)]
+        members.append(m)
+    n_classes = min(len(exp.jobs), JOB_CLASSES)
+    rnd = Round(id=round_id, policy=policy,
+                jobs=[profiles.get(m.name) or JobInfo(m.name, JOB_DSCPS[m.index], 0, 0, 0, 0)
+                      for m in members],
+                job_classes=list(range(1, n_classes + 1)), args=policy_args(exp, policy))
+    announce(fab, rnd, members, ports, exp.period_ms / 1000)
+    dp = fab.dataplane()
+    dscps = [JOB_DSCPS[m.index] for m in members]
+    background = Background(fab, exp.background, round_dir / "background", exp.job_timeout_s)
+    ctx.log(f"  {label}: " + "; ".join(f"{m.name} on {', '.join(m.hosts)}" for m in members))
+    try:
+        with ctx.traffic_phase(fab, outcome, label) as checks:
+            before = dscp_snapshot(dp, dscps)
+            background.start()
+            try:
+                run_ranks(fab, exp, members, argvs, label)
+            finally:
+                bg_mbps = background.stop()
+            after = dscp_snapshot(dp, dscps)
+    finally:
+        end_round(fab)
+        names_of = {p["id"]: p["ifname"] for p in dp.ports}
+        dp.close()
+    counters: dict[str, dict[str, tuple[int, int, int]]] = {}
+    for m in members:
+        d = JOB_DSCPS[m.index]
+        counters[m.name] = {names_of[port]: tuple(a - b for a, b in zip(after[(port, dd)],
+                                                                        before[(port, dd)]))
+                            for (port, dd) in after if dd == d}  # type: ignore[misc]
+    ranks = {m.name: [read_records(m.dir / f"rank{r}.jsonl") for r in range(len(m.hosts))]
+             for m in members}
+    return {"members": members, "ranks": ranks, "counters": counters, "checks": checks,
+            "decisions": decisions(fab.jobs_dir, round_id), "background_mbps": bg_mbps}
+
+
+def run(ctx: Context, exp: Jobs) -> Outcome:
+    out = Outcome()
+    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
+    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Jobs))
+    topo = exp.fabric_topology(ctx.topo)
+    fabric: Topology = at_rate(topo, ctx.spec.links.rate_mbps) if ctx.spec.links.rate_mbps \
+        else topo
+    qos = jobs_qos(exp, ctx.spec.links.buffer_pkts)
+    hosts_cfg = dataclasses.replace(ctx.spec.hosts, ecn=True) if exp.ecn else None
+    names = exp.names()
+    summary_rows: list[dict] = []
+    phase_out: list[list] = []
+    link_out: list[list] = []
+    policy_out: list[dict] = []
+    round_id = 0
+    for placement in exp.placements:
+        hosts = placements(exp, fabric, placement)
+        links = [job_links(fabric, j.layout, h) for j, h in zip(exp.jobs, hosts)]
+        ports = shared_ports(fabric, links)
+        groups = sharing_groups(links)
+        with ctx.fabric(fabric, ctx.spec.controller.routing, f"jobs {placement}", qos=qos,
+                        hosts=hosts_cfg, jobs=True, rate_mbps=None) as fab:
+            rounds: dict[str, dict] = {}
+            profiles: dict[str, JobInfo] = {}
+            for i, name in enumerate(names):
+                r = run_round(ctx, fab, exp, out, round_id=round_id, experiment=experiment,
+                              label=f"{placement} {name} alone", policy="none",
+                              members_of=[i], hosts=hosts, profiles={}, ports=ports)
+                round_id += 1
+                rounds[f"alone:{name}"] = r
+                p = profiles[name] = profile(
+                    name, JOB_DSCPS[i], r["ranks"][name][0], exp.warmup_iters, len(hosts[i]),
+                    exp.jobs[i].weight, link_time(fabric, r["counters"][name], exp.iters))
+                ctx.log(f"    {name} alone: iteration {p.period_s:.3f} s, compute "
+                        f"{p.compute_s:.3f} s, communication {p.comm_s:.3f} s "
+                        f"({p.comm_s / p.period_s:.0%}; {p.link_s:.3f} s of it on its busiest "
+                        f"link), {p.comm_bytes} B per iteration")
+            if len(names) > 1:
+                for policy in exp.policies:
+                    if per_job_classes(policy) and not ports:
+                        ctx.log(f"    {policy}: the jobs share no switch port here")
+                    r = run_round(ctx, fab, exp, out, round_id=round_id,
+                                  experiment=experiment, label=f"{placement} {policy}",
+                                  policy=policy, members_of=list(range(len(names))),
+                                  hosts=hosts, profiles=profiles, ports=ports)
+                    round_id += 1
+                    rounds[policy] = r
+        rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds)
+        for row in rows:
+            row["cpu_bound"] = cpu_bound_verdict(row.pop("_monitor_cpu_bound"),
+                                                 row["worker_cpu_wait_share"], None)
+            if row["cpu_bound"]:
+                out.warnings.append(f"jobs {placement} {row['policy']} {row['job']}: "
+                                    "CPU-bound; its times are not the network's")
+            ctx.log(f"    {row['policy']:>10} {row['job']}: iteration {row['iter_s_median']} s "
+                    f"(alone {row['alone_iter_s']}, x{row['slowdown']}; model "
+                    f"{row['model_policy_s']}), overlap {row['overlap_mean']}, "
+                    f"marks/iter {row['marks_per_iter']}, drops/iter {row['drops_per_iter']}")
+        summary_rows += rows
+        phase_out += phase_rows(experiment, placement, names, rounds)
+        link_out += link_rows(experiment, placement, rounds, exp.iters)
+        policy_out += policy_rows(experiment, placement, rounds)
+    header = list(dict.fromkeys(k for r in summary_rows for k in r))
+    ctx.write_csv("jobs.csv", header, [[r.get(k) for k in header] for r in summary_rows])
+    ctx.write_csv("jobs_phases.csv", PHASE_FIELDS, phase_out)
+    ctx.write_csv("jobs_links.csv", LINK_FIELDS, link_out)
+    ctx.write_csv("jobs_decisions.csv", ["experiment", "placement", "policy", "round", "when",
+                                         "t_s", "decision"],
+                  [[d["experiment"], d["placement"], d["policy"], d["round"], d["when"],
+                    d["t_s"], d["decision"]] for d in policy_out])
+    out.headline = {"rounds": round_id, "results": [
+        {k: r[k] for k in ("placement", "policy", "job", "iter_s_median", "alone_iter_s",
+                           "slowdown", "model_policy_s", "overlap_mean", "recovered",
+                           "cpu_bound")} for r in summary_rows]}
+    return out

@@ -1,0 +1,248 @@
+"""The spec of training jobs sharing one fabric (issue 13): the jobs (each a parallel job
+with its own model, size and hosts or a place in the cross-job placement), the placements
+and cross-job policies to compare, and every field checked before anything starts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from controllers.jobpolicy import BUILTIN
+from testbed.config.loader import SpecError
+from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
+from testbed.config.qos import NCLASS, EcnProfile
+from testbed.config.spec import ExperimentSpec, Spec
+from testbed.workloads.parallel.cost import KINDS
+from testbed.workloads.parallel.desc import ModelDesc
+from testbed.workloads.parallel.job import RealModel
+from testbed.workloads.parallel.layout import POLICIES, Layout, place
+from topologies import TopologyError
+from topologies.model import Topology
+
+from ..parallel.spec import Parallel, ParallelFault, ParallelJob, check_job, check_model
+from ..training.spec import BackgroundTraffic
+
+# each job's own code point (AF11 ... AF43, then CS1..CS3): the switches count every DSCP
+# per port, and a policy can put each in a class of its own
+JOB_DSCPS = (10, 12, 14, 18, 20, 22, 26, 28, 30, 34, 36, 38, 8, 16, 24)
+JOB_CLASSES = NCLASS - 1  # class 0 is best effort (background traffic, `none`)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedJob:
+    """One job: its model and compute (as in the parallel experiment), its layout, its hosts
+    (explicit, else from the experiment's placement), when it starts after the first job
+    (`offset_s`) and its weight (the priority policy's `weight` order)."""
+    name: str = ""
+    compute: str = "emulated"          # real (the MLP on digits) | emulated
+    model: str = "gpt-tiny"
+    model_desc: ModelDesc | None = None
+    scale: float = 1e-3
+    device_tflops: float | None = 100.0
+    layer_fwd_s: float | None = None
+    layer_bwd_s: float | None = None
+    real: RealModel = field(default_factory=RealModel)
+    dp: int = 2
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    schedule: str = "1f1b"
+    micro_batches: int = 1
+    zero: int = 0
+    hosts: list[str] = field(default_factory=list)
+    offset_s: float = 0.0
+    weight: float = 1.0
+    fault: ParallelFault | None = None  # in the rounds the jobs share: the run must stop all
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep)
+
+    def as_parallel(self, exp: Jobs, dscp: int) -> tuple[Parallel, ParallelJob]:
+        """The job as the parallel experiment's worker runs it, every collective type
+        marked with the job's own DSCP."""
+        p = Parallel(compute=self.compute, model=self.model, model_desc=self.model_desc,
+                     scale=self.scale, device_tflops=self.device_tflops,
+                     layer_fwd_s=self.layer_fwd_s, layer_bwd_s=self.layer_bwd_s,
+                     real=self.real, iters=exp.iters, warmup_iters=exp.warmup_iters,
+                     seed=exp.seed, timeout_s=exp.timeout_s, fault=self.fault,
+                     dscp=dict.fromkeys(KINDS, dscp))
+        return p, ParallelJob(name=self.name, dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep,
+                              schedule=self.schedule, micro_batches=self.micro_batches,
+                              zero=self.zero, hosts=list(self.hosts))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriorityArgs:
+    """Crux-like priorities: jobs ordered by `weight` or `intensity` (compute per byte);
+    strict priority, or WRR weights falling with rank."""
+    order: Literal["weight", "intensity"] = "weight"
+    scheduler: Literal["strict", "wrr"] = "strict"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeShiftArgs:
+    """CASSINI-like gates: the common period is the slowest alone iteration times
+    1 + `slack`; gates start `lead` iterations after every job has reported."""
+    slack: float = 0.03
+    lead: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class MltcpArgs:
+    """MLTCP-like weights: 1 + `gain` x (share of the iteration's bytes sent), in
+    `levels` steps."""
+    gain: float = 3.0
+    levels: int = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Jobs(ExperimentSpec):
+    """Training jobs side by side on one fabric: each alone, then all together under each
+    cross-job policy, per placement; iteration times, slowdown, bytes, marks and drops per
+    job and link, and the jobs' communication phases on one time axis, beside the fluid
+    model (testbed/workloads/interference.py). docs/JOBS.md."""
+    type: Literal["jobs"] = "jobs"
+    jobs: list[SharedJob] = field(default_factory=list)
+    placements: list[str] = field(default_factory=lambda: ["packed"])
+    policies: list[str] = field(default_factory=lambda: ["none"])
+    priority: PriorityArgs = field(default_factory=PriorityArgs)
+    time_shift: TimeShiftArgs = field(default_factory=TimeShiftArgs)
+    mltcp: MltcpArgs = field(default_factory=MltcpArgs)
+    plugin_args: dict[str, Any] = field(default_factory=dict)  # a user's policy's arguments
+    period_ms: float = 20.0            # how often the jobs app steps the policy
+    iters: int = 20
+    warmup_iters: int = 3
+    seed: int = 0                      # random placement
+    allow_shared_hosts: bool = False   # jobs may list the same host
+    background: list[BackgroundTraffic] = field(default_factory=list)
+    ecn: EcnProfile | None = None      # marking on every class (hosts ECN-capable)
+    topology: TopologySpec | None = None  # default: the spec's (links.rate_mbps applies)
+    timeout_s: float = 120.0
+    job_timeout_s: float = 900.0
+    sample_hz: float = 200.0
+
+    def check(self, path: str, spec: Spec, topo: Topology) -> None:
+        check_jobs(self, path, topo)
+
+    def fabric_topology(self, topo: Topology) -> Topology:
+        return build_fabrics([self.topology] if self.topology else [], topo)[0]
+
+    def names(self) -> list[str]:
+        return [j.name or f"job{i}" for i, j in enumerate(self.jobs)]
+
+
+def per_job_classes(policy: str) -> bool:
+    """Whether a policy needs a traffic class per job (every plugin gets them)."""
+    return policy in ("priority", "mltcp") or ":" in policy
+
+
+def check_policy(name: str, path: str) -> None:
+    if ":" in name:
+        where, _, cls = name.rpartition(":")
+        if not where or not cls:
+            raise SpecError(f"{path}: expected 'file.py:Class' or 'module:Class' (got {name!r})")
+        if where.endswith(".py") and not Path(where).exists():
+            raise SpecError(f"{path}: file {where} does not exist")
+        return
+    one_of(name, BUILTIN, path)
+
+
+def placements(exp: Jobs, topo: Topology, policy: str) -> list[list[str]]:
+    """Each job's hosts (rank i on the i-th): a job's own `hosts`, else the next free hosts
+    in the placement's order over the whole fabric (`packed`: edge by edge, so each job
+    spans as few edge switches as it can; `spread`: dealt over switches and pods;
+    `random`: shuffled with the seed). ValueError naming the field."""
+    names = [h.name for h in topo.hosts]
+    explicit = [h for job in exp.jobs for h in job.hosts]
+    for j, job in enumerate(exp.jobs):
+        if not job.hosts:
+            continue
+        unknown = [h for h in job.hosts if h not in names]
+        if unknown:
+            raise ValueError(f"jobs[{j}].hosts: no host {unknown[0]!r} in the fabric")
+        if len(set(job.hosts)) != len(job.hosts):
+            raise ValueError(f"jobs[{j}].hosts: a host appears twice")
+        if len(job.hosts) != job.layout.world:
+            raise ValueError(f"jobs[{j}].hosts: {len(job.hosts)} hosts for "
+                             f"{job.layout.world} ranks")
+    if not exp.allow_shared_hosts and len(set(explicit)) != len(explicit):
+        shared = sorted({h for h in explicit if explicit.count(h) > 1})
+        raise ValueError(f"jobs: hosts {shared} are in more than one job (set "
+                         "allow_shared_hosts to allow it)")
+    need = sum(job.layout.world for job in exp.jobs if not job.hosts)
+    free = [h for h in place(topo, len(names), policy, exp.seed) if h not in explicit]
+    if need > len(free):
+        raise ValueError(f"jobs: {need} ranks to place on {len(free)} free hosts of "
+                         f"{len(names)} ({topo.kind})")
+    out, k = [], 0
+    for job in exp.jobs:
+        if job.hosts:
+            out.append(list(job.hosts))
+        else:
+            out.append(free[k:k + job.layout.world])
+            k += job.layout.world
+    return out
+
+
+def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
+    for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz", "period_ms"):
+        positive(getattr(exp, name), f"{path}.{name}")
+    if not 0 <= exp.warmup_iters < exp.iters:
+        raise SpecError(f"{path}.warmup_iters: must be in 0..iters-1 (got {exp.warmup_iters})")
+    if not exp.jobs:
+        raise SpecError(f"{path}.jobs: at least one job")
+    if len(exp.jobs) > len(JOB_DSCPS):
+        raise SpecError(f"{path}.jobs: at most {len(JOB_DSCPS)} jobs (one DSCP each)")
+    names = exp.names()
+    if len(set(names)) != len(names):
+        raise SpecError(f"{path}.jobs: job names must differ ({names})")
+    if not exp.placements:
+        raise SpecError(f"{path}.placements: at least one")
+    for i, pl in enumerate(exp.placements):
+        one_of(pl, POLICIES, f"{path}.placements[{i}]")
+    if not exp.policies:
+        raise SpecError(f"{path}.policies: at least one")
+    for i, pol in enumerate(exp.policies):
+        check_policy(pol, f"{path}.policies[{i}]")
+        if per_job_classes(pol) and len(exp.jobs) > JOB_CLASSES:
+            raise SpecError(f"{path}.policies[{i}]: {pol} gives each job a traffic class; "
+                            f"the dataplane has {JOB_CLASSES} besides best effort for "
+                            f"{len(exp.jobs)} jobs")
+    if exp.time_shift.slack < 0 or exp.time_shift.lead < 1:
+        raise SpecError(f"{path}.time_shift: slack >= 0 and lead >= 1")
+    if exp.mltcp.gain < 0 or exp.mltcp.levels < 1:
+        raise SpecError(f"{path}.mltcp: gain >= 0 and levels >= 1")
+    used = {b.dscp for b in exp.background}
+    clash = used & set(JOB_DSCPS[:len(exp.jobs)])
+    if clash:
+        raise SpecError(f"{path}.background: DSCP {sorted(clash)} is a job's own")
+    try:
+        fabric = exp.fabric_topology(topo)
+    except TopologyError as exc:
+        raise SpecError(f"{path}.topology: {exc}") from None
+    if any(h.relay for h in fabric.hosts) and any(per_job_classes(p) for p in exp.policies):
+        raise SpecError(f"{path}.policies: per-job classes need a switched fabric (BCube's "
+                        "servers relay, outside the switches' classes)")
+    for j, job in enumerate(exp.jobs):
+        jp = f"{path}.jobs[{j}]"
+        if job.offset_s < 0:
+            raise SpecError(f"{jp}.offset_s: must be >= 0 (got {job.offset_s:g})")
+        positive(job.weight, f"{jp}.weight")
+        pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
+        check_job(pexp, pjob, jp, jp, check_model(pexp, jp))
+        if job.fault is not None:
+            one_of(job.fault.kind, ("crash", "hang"), f"{jp}.fault.kind")
+            if not 0 <= job.fault.at_iter < exp.iters:
+                raise SpecError(f"{jp}.fault.at_iter: must be in 0..iters-1")
+            if not 0 <= job.fault.rank < job.layout.world:
+                raise SpecError(f"{jp}.fault.rank: a rank below {job.layout.world}")
+    for bi, bg in enumerate(exp.background):
+        unknown = [h for h in bg.hosts if h not in {x.name for x in fabric.hosts}]
+        if unknown:
+            raise SpecError(f"{path}.background[{bi}].hosts: no host {unknown[0]!r}")
+    for pl in exp.placements:
+        try:
+            placements(exp, fabric, pl)
+        except ValueError as exc:
+            raise SpecError(f"{path}.{exc}") from None

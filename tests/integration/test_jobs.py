@@ -1,0 +1,68 @@
+"""Training jobs sharing a fabric (issue 13), measured: two identical jobs whose rings cross
+one leaf->spine uplink, alone, with fair sharing and with MLTCP-like weights; and one job
+failing stops every job. Short jobs; tolerances are stated per assertion."""
+import json
+
+import pytest
+
+from testbed.system import TestbedError
+
+from .helpers import rows, run
+
+LEAFSPINE = {"kind": "leafspine", "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+                                             "host_rate": 20, "uplink_rate": 20}}
+# compute 0.39 s, a 2-rank ring allreduce of ~0.6 MB: about 40% communication alone
+JOB = {"dp": 2, "scale": 0.1, "layer_fwd_s": 0.325, "layer_bwd_s": 0.65}
+
+
+def spec(name, policies, iters, **b):
+    return {"name": name, "topology": LEAFSPINE, "links": {"mtu_bytes": 9000},
+            "experiments": [{"type": "jobs", "iters": iters, "warmup_iters": 2,
+                             "policies": policies, "job_timeout_s": 300, "timeout_s": 20,
+                             "jobs": [{"name": "a", "hosts": ["h1", "h3"], **JOB},
+                                      {"name": "b", "hosts": ["h2", "h4"], **JOB, **b}]}]}
+
+
+def test_two_jobs_on_one_uplink_fair_and_mltcp_like(tmp_path):
+    out, summary = run(tmp_path, spec("it-jobs", ["none", "mltcp"], 12))
+    assert summary["status"] == "ok", summary
+    by = {(r["policy"], r["job"]): r for r in rows(out, "jobs.csv")}
+    for key, r in by.items():
+        assert r["cpu_bound"] == "False", (key, r)
+    for job in "ab":
+        alone, none, mltcp = by[("alone", job)], by[("none", job)], by[("mltcp", job)]
+        # communication is 30-50% of an iteration alone
+        assert 0.3 <= float(alone["alone_comm_share"]) <= 0.5, alone
+        # fair sharing keeps identical jobs overlapped; the slowdown is the model's +-15%
+        assert float(none["overlap_mean"]) > 0.8, none
+        model = float(none["model_policy_s"]) / float(none["alone_iter_s"])
+        assert abs(float(none["slowdown"]) / model - 1) <= 0.15, (none, model)
+        # MLTCP-like weights pull the phases apart: below 20% overlap by the end, and the
+        # job back within 10% of alone
+        assert mltcp["overlap_settled_after"] not in ("", "None"), mltcp
+        assert float(mltcp["slowdown"]) <= 1.1, mltcp
+    # the switches count each job's DSCP apart: each job's bytes on the shared uplink are
+    # its rank 0's payload plus headers (jumbo frames: 0-10% more)
+    links = {(r["policy"], r["job"], r["link"]): r for r in rows(out, "jobs_links.csv")}
+    for job in "ab":
+        on_uplink = float(links[("none", job, "l1-eth3")]["bytes_per_iter"])
+        payload = float(by[("none", job)]["bytes_per_iter"])
+        assert 1.0 <= on_uplink / payload <= 1.1, (job, on_uplink, payload)
+    steps = [d for d in rows(out, "jobs_decisions.csv")
+             if d["policy"] == "mltcp" and d["when"] == "step"]
+    assert len(steps) >= 10 and all("weights" in json.loads(d["decision"]) for d in steps)
+    assert (out / "plots" / "jobs_phases.png").exists()
+
+
+def test_one_failing_job_stops_every_job(tmp_path):
+    with pytest.raises(TestbedError) as err:
+        run(tmp_path, spec("it-jobs-fault", ["none"], 10,
+                           fault={"rank": 1, "at_iter": 2, "kind": "crash"}))
+    text = str(err.value)
+    assert "job b rank 1 in h4 failed" in text and "injected fault at iteration 2" in text, text
+    assert "every job was stopped" in text
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    # job a was stopped mid-run: its rank 0 logged fewer than its 10 iterations
+    shared = next((tmp_path / "run" / "jobs").glob("0-02-*"))
+    assert len((shared / "a" / "rank0.jsonl").read_text().splitlines()) < 10

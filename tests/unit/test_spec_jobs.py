@@ -1,0 +1,146 @@
+"""Jobs sharing a fabric (issue 13): bad specs refused before anything starts, naming the
+field; the cross-job placement; the experiment's pure model and analysis."""
+import pytest
+
+from controllers.jobpolicy import JobInfo
+from testbed.experiments.jobs.model import (
+    expected,
+    job_links,
+    jobs_qos,
+    link_time,
+    overlaps,
+    periods,
+    recovered,
+    settled_after,
+    shared_ports,
+    sharing_groups,
+)
+from testbed.experiments.jobs.spec import JOB_CLASSES, placements
+from testbed.spec import SpecError, loads
+from testbed.workloads.interference import Iteration
+from topologies import build
+
+TWO = [{"name": "a", "dp": 2}, {"name": "b", "dp": 2}]
+
+
+def spec(**jobs):
+    return {"name": "j", "topology": {"kind": "fattree", "params": {"k": 4}},
+            "experiments": [{"type": "jobs", **({"jobs": TWO} | jobs)}]}
+
+
+BAD_JOBS = [
+    ({"jobs": []}, "experiments[0].jobs: at least one job"),
+    ({"jobs": [{"name": "a"}, {"name": "a"}]}, "experiments[0].jobs: job names must differ"),
+    ({"jobs": [{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}]},
+     "experiments[0].jobs: hosts ['h2'] are in more than one job"),
+    ({"jobs": [{"dp": 8}, {"dp": 8}, {"dp": 2}]},
+     "experiments[0].jobs: 18 ranks to place on 16 free hosts"),
+    ({"jobs": [{"dp": 2, "hosts": ["h1", "h99"]}]}, "experiments[0].jobs[0].hosts: no host 'h99'"),
+    ({"jobs": [{"dp": 2, "hosts": ["h1"]}]}, "experiments[0].jobs[0].hosts: 1 hosts for 2 ranks"),
+    ({"policies": ["fifo"]}, "experiments[0].policies[0]: unknown 'fifo'"),
+    ({"policies": []}, "experiments[0].policies: at least one"),
+    ({"policies": ["missing.py:Mine"]}, "experiments[0].policies[0]: file missing.py does not"),
+    ({"placements": ["tight"]}, "experiments[0].placements[0]: unknown 'tight'"),
+    ({"jobs": [{"dp": 2}] * 8, "policies": ["priority"]},
+     f"experiments[0].policies[0]: priority gives each job a traffic class; the dataplane has "
+     f"{JOB_CLASSES}"),
+    ({"jobs": [{"dp": 2, "offset_s": -1}]}, "experiments[0].jobs[0].offset_s: must be >= 0"),
+    ({"jobs": [{"dp": 2, "weight": 0}]}, "experiments[0].jobs[0].weight: must be > 0"),
+    ({"jobs": [{"dp": 2, "tp": 3}]}, "experiments[0].jobs[0].tp: 3 must divide hidden"),
+    ({"jobs": [{"dp": 2, "model": "gpt5"}]}, "experiments[0].jobs[0].model: unknown 'gpt5'"),
+    ({"jobs": [{"dp": 2, "layer_fwd_s": 0.1}]}, "experiments[0].jobs[0].layer_fwd_s: give both"),
+    ({"warmup_iters": 20}, "experiments[0].warmup_iters: must be in 0..iters-1"),
+    ({"period_ms": 0}, "experiments[0].period_ms: must be > 0"),
+    ({"background": [{"kind": "iperf", "hosts": ["h1", "h5"], "dscp": 10}]},
+     "experiments[0].background: DSCP [10] is a job's own"),
+    ({"time_shift": {"lead": 0}}, "experiments[0].time_shift: slack >= 0 and lead >= 1"),
+    ({"mltcp": {"levels": 0}}, "experiments[0].mltcp: gain >= 0 and levels >= 1"),
+    ({"jobs": [{"dp": 2, "fault": {"rank": 2}}]}, "experiments[0].jobs[0].fault.rank: a rank"),
+    ({"jobs": [{"dp": 2, "fault": {"at_iter": 99}}]},
+     "experiments[0].jobs[0].fault.at_iter: must be in"),
+    ({"topology": {"kind": "bcube", "params": {"n": 4, "k": 1}}, "policies": ["mltcp"]},
+     "experiments[0].policies: per-job classes need a switched fabric"),
+]
+
+
+@pytest.mark.parametrize("fields,field", BAD_JOBS)
+def test_bad_jobs_specs_name_the_field(fields, field):
+    with pytest.raises(SpecError) as err:
+        loads(spec(**fields))
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_good_jobs_spec_and_shared_hosts_when_allowed():
+    loads(spec(policies=["none", "priority", "time_shift", "mltcp"],
+               placements=["packed", "spread", "random"]))
+    loads(spec(jobs=[{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}],
+               allow_shared_hosts=True))
+
+
+def test_placement_packed_fills_edges_and_spread_deals_them_out():
+    s, _ = loads(spec(jobs=[{"dp": 4}, {"dp": 2}, {"dp": 2, "hosts": ["h1", "h16"]}]))
+    exp = s.experiments[0]
+    topo = build("fattree", k=4)
+    packed = placements(exp, topo, "packed")
+    assert packed == [["h2", "h3", "h4", "h5"], ["h6", "h7"], ["h1", "h16"]]
+    spread = placements(exp, topo, "spread")
+    assert len({topo.ports_of(h)[0][1] for h in spread[0]}) == 4  # four edge switches
+    assert not set(spread[0]) & set(spread[1]) and "h1" not in spread[0] + spread[1]
+    r1, r2 = placements(exp, topo, "random"), placements(exp, topo, "random")
+    assert r1 == r2  # seeded
+
+
+def test_jobs_crossing_one_uplink_share_its_ports():
+    topo = build("leafspine", spines=1, leaves=2, hosts_per_leaf=2)
+    exp = loads(spec(jobs=[{"dp": 2, "hosts": ["h1", "h3"]},
+                           {"dp": 2, "hosts": ["h2", "h4"]}]))[0].experiments[0]
+    links = [job_links(topo, j.layout, j.hosts) for j in exp.jobs]
+    assert shared_ports(topo, links) == ["l1-eth3", "l2-eth3", "sp1-eth1", "sp1-eth2"]
+    assert sharing_groups(links) == [[0, 1]]
+    apart = [job_links(topo, exp.jobs[0].layout, ["h1", "h2"]),
+             job_links(topo, exp.jobs[0].layout, ["h3", "h4"])]
+    assert shared_ports(topo, apart) == [] and sharing_groups(apart) == [[0], [1]]
+
+
+def test_jobs_qos_has_a_class_per_job_beside_best_effort():
+    exp = loads(spec(background=[{"kind": "iperf", "hosts": ["h1", "h5"], "dscp": 46}],
+                     ecn={"k": 20}))[0].experiments[0]
+    q = jobs_qos(exp, 100)
+    assert [c.name for c in q.classes] == ["best-effort", "job-class-1", "job-class-2"]
+    assert q.classes[0].dscp == [0, 46] and q.scheduler == "wrr" and q.ecn_enabled
+
+
+def test_link_time_is_the_busiest_ports_bytes_at_its_rate():
+    topo = build("leafspine", spines=1, leaves=2, hosts_per_leaf=2, uplink_rate=20)
+    assert link_time(topo, {"l1-eth3": (2_500_000 * 10, 0, 0), "l1-eth1": (10, 0, 0)},
+                     10) == pytest.approx(1.0)
+    assert link_time(topo, {}, 10) == 0.0
+
+
+def job(name, period=1.0, link=0.4):
+    return JobInfo(name, 10, period - link, link, period, 1000, link_s=link)
+
+
+def test_expected_gives_the_closed_forms():
+    (e,) = expected([job("a")], [0.0])
+    assert e.shared_s == pytest.approx(1.0) and e.overlapped_s == pytest.approx(1.0)
+    a, b = expected([job("a"), job("b")], [0.0, 0.0])
+    assert a.shared_s == pytest.approx(1.4) and a.overlapped_s == pytest.approx(1.4)
+    assert a.interleaved_s == pytest.approx(1.0)  # C >= M: they fit in each other's compute
+
+
+def test_overlap_settling_and_recovery():
+    a = [Iteration(k, k + 0.6, k + 1.0) for k in range(6)]
+    b = [Iteration(k, k + 0.6 + min(0.4, 0.1 * k), k + 1.0 + min(0.4, 0.1 * k))
+         for k in range(6)]
+    per = overlaps([a, b])
+    assert per[0][0] == pytest.approx(1.0) and per[0][5] == pytest.approx(0.0)
+    assert settled_after(per[0]) == 4 and settled_after([0.5, 0.5]) is None
+    assert recovered(1.0, 1.4, 1.04) == pytest.approx(0.9)
+    assert recovered(1.0, 0.9, 0.9) is None
+
+
+def test_periods_count_a_gate_wait_but_not_the_start():
+    rows = [{"t_start": 1.0, "t_sync_start": 1.5, "t_sync_end": 2.0, "gate_wait_s": 0.5},
+            {"t_start": 2.2, "t_sync_start": 2.7, "t_sync_end": 3.1}]
+    assert periods(rows) == pytest.approx([1.0, 1.1])
