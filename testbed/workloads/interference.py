@@ -125,3 +125,32 @@ def best_offsets(jobs: list[Job], steps: int = 20, iterations: int = 12,
                 if c < best - 1e-9:
                     best, offsets = c, trial
     return offsets, best
+
+
+def replay(phases: list[tuple[float, float, float]]) -> list[float]:
+    """Communication phases at the times they were measured to start: each (start, link
+    seconds alone, weight); phases under way at once share the link by weight. Returns each
+    phase's end. This is the model at the alignment the jobs actually had (fair sharing of
+    a neutral equilibrium lets identical jobs drift apart; `simulate` keeps them where they
+    started)."""
+    order = sorted(range(len(phases)), key=lambda i: phases[i][0])
+    ends = [0.0] * len(phases)
+    left: dict[int, float] = {}
+    t, nxt = 0.0, 0
+    while nxt < len(order) or left:
+        if not left:
+            t = max(t, phases[order[nxt]][0])
+        while nxt < len(order) and phases[order[nxt]][0] <= t + EPS:
+            left[order[nxt]] = phases[order[nxt]][1]
+            nxt += 1
+        total_w = sum(phases[i][2] for i in left)
+        finish = min(left[i] * total_w / phases[i][2] for i in left)
+        arrive = phases[order[nxt]][0] - t if nxt < len(order) else float("inf")
+        dt = min(finish, arrive)
+        for i in list(left):
+            left[i] -= dt * phases[i][2] / total_w
+            if left[i] <= EPS:
+                ends[i] = t + dt
+                del left[i]
+        t += dt
+    return ends

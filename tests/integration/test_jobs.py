@@ -27,14 +27,17 @@ def test_two_jobs_on_one_uplink_fair_and_mltcp_like(tmp_path):
     out, summary = run(tmp_path, spec("it-jobs", ["none", "mltcp"], 12))
     assert summary["status"] == "ok", summary
     by = {(r["policy"], r["job"]): r for r in rows(out, "jobs.csv")}
+    phases = {(r["policy"], r["job"], r["iteration"]): r for r in rows(out, "jobs_phases.csv")}
     for key, r in by.items():
         assert r["cpu_bound"] == "False", (key, r)
     for job in "ab":
         alone, none, mltcp = by[("alone", job)], by[("none", job)], by[("mltcp", job)]
         # communication is 30-50% of an iteration alone
         assert 0.3 <= float(alone["alone_comm_share"]) <= 0.5, alone
-        # fair sharing keeps identical jobs overlapped; the slowdown is the model's +-15%
-        assert float(none["overlap_mean"]) > 0.8, none
+        # released together, their first phases overlap; the slowdown is the model's +-15%
+        # (fair sharing replayed at the alignment the jobs had: they may drift apart)
+        first = phases[("none", job, "0")]
+        assert float(first["overlap"]) >= 0.8, first
         model = float(none["model_policy_s"]) / float(none["alone_iter_s"])
         assert abs(float(none["slowdown"]) / model - 1) <= 0.15, (none, model)
         # MLTCP-like weights pull the phases apart: below 20% overlap by the end, and the

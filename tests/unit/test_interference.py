@@ -52,3 +52,15 @@ def test_the_time_shift_offsets_recover_the_interleaved_iteration():
     offs, mean3 = best_offsets(three)
     in_step = sum(steady_iteration_s(simulate(three, 12), 4)) / 3
     assert mean3 < in_step and mean3 > C + M
+
+
+def test_replay_shares_the_link_among_phases_under_way():
+    from testbed.workloads.interference import replay
+    # together from 0: both take 2M; b half M late: a alone for M/2, then shared
+    assert replay([(0.0, M, 1), (0.0, M, 1)]) == pytest.approx([2 * M, 2 * M])
+    a, b = replay([(0.0, M, 1), (M / 2, M, 1)])
+    assert a == pytest.approx(M / 2 + M) and b == pytest.approx(2 * M)
+    # apart: each alone; weights split the link while both run
+    assert replay([(0.0, M, 1), (1.0, M, 1)]) == pytest.approx([M, 1.0 + M])
+    a, b = replay([(0.0, M, 3), (0.0, M, 1)])
+    assert a == pytest.approx(M / 0.75) and b == pytest.approx(2 * M)

@@ -4,6 +4,7 @@ import pytest
 
 from controllers.jobpolicy import JobInfo
 from testbed.experiments.jobs.model import (
+    aligned,
     expected,
     job_links,
     jobs_qos,
@@ -144,3 +145,18 @@ def test_periods_count_a_gate_wait_but_not_the_start():
     rows = [{"t_start": 1.0, "t_sync_start": 1.5, "t_sync_end": 2.0, "gate_wait_s": 0.5},
             {"t_start": 2.2, "t_sync_start": 2.7, "t_sync_end": 3.1}]
     assert periods(rows) == pytest.approx([1.0, 1.1])
+
+
+def test_aligned_replays_the_measured_phases():
+    """Two jobs whose phases were measured in step: the model at that alignment gives each
+    the closed form's C + 2M; measured half a link time apart, less."""
+    def rows(offset, n=4, period=1.4):
+        return [{"t_start": offset + k * period, "t_sync_start": offset + k * period + 0.6,
+                 "t_sync_end": offset + (k + 1) * period, "sync_s": 0.8}
+                for k in range(n)]
+    a, b = job("a"), job("b")
+    at = aligned([a, b], {"a": rows(0.0), "b": rows(0.0)})
+    assert at["a"][1:] == pytest.approx([1.4] * 3) and at["b"][1:] == pytest.approx([1.4] * 3)
+    at = aligned([a, b], {"a": rows(0.0), "b": rows(0.2)})
+    # a: alone 0.2 s, then shared (0.2 s of work left at half rate): 0.6 + 0.6 = 1.2
+    assert at["a"][1] == pytest.approx(1.2)

@@ -10,7 +10,7 @@ from controllers.jobpolicy import JobInfo
 from testbed.workloads.interference import simulate, steady_iteration_s
 from testbed.workloads.parallel.cost import KINDS
 
-from .model import expected, iterations, overlaps, periods, recovered, settled_after
+from .model import aligned, expected, iterations, overlaps, periods, recovered, settled_after
 from .spec import JOB_DSCPS, Jobs
 
 PHASE_FIELDS = ["experiment", "placement", "policy", "job", "iteration", "start_s",
@@ -45,8 +45,9 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
     """The model's iteration per job under the policy (None where it has none: a plugin)."""
     offsets = [exp.jobs[names.index(j.name)].offset_s for j in group]
     exp_fair = expected(group, offsets)
-    if policy == "none":
-        return {j.name: e.shared_s for j, e in zip(group, exp_fair)}
+    if policy == "none":  # fair sharing at the alignment the jobs had
+        at = aligned(group, {j.name: rnd["ranks"][j.name][0] for j in group})
+        return {n: _median(v[exp.warmup_iters:] or v) for n, v in at.items()}
     if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
         return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
     if policy == "time_shift":
@@ -107,6 +108,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
             group = [profiles[n] for n in group_of[name] if n in rank0] if policy != "alone" \
                 else [profiles[name]]
             ex = expected(group, [0.0] * len(group))[[g.name for g in group].index(name)]
+            at = aligned(group, {g.name: rnd["ranks"][g.name][0] for g in group})[name]
             note = note_of(rnd)
             model_s = model.get(name)
             rows.append({
@@ -127,6 +129,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "gate_wait_s_median": _r(_median([r.get("gate_wait_s", 0.0) for r in steady])),
                 "model_policy_s": _r(model_s),
                 "iter_over_model": _r(iter_s / model_s, 3) if iter_s and model_s else None,
+                "model_aligned_s": _r(_median(at[w:] or at)),
                 "model_shared_s": _r(ex.shared_s), "model_interleaved_s": _r(ex.interleaved_s),
                 "model_overlapped_s": _r(ex.overlapped_s),
                 "overlap_mean": _r(_median(per_iter[w:]) if policy != "alone" else None, 3),

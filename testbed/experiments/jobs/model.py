@@ -12,6 +12,7 @@ from testbed.workloads.interference import (
     Iteration,
     best_offsets,
     overlap_fraction,
+    replay,
     simulate,
     steady_iteration_s,
 )
@@ -161,6 +162,26 @@ def expected(jobs: list[JobInfo], offsets: list[float], weights: list[float] | N
     total_link = sum(m.comm_s for m in model)
     return [Expected(s, i, m.compute_s + total_link)
             for s, i, m in zip(shared, inter, model)]
+
+
+def aligned(jobs: list[JobInfo], rank0: dict[str, list[dict]]) -> dict[str, list[float]]:
+    """Each job's iteration times as the model predicts them at the alignment the jobs
+    actually had: every communication phase (rank 0's) replayed from its measured start
+    with the job's alone link time, phases under way at once sharing the link fairly; the
+    rest of each iteration (compute, a gate's wait, the part of the communication that is
+    not link time) as measured."""
+    phases: list[tuple[float, float, float]] = []
+    owner: list[tuple[JobInfo, int]] = []
+    for j in jobs:
+        for k, r in enumerate(rank0[j.name]):
+            phases.append((r["t_sync_start"], j.link_s or j.comm_s, 1.0))
+            owner.append((j, k))
+    out: dict[str, list[float]] = {j.name: [] for j in jobs}
+    per = {j.name: periods(rank0[j.name]) for j in jobs}
+    for (j, k), (start, _, _), end in zip(owner, phases, replay(phases)):
+        fixed = max(0.0, j.comm_s - j.link_s) if j.link_s else 0.0
+        out[j.name].append(per[j.name][k] - rank0[j.name][k]["sync_s"] + end - start + fixed)
+    return out
 
 
 def recovered(alone_s: float, shared_s: float, policy_s: float) -> float | None:
