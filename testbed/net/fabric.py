@@ -145,7 +145,7 @@ class Fabric:
             build_object()
             self.qos_plane = self._make_qos_plane()
             self.needed_buffer_bytes = ovs.needed_buffer_bytes(
-                [], [self.qos_plane.switch_buffer_bytes()], self.links.mtu_bytes)
+                *self.qos_plane.switch_buffer_limits(), self.links.mtu_bytes)
         else:
             self.needed_buffer_bytes = ovs.needed_buffer_bytes(
                 [q.buffer_pkts for q in switch_q if q.buffer_pkts],

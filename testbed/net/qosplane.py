@@ -131,9 +131,24 @@ class QosPlane:
             out.append(max(lb, lp * self.frame) + 4 * self.frame)
         return out
 
-    def switch_buffer_bytes(self) -> int:
-        """Bytes that the fabric's switch queues can hold at once (OVS's send buffer)."""
-        return sum(sum(self.tbf_limits(p)) for p in self.ports if not p.is_host)
+    def switch_buffer_limits(self) -> tuple[list[int], list[int]]:
+        """What every switch egress class can hold at once (OVS's send buffer is charged
+        for it): a packet-limited class, its packets (the BPF program's limit, and the few
+        frames the qdisc admits beyond it); a byte-limited or lossless class, its qdisc's
+        bytes. Packets of any size count as full slabs; bytes, as minimum-size packets."""
+        pkts: list[int] = []
+        nbytes: list[int] = []
+        for p in self.ports:
+            if p.is_host:
+                continue
+            tbf = self.tbf_limits(p)
+            for c in range(len(self.cfg.classes)):
+                limit_bytes, limit_pkts = self.limits(p, c)
+                if limit_pkts and not limit_bytes:
+                    pkts.append(limit_pkts + 4)
+                else:
+                    nbytes.append(tbf[c])
+        return pkts, nbytes
 
     # ---- install ---------------------------------------------------------------------
     def install(self, record) -> None:

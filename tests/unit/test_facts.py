@@ -81,6 +81,12 @@ def test_buffer_precedence_is_what_the_dataplane_enforces():
     assert [plane.limits(switch, c) for c in range(3)] == [(5000, 0), (0, 7), (0, 100)]
     assert plane.limits(switch, 3) == (0, 0)  # PFC bounds it
     assert plane.limits(host, 0) == (0, 1000)
+    # OVS's send buffer is charged for the switch queues: a packet-limited class as that
+    # many packets (of any size), a byte-limited or lossless one as its qdisc's bytes
+    pkts, nbytes = plane.switch_buffer_limits()
+    switches = sum(1 for p in plane.ports if not p.is_host)
+    assert sorted(set(pkts)) == [11, 104] and len(pkts) == 2 * switches
+    assert len(nbytes) == 2 * switches and min(nbytes) == 5000 + 4 * 1514
 
 
 def test_pfc_thresholds_checked_once_for_every_caller():
