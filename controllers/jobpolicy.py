@@ -69,6 +69,14 @@ class Round:
     job_classes: list[int]            # the class indices the fabric has for jobs
     args: dict[str, Any] = field(default_factory=dict)
     shared_class: int = 0             # best effort: one FIFO with the background traffic
+    groups: list[list[str]] = field(default_factory=list)  # jobs whose paths meet (none: all)
+
+    def sharing(self) -> list[list[JobInfo]]:
+        """The jobs in groups whose paths meet (every job one group when none are given)."""
+        if not self.groups:
+            return [list(self.jobs)]
+        by = {j.name: j for j in self.jobs}
+        return [[by[n] for n in g if n in by] for g in self.groups]
 
 
 @dataclass(frozen=True)
@@ -168,9 +176,10 @@ def shift_plan(jobs: list[JobInfo], slack: float) -> tuple[float, list[float], f
 
 
 class TimeShift:
-    """CASSINI-like: once every job has reported an iteration, gates on a common period at
-    the model's best offsets, starting `lead` iterations later (so that every job reaches
-    its first gated iteration before its release)."""
+    """CASSINI-like: once every job has reported an iteration, the jobs of each group whose
+    paths meet are gated on a common period at the model's best offsets, starting `lead`
+    iterations later (so that every job reaches its first gated iteration before its
+    release); a job that meets no other is left alone."""
 
     def __init__(self, slack: float = 0.03, lead: int = 2):
         self.slack, self.lead = slack, lead
@@ -185,18 +194,26 @@ class TimeShift:
         rnd = self.rnd
         if rnd is None or self.done or any(j.name not in progress for j in rnd.jobs):
             return None
-        period, offsets, before, after = shift_plan(rnd.jobs, self.slack)
-        # the slowest a job can be until then: every job's communication at once
-        worst = max(j.period_s for j in rnd.jobs) + sum(j.comm_s for j in rnd.jobs)
-        anchor = now + (self.lead + 1) * worst
-        gates = {j.name: GateSetting(anchor, period, off, progress[j.name].iteration
-                                     + self.lead)
-                 for j, off in zip(rnd.jobs, offsets)}
+        gates: dict[str, GateSetting] = {}
+        note: dict[str, dict[str, float]] = {"period_s": {}, "offset_s": {},
+                                             "predicted_overlap_unshifted": {},
+                                             "predicted_overlap": {}}
+        for group in rnd.sharing():
+            if len(group) < 2:
+                continue
+            period, offsets, before, after = shift_plan(group, self.slack)
+            # the slowest a job can be until then: every job's communication at once
+            worst = max(j.period_s for j in group) + sum(j.comm_s for j in group)
+            anchor = now + (self.lead + 1) * worst
+            for j, off in zip(group, offsets):
+                gates[j.name] = GateSetting(anchor, period, off,
+                                            progress[j.name].iteration + self.lead)
+                note["period_s"][j.name] = round(period, 4)
+                note["offset_s"][j.name] = round(off, 4)
+                note["predicted_overlap_unshifted"][j.name] = round(before, 3)
+                note["predicted_overlap"][j.name] = round(after, 3)
         self.done = True
-        return Decision(gates=gates, note={
-            "period_s": round(period, 4), "offsets_s": [round(o, 4) for o in offsets],
-            "predicted_overlap_unshifted": round(before, 3),
-            "predicted_overlap": round(after, 3)})
+        return Decision(gates=gates, note=note)
 
 
 class MltcpLike:

@@ -85,8 +85,20 @@ def test_time_shift_gates_once_every_job_has_reported():
     assert ga.period_s == gb.period_s == pytest.approx(1.03)
     # the anchor leaves every job time to reach its first gated iteration
     assert ga.anchor >= 11.0 + 3 * (1.0 + 2 * M)
-    assert d.note["predicted_overlap"] == 0.0
+    assert d.note["predicted_overlap"] == {"a": 0.0, "b": 0.0}
+    assert d.note["predicted_overlap_unshifted"]["a"] == pytest.approx(1.0)
     assert p.step(12.0, seen) is None  # once
+
+
+def test_time_shift_leaves_a_job_that_meets_no_other_alone():
+    p = TimeShift()
+    jobs = [info("a"), info("b", 12), info("c", 14, compute=2.0)]
+    p.start(0.0, Round(id=1, policy="time_shift", jobs=jobs, job_classes=[1, 2, 3],
+                       groups=[["a", "b"], ["c"]]))
+    d = p.step(1.0, {n: Progress(1.0, 0, "gate", 0, 0) for n in "abc"})
+    assert d is not None and d.gates is not None and sorted(d.gates) == ["a", "b"]
+    # the pair's period is theirs, not the slow job's
+    assert d.gates["a"].period_s == pytest.approx(1.03)
 
 
 def test_mltcp_weights_grow_with_the_share_of_the_iteration_sent():

@@ -51,14 +51,10 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
     if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
         return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
     if policy == "time_shift":
-        note = note_of(rnd)
-        if "period_s" not in note:
+        plan = note_of(rnd)
+        if not all(j.name in plan.get("period_s", {}) for j in group):
             return dict.fromkeys((j.name for j in group), None)
-        offs = note["offsets_s"]
-        order = [d for d in rnd["decisions"] if d.get("gates")]
-        gated = list(order[-1]["gates"]) if order else [j.name for j in group]
-        by_name = dict(zip(gated, offs))
-        runs = simulate([j.fluid(by_name.get(j.name, 0.0), period_s=note["period_s"])
+        runs = simulate([j.fluid(plan["offset_s"][j.name], period_s=plan["period_s"][j.name])
                          for j in group], 16)
         return dict(zip((j.name for j in group), steady_iteration_s(runs, 4)))
     if policy == "priority":
@@ -134,7 +130,8 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "model_overlapped_s": _r(ex.overlapped_s),
                 "overlap_mean": _r(_median(per_iter[w:]) if policy != "alone" else None, 3),
                 "overlap_settled_after": settled_after(per_iter) if policy != "alone" else None,
-                "predicted_overlap": note.get("predicted_overlap"),
+                "predicted_overlap": note.get("predicted_overlap", {}).get(name)
+                if isinstance(note.get("predicted_overlap"), dict) else None,
                 "bytes_per_iter": _r(_median([sum(r[f"{k}_bytes"] for k in KINDS)
                                               for r in steady]), 0),
                 "marks_per_iter": _r(sum(c[1] for c in counters.values()) / n_it, 2),

@@ -152,7 +152,8 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
 
 def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id: int,
               experiment: int, label: str, policy: str, members_of: list[int],
-              hosts: list[list[str]], profiles: dict[str, JobInfo], ports: list[str]) -> dict:
+              hosts: list[list[str]], profiles: dict[str, JobInfo], ports: list[str],
+              groups: list[list[int]]) -> dict:
     """One round; returns each member's rank rows, its counters per port, the checks and
     the policy's decisions."""
     topo = fab.topo
@@ -183,7 +184,8 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
     rnd = Round(id=round_id, policy=policy,
                 jobs=[profiles.get(m.name) or JobInfo(m.name, JOB_DSCPS[m.index], 0, 0, 0, 0)
                       for m in members],
-                job_classes=list(range(1, n_classes + 1)), args=policy_args(exp, policy))
+                job_classes=list(range(1, n_classes + 1)), args=policy_args(exp, policy),
+                groups=[[names[i] for i in g if i in members_of] for g in groups])
     announce(fab, rnd, members, ports, exp.period_ms / 1000)
     dp = fab.dataplane()
     dscps = [JOB_DSCPS[m.index] for m in members]
@@ -241,7 +243,8 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
             for i, name in enumerate(names):
                 r = run_round(ctx, fab, exp, out, round_id=round_id, experiment=experiment,
                               label=f"{placement} {name} alone", policy="none",
-                              members_of=[i], hosts=hosts, profiles={}, ports=ports)
+                              members_of=[i], hosts=hosts, profiles={}, ports=ports,
+                              groups=groups)
                 round_id += 1
                 rounds[f"alone:{name}"] = r
                 p = profiles[name] = profile(
@@ -258,7 +261,8 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                     r = run_round(ctx, fab, exp, out, round_id=round_id,
                                   experiment=experiment, label=f"{placement} {policy}",
                                   policy=policy, members_of=list(range(len(names))),
-                                  hosts=hosts, profiles=profiles, ports=ports)
+                                  hosts=hosts, profiles=profiles, ports=ports,
+                                  groups=groups)
                     round_id += 1
                     rounds[policy] = r
         rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds)
