@@ -43,18 +43,20 @@ class JobsApp(QosApp):
             except (OSError, ValueError):
                 data = None
             if rf is not None and (data is None or data["round"]["id"] != rf.round.id):
-                self.reset(dp, cfg, rf)  # the round ended: the fabric as it was built
+                self.guarded(rf, self.reset, dp, cfg, rf)  # the fabric as it was built
                 rf = policy = None
             if data is not None and rf is None:
-                rf = from_data(RoundFile, data, "round")
+                try:
+                    rf = from_data(RoundFile, data, "round")
+                except Exception as exc:  # not the runner's file: say so, wait for another
+                    self.logger.exception("jobs: unreadable round")
+                    self.log({"round": data.get("round", {}).get("id"), "error": repr(exc)})
+                    hub.sleep(1.0)
+                    continue
                 policy = self.guarded(rf, self.begin, dp, cfg, rf)
             elif rf is not None and policy is not None:
-                progress = {name: p for name, f in rf.progress.items()
-                            if (p := read_progress(Path(f))) is not None}
-                decision = self.guarded(rf, policy.step, time.monotonic(), progress)
-                if decision is not None:
-                    self.apply(dp, cfg, rf, decision, "step")
-                elif self.failed:
+                self.guarded(rf, self.tick, dp, cfg, rf, policy)
+                if self.failed:
                     policy = None
             hub.sleep(rf.period_s if rf is not None else 0.05)
 
@@ -63,9 +65,16 @@ class JobsApp(QosApp):
         self.apply(dp, cfg, rf, policy.start(time.monotonic(), rf.round), "start")
         return policy
 
+    def tick(self, dp, cfg, rf: RoundFile, policy: JobPolicy) -> None:
+        progress = {name: p for name, f in rf.progress.items()
+                    if (p := read_progress(Path(f))) is not None}
+        decision = policy.step(time.monotonic(), progress)
+        if decision is not None:
+            self.apply(dp, cfg, rf, decision, "step")
+
     def guarded(self, rf: RoundFile, call, *args):
-        """call(*args); on an exception, None, logged for the runner (which fails the
-        round with it)."""
+        """call(*args); on an exception (the policy's, or applying its decision), None,
+        logged for the runner (which fails the round with it)."""
         self.failed = False
         try:
             return call(*args)

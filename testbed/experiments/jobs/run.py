@@ -65,11 +65,11 @@ def announce(fab: Phase, rnd: Round, members: list[Member], ports: list[str],
     dump_json(rf, fab.jobs_dir / "round.json")
     deadline = time.time() + APP_TIMEOUT_S
     while time.time() < deadline:
-        for d in decisions(fab.jobs_dir, rnd.id):
-            if "error" in d:
-                raise TestbedError(f"jobs: the policy {rnd.policy} failed: {d['error']}")
-            if d.get("when") == "start":
-                return
+        error = policy_error(fab, rnd.id)
+        if error is not None:
+            raise TestbedError(f"jobs: the policy {rnd.policy} failed: {error}")
+        if any(d.get("when") == "start" for d in decisions(fab.jobs_dir, rnd.id)):
+            return
         time.sleep(0.05)
     raise TestbedError(f"jobs: the controller's jobs app did not start round {rnd.id} within "
                        f"{APP_TIMEOUT_S:.0f} s; see controller.log")
@@ -110,12 +110,17 @@ def dscp_snapshot(dp, dscps: list[int]) -> dict[tuple[int, int], tuple[int, int,
 START_LEAD_S = 0.2  # from the last job being ready to the first iteration
 
 
+def policy_error(fab: Phase, round_id: int) -> str | None:
+    """What the jobs app reported when the round's policy (or applying it) failed."""
+    return next((d["error"] for d in decisions(fab.jobs_dir, round_id) if "error" in d), None)
+
+
 def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, list[list[str]]],
-              label: str) -> None:
+              label: str, round_id: int) -> None:
     """Starts every job's ranks; once every job is ready (its rank 0 reports, waiting for
     its first iteration) releases each job's first iteration `offset_s` after a common
-    start; waits for all. The first rank to fail stops every job and fails the round with
-    its error."""
+    start; waits for all. The first rank to fail, or the policy failing, stops every job
+    and fails the round with its error."""
     procs: list[tuple[Member, int, str, subprocess.Popen]] = []
     deadline = time.time() + exp.job_timeout_s
     started = False
@@ -140,6 +145,10 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
                         (m.dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
                     raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
                                        f"(exit {code}); every job was stopped: {why}")
+            error = policy_error(fab, round_id)
+            if error is not None:
+                raise TestbedError(f"{label}: the policy failed while the jobs ran; every job "
+                                   f"was stopped: {error}")
             if all(p.poll() == 0 for *_, p in procs):
                 return
             if time.time() > deadline:
@@ -196,7 +205,7 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
             before = dscp_snapshot(dp, dscps)
             background.start()
             try:
-                run_ranks(fab, exp, members, argvs, label)
+                run_ranks(fab, exp, members, argvs, label, round_id)
             finally:
                 bg_mbps = background.stop()
             after = dscp_snapshot(dp, dscps)
