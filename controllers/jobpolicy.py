@@ -153,6 +153,7 @@ class Priority:
             weights, priorities = None, level
         return Decision(classes=classes, weights=weights, priorities=priorities,
                         note={"order": self.order, "ranking": [j.name for j in ranked],
+                              # weight, or compute seconds per GB sent
                               "metric": {j.name: round(j.weight if self.order == "weight"
                                                        else intensity(j) * 1e9, 6)
                                          for j in ranked}})
@@ -271,6 +272,12 @@ def policy_for(name: str, args: dict[str, Any]) -> JobPolicy:
                 raise TypeError(f"{name} has no {method}() method")
         return policy
     return builtin(name, args)
+
+
+def meeting_ports(deltas: dict[str, dict[int, int]], min_bytes: int) -> set[str]:
+    """The ports on which two or more jobs (their DSCPs) each sent at least `min_bytes`
+    since the last look: where a step's weights matter."""
+    return {p for p, by in deltas.items() if sum(1 for b in by.values() if b >= min_bytes) >= 2}
 
 
 def dscp_table(base: list[int], jobs: list[JobInfo], classes: dict[str, int]) -> list[int]:

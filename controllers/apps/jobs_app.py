@@ -1,9 +1,15 @@
 """The shell of the cross-job policies (controllers/jobpolicy.py): when the runner starts a
 round of jobs sharing the fabric (jobs_dir/round.json), the policy is told it; every period
 the app reads each job's progress and steps the policy; each decision is applied through
-the dataplane API (each job's DSCP to its class, the classes' WRR weights on the shared
-ports) and by writing the jobs' gates, and logged in jobs_dir/decisions.jsonl with the
-monotonic and wall-clock time it was applied."""
+the dataplane API (each job's DSCP to its class, the classes' WRR weights or priorities)
+and by writing the jobs' gates, and logged in jobs_dir/decisions.jsonl with the monotonic
+and wall-clock time it was applied.
+
+A start decision's schedule goes to every port the jobs' paths may share (the round's
+`ports`); a step's, which may come many times a second, only to the ports where the jobs
+have actually met (two jobs' DSCPs seen by the per-DSCP counters, looked at twice a
+second; a port found later gets the schedule in force), so that a Fat-Tree's 48 candidate
+ports do not cost a tc batch of 48 ports per step."""
 from __future__ import annotations
 
 import json
@@ -14,10 +20,20 @@ from pathlib import Path
 from controllers import qos_policy
 from controllers.apps.qos_base import QosApp
 from controllers.compat import hub
-from controllers.jobpolicy import Decision, JobPolicy, RoundFile, dscp_table, policy_for
+from controllers.jobpolicy import (
+    Decision,
+    JobPolicy,
+    RoundFile,
+    dscp_table,
+    meeting_ports,
+    policy_for,
+)
 from testbed.config.controller import phase_config
 from testbed.config.loader import from_data
 from testbed.workloads.jobsync import read_progress, write_gate
+
+MEETING_LOOK_S = 0.5
+MEETING_MIN_BYTES = 9000  # a jumbo frame: a job's traffic, not a stray packet
 
 
 class JobsApp(QosApp):
@@ -61,16 +77,43 @@ class JobsApp(QosApp):
             hub.sleep(rf.period_s if rf is not None else 0.05)
 
     def begin(self, dp, cfg, rf: RoundFile) -> JobPolicy:
+        self.meeting: set[str] = set()
+        self.schedule: tuple[list[int] | None, list[int] | None] | None = None
+        self.counted = self.counts(dp, rf)
+        self.looked = time.monotonic()
         policy = policy_for(rf.round.policy, rf.round.args)
         self.apply(dp, cfg, rf, policy.start(time.monotonic(), rf.round), "start")
         return policy
 
     def tick(self, dp, cfg, rf: RoundFile, policy: JobPolicy) -> None:
+        if time.monotonic() - self.looked >= MEETING_LOOK_S:
+            self.look(dp, rf)
         progress = {name: p for name, f in rf.progress.items()
                     if (p := read_progress(Path(f))) is not None}
         decision = policy.step(time.monotonic(), progress)
         if decision is not None:
             self.apply(dp, cfg, rf, decision, "step")
+
+    def counts(self, dp, rf: RoundFile) -> dict[str, dict[int, int]]:
+        dscps = [j.dscp for j in rf.round.jobs]
+        return {name: {d: dp.dscp_counters(dp.by_name[name]["id"], d).enq_bytes for d in dscps}
+                for name in rf.ports}
+
+    def look(self, dp, rf: RoundFile) -> None:
+        """Which ports the jobs met on since the last look; a newly found one gets the
+        schedule in force."""
+        now = self.counts(dp, rf)
+        deltas = {p: {d: b - self.counted[p][d] for d, b in by.items()} for p, by in now.items()}
+        self.counted, self.looked = now, time.monotonic()
+        new = meeting_ports(deltas, MEETING_MIN_BYTES) - self.meeting
+        if new:
+            self.meeting |= new
+            if self.schedule is not None:
+                weights, priorities = self.schedule
+                dp.set_schedule([dp.by_name[n]["id"] for n in sorted(new)], weights=weights,
+                                priorities=priorities)
+            self.log({"round": rf.round.id, "when": "met", "t_mono": time.monotonic(),
+                      "t": time.time(), "ports": sorted(self.meeting)})
 
     def guarded(self, rf: RoundFile, call, *args):
         """call(*args); on an exception (the policy's, or applying its decision), None,
@@ -94,7 +137,9 @@ class JobsApp(QosApp):
             dp.set_dscp_map(dscp_table(qos_policy.dscp_table(cfg), rf.round.jobs,
                                        decision.classes))
         if decision.weights is not None or decision.priorities is not None:
-            dp.set_schedule([dp.by_name[name]["id"] for name in rf.ports],
+            self.schedule = (decision.weights, decision.priorities)
+            ports = rf.ports if when == "start" else sorted(self.meeting)
+            dp.set_schedule([dp.by_name[name]["id"] for name in ports],
                             weights=decision.weights, priorities=decision.priorities)
         for name, gate in (decision.gates or {}).items():
             write_gate(Path(rf.gates[name]), gate)

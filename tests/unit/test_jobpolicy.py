@@ -216,3 +216,10 @@ def test_reporter_counts_bytes_per_iteration(tmp_path):
     r.stop()
     assert read_progress(tmp_path / "p.json").phase == "done"
     assert read_progress(tmp_path / "missing.json") is None
+
+
+def test_meeting_ports_are_where_two_jobs_sent():
+    from controllers.jobpolicy import meeting_ports
+    deltas = {"s1-eth1": {10: 50_000, 12: 40_000}, "s1-eth2": {10: 50_000, 12: 0},
+              "s1-eth3": {10: 100, 12: 90_000, 14: 9000}}
+    assert meeting_ports(deltas, 9000) == {"s1-eth1", "s1-eth3"}

@@ -160,3 +160,18 @@ def test_aligned_replays_the_measured_phases():
     at = aligned([a, b], {"a": rows(0.0), "b": rows(0.2)})
     # a: alone 0.2 s, then shared (0.2 s of work left at half rate): 0.6 + 0.6 = 1.2
     assert at["a"][1] == pytest.approx(1.2)
+
+
+def test_aligned_on_the_links_each_job_used():
+    """In step but on different links the jobs do not meet; on a link they both used they
+    do, for the time their bytes took there."""
+    def rows(n=3, period=1.4):
+        return [{"t_start": k * period, "t_sync_start": k * period + 0.6,
+                 "t_sync_end": (k + 1) * period, "sync_s": 0.8} for k in range(n)]
+    a, b = job("a"), job("b")
+    apart = aligned([a, b], {"a": rows(), "b": rows()},
+                    {"a": {"p1": 0.4, "p2": 0.4}, "b": {"p3": 0.4, "p4": 0.001}})
+    assert apart["a"] == pytest.approx([1.0] * 3) and apart["b"] == pytest.approx([1.0] * 3)
+    meet = aligned([a, b], {"a": rows(), "b": rows()}, {"a": {"p1": 0.4}, "b": {"p1": 0.2}})
+    # on p1: both at half rate until b's 0.2 s are done (0.4 s), then a alone: 0.6 s
+    assert meet["a"] == pytest.approx([1.2] * 3) and meet["b"] == pytest.approx([1.0] * 3)

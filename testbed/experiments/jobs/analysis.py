@@ -10,7 +10,16 @@ from controllers.jobpolicy import JobInfo
 from testbed.workloads.interference import simulate, steady_iteration_s
 from testbed.workloads.parallel.cost import KINDS
 
-from .model import aligned, expected, iterations, overlaps, periods, recovered, settled_after
+from .model import (
+    aligned,
+    expected,
+    iterations,
+    overlaps,
+    periods,
+    recovered,
+    round_link_s,
+    settled_after,
+)
 from .spec import JOB_DSCPS, Jobs
 
 PHASE_FIELDS = ["experiment", "placement", "policy", "job", "iteration", "start_s",
@@ -45,9 +54,8 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
     """The model's iteration per job under the policy (None where it has none: a plugin)."""
     offsets = [exp.jobs[names.index(j.name)].offset_s for j in group]
     exp_fair = expected(group, offsets)
-    if policy == "none":  # fair sharing at the alignment the jobs had
-        at = aligned(group, {j.name: rnd["ranks"][j.name][0] for j in group})
-        return {n: _median(v[exp.warmup_iters:] or v) for n, v in at.items()}
+    if policy == "none":  # fair sharing at the alignment the jobs had, on their links
+        return {n: _median(v[exp.warmup_iters:] or v) for n, v in rnd["aligned"].items()}
     if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
         return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
     if policy == "time_shift":
@@ -70,8 +78,13 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
 
 def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
              hosts: list[list[str]], groups: list[list[int]], profiles: dict[str, JobInfo],
-             rounds: dict[str, dict]) -> list[dict]:
+             rounds: dict[str, dict], rates: dict[str, float]) -> list[dict]:
+    """`rates`: every switch port's rate (Mb/s), for the model on the links jobs used."""
     group_of = {names[i]: [names[j] for j in g] for g in groups for i in g}
+    for rnd in rounds.values():
+        rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
+        link_s = round_link_s(rnd["counters"], rates, {n: len(r) for n, r in rank0.items()})
+        rnd["aligned"] = aligned([profiles[n] for n in rank0], rank0, link_s)
     rows: list[dict] = []
     iter_by: dict[tuple[str, str], float | None] = {}
     for key, rnd in rounds.items():
@@ -104,7 +117,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
             group = [profiles[n] for n in group_of[name] if n in rank0] if policy != "alone" \
                 else [profiles[name]]
             ex = expected(group, [0.0] * len(group))[[g.name for g in group].index(name)]
-            at = aligned(group, {g.name: rnd["ranks"][g.name][0] for g in group})[name]
+            at = rnd["aligned"][name]
             note = note_of(rnd)
             model_s = model.get(name)
             rows.append({

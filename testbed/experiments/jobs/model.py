@@ -164,24 +164,44 @@ def expected(jobs: list[JobInfo], offsets: list[float], weights: list[float] | N
             for s, i, m in zip(shared, inter, model)]
 
 
-def aligned(jobs: list[JobInfo], rank0: dict[str, list[dict]]) -> dict[str, list[float]]:
+USED = 0.05  # a port carries a job when it saw this share of the job's busiest port's bytes
+
+
+def aligned(jobs: list[JobInfo], rank0: dict[str, list[dict]],
+            link_s: dict[str, dict[str, float]] | None = None) -> dict[str, list[float]]:
     """Each job's iteration times as the model predicts them at the alignment the jobs
     actually had: every communication phase (rank 0's) replayed from its measured start
-    with the job's alone link time, phases under way at once sharing the link fairly; the
-    rest of each iteration (compute, a gate's wait, the part of the communication that is
-    not link time) as measured."""
-    phases: list[tuple[float, float, float]] = []
-    owner: list[tuple[JobInfo, int]] = []
-    for j in jobs:
-        for k, r in enumerate(rank0[j.name]):
-            phases.append((r["t_sync_start"], j.link_s or j.comm_s, 1.0))
-            owner.append((j, k))
+    through each link it used, phases under way on a link at once sharing it fairly, a
+    phase ending when its slowest link is done; the rest of each iteration (compute, a
+    gate's wait, the part of the communication that is not link time) as measured.
+    `link_s`: per job, the seconds per iteration its bytes took on each switch port (from
+    the round's own counters: ECMP puts each round's connections on its own paths);
+    without it, every job on one link for its alone link time."""
+    links = link_s or {j.name: {"link": j.link_s or j.comm_s} for j in jobs}
+    used = {j.name: {p: s for p, s in links.get(j.name, {}).items()
+                     if s >= USED * max(links[j.name].values())} for j in jobs}
+    ends: dict[tuple[str, int], float] = {}
+    for port in sorted({p for ps in used.values() for p in ps}):
+        phases = [(r["t_sync_start"], used[j.name][port], 1.0, j.name, k) for j in jobs
+                  if port in used[j.name] for k, r in enumerate(rank0[j.name])]
+        for (start, _, _, name, k), end in zip(phases, replay([p[:3] for p in phases])):
+            ends[(name, k)] = max(ends.get((name, k), start), end)
     out: dict[str, list[float]] = {j.name: [] for j in jobs}
-    per = {j.name: periods(rank0[j.name]) for j in jobs}
-    for (j, k), (start, _, _), end in zip(owner, phases, replay(phases)):
+    for j in jobs:
         fixed = max(0.0, j.comm_s - j.link_s) if j.link_s else 0.0
-        out[j.name].append(per[j.name][k] - rank0[j.name][k]["sync_s"] + end - start + fixed)
+        for k, (r, period) in enumerate(zip(rank0[j.name], periods(rank0[j.name]))):
+            link = ends.get((j.name, k), r["t_sync_start"]) - r["t_sync_start"]
+            out[j.name].append(period - r["sync_s"] + link + fixed)
     return out
+
+
+def round_link_s(counters: dict[str, dict[str, tuple[int, int, int]]],
+                 rates: dict[str, float], iters: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per job and switch port, seconds per iteration its bytes took there (port rates in
+    Mb/s)."""
+    return {name: {p: c[0] / max(1, iters[name]) * 8 / (rates[p] * 1e6)
+                   for p, c in ports.items() if c[0] and p in rates}
+            for name, ports in counters.items()}
 
 
 def recovered(alone_s: float, shared_s: float, policy_s: float) -> float | None:

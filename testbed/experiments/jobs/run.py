@@ -25,7 +25,15 @@ from ..training.analysis import read_records
 from ..training.model import cpu_bound_verdict, host_link
 from ..training.run import Background
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
-from .model import job_links, jobs_qos, link_time, profile, shared_ports, sharing_groups
+from .model import (
+    job_links,
+    jobs_qos,
+    link_time,
+    port_rate,
+    profile,
+    shared_ports,
+    sharing_groups,
+)
 from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, per_job_classes, placements
 
 MASTER_PORT = 29900
@@ -274,7 +282,10 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                                   groups=groups)
                     round_id += 1
                     rounds[policy] = r
-        rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds)
+        rates = {ifname(n, port): port_rate(fabric, ifname(n, port))
+                 for n, port, _ in fabric.interfaces() if not fabric.is_host(n)}
+        rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds,
+                        rates)
         for row in rows:
             row["cpu_bound"] = cpu_bound_verdict(row.pop("_monitor_cpu_bound"),
                                                  row["worker_cpu_wait_share"], None)
