@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controllers.priority import load_class
-from testbed.workloads.interference import Job, best_offsets, overlap_fraction, simulate
+from testbed.workloads.interference import (
+    Job,
+    best_offsets,
+    overlap_fraction,
+    simulate,
+    steady_iteration_s,
+)
 from testbed.workloads.jobsync import GateSetting, Progress
 
 BUILTIN = ("none", "priority", "time_shift", "mltcp")
@@ -162,10 +168,25 @@ class Priority:
         return None
 
 
-def shift_plan(jobs: list[JobInfo], slack: float) -> tuple[float, list[float], float, float]:
-    """(common period, offsets, predicted overlap without and with them) for jobs gated on
-    one period: the slowest alone iteration plus `slack`, each job's compute padded to it.
-    Overlap is the model's mean share of a job's communication spent beside another's."""
+@dataclass(frozen=True)
+class ShiftPlan:
+    period_s: float            # common: the slowest alone iteration plus the slack
+    offsets: list[float]
+    overlap_unshifted: float   # the model's mean share of a phase beside another's ...
+    overlap: float             # ... gated in step, and gated at the offsets
+    gated_s: float             # the model's mean iteration gated at the offsets ...
+    fair_s: float              # ... and under fair sharing, ungated, released together
+
+    @property
+    def gains(self) -> bool:
+        """Whether gating is worth it: a job faster than the common period runs at it, so
+        jobs of incompatible periods can lose more than interleaving wins."""
+        return self.gated_s < 0.99 * self.fair_s
+
+
+def shift_plan(jobs: list[JobInfo], slack: float) -> ShiftPlan:
+    """The gates for jobs on one period, each job's compute padded to it, at the offsets
+    the fluid model finds best; with what the model predicts of them."""
     period = max(j.period_s for j in jobs) * (1 + slack)
     offsets, _ = best_offsets([j.fluid(period_s=period) for j in jobs])
 
@@ -173,7 +194,13 @@ def shift_plan(jobs: list[JobInfo], slack: float) -> tuple[float, list[float], f
         runs = simulate([j.fluid(o, period_s=period) for j, o in zip(jobs, offs)], 12)
         return sum(overlap_fraction(runs, i, k) for i in range(len(jobs))
                    for k in range(4, 12)) / (8 * len(jobs))
-    return period, offsets, overlap([0.0] * len(jobs)), overlap(offsets)
+
+    def mean_iteration(model: list[Job]) -> float:
+        return sum(steady_iteration_s(simulate(model, 12), 4)) / len(model)
+    return ShiftPlan(period, offsets, overlap([0.0] * len(jobs)), overlap(offsets),
+                     mean_iteration([j.fluid(o, period_s=period)
+                                     for j, o in zip(jobs, offsets)]),
+                     mean_iteration([j.fluid() for j in jobs]))
 
 
 class TimeShift:
@@ -198,21 +225,25 @@ class TimeShift:
         gates: dict[str, GateSetting] = {}
         note: dict[str, dict[str, float]] = {"period_s": {}, "offset_s": {},
                                              "predicted_overlap_unshifted": {},
-                                             "predicted_overlap": {}}
+                                             "predicted_overlap": {}, "not_gated": {}}
         for group in rnd.sharing():
             if len(group) < 2:
                 continue
-            period, offsets, before, after = shift_plan(group, self.slack)
+            plan = shift_plan(group, self.slack)
+            if not plan.gains:  # the model's mean iterations, gated and not
+                note["not_gated"].update({j.name: round(plan.gated_s / plan.fair_s, 3)
+                                          for j in group})
+                continue
             # the slowest a job can be until then: every job's communication at once
             worst = max(j.period_s for j in group) + sum(j.comm_s for j in group)
             anchor = now + (self.lead + 1) * worst
-            for j, off in zip(group, offsets):
-                gates[j.name] = GateSetting(anchor, period, off,
+            for j, off in zip(group, plan.offsets):
+                gates[j.name] = GateSetting(anchor, plan.period_s, off,
                                             progress[j.name].iteration + self.lead)
-                note["period_s"][j.name] = round(period, 4)
+                note["period_s"][j.name] = round(plan.period_s, 4)
                 note["offset_s"][j.name] = round(off, 4)
-                note["predicted_overlap_unshifted"][j.name] = round(before, 3)
-                note["predicted_overlap"][j.name] = round(after, 3)
+                note["predicted_overlap_unshifted"][j.name] = round(plan.overlap_unshifted, 3)
+                note["predicted_overlap"][j.name] = round(plan.overlap, 3)
         self.done = True
         return Decision(gates=gates, note=note)
 

@@ -65,10 +65,24 @@ def test_priority_needs_a_class_per_job():
 
 
 def test_shift_plan_interleaves_two_identical_jobs():
-    period, offsets, before, after = shift_plan([info("a"), info("b", 12)], 0.03)
-    assert period == pytest.approx(1.03)
-    assert before == pytest.approx(1.0) and after == pytest.approx(0.0)
-    assert offsets[0] == 0.0 and M <= offsets[1] <= period - M
+    plan = shift_plan([info("a"), info("b", 12)], 0.03)
+    assert plan.period_s == pytest.approx(1.03)
+    assert plan.overlap_unshifted == pytest.approx(1.0) and plan.overlap == pytest.approx(0.0)
+    assert plan.offsets[0] == 0.0 and M <= plan.offsets[1] <= plan.period_s - M
+    assert plan.gated_s == pytest.approx(1.03) and plan.fair_s == pytest.approx(1.4)
+    assert plan.gains
+
+
+def test_time_shift_does_not_gate_jobs_of_incompatible_periods():
+    """A short job held to a long job's period loses more than interleaving wins: the
+    model says so, and the policy leaves the group ungated."""
+    long, short = info("long", compute=1.2, comm=0.4), info("short", 12, compute=0.4, comm=0.2)
+    plan = shift_plan([long, short], 0.03)
+    assert not plan.gains
+    p = TimeShift()
+    p.start(0.0, rnd("time_shift", [long, short]))
+    d = p.step(1.0, {n: Progress(1.0, 0, "gate", 0, 0) for n in ("long", "short")})
+    assert d is not None and d.gates == {} and set(d.note["not_gated"]) == {"long", "short"}
 
 
 def test_time_shift_gates_once_every_job_has_reported():

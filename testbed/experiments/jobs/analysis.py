@@ -13,8 +13,7 @@ from testbed.workloads.parallel.cost import KINDS
 from .model import (
     aligned,
     expected,
-    iterations,
-    overlaps,
+    group_overlaps,
     periods,
     recovered,
     round_link_s,
@@ -58,10 +57,11 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
         return {n: _median(v[exp.warmup_iters:] or v) for n, v in rnd["aligned"].items()}
     if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
         return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
-    if policy == "time_shift":
+    if policy == "time_shift":  # the gates' model; jobs left ungated: as under none
         plan = note_of(rnd)
         if not all(j.name in plan.get("period_s", {}) for j in group):
-            return dict.fromkeys((j.name for j in group), None)
+            return {j.name: _median(rnd["aligned"][j.name][exp.warmup_iters:]
+                                    or rnd["aligned"][j.name]) for j in group}
         runs = simulate([j.fluid(plan["offset_s"][j.name], period_s=plan["period_s"][j.name])
                          for j in group], 16)
         return dict(zip((j.name for j in group), steady_iteration_s(runs, 4)))
@@ -87,11 +87,12 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
         rnd["aligned"] = aligned([profiles[n] for n in rank0], rank0, link_s)
     rows: list[dict] = []
     iter_by: dict[tuple[str, str], float | None] = {}
+    named = [[names[i] for i in g] for g in groups]
     for key, rnd in rounds.items():
         policy = "alone" if key.startswith("alone:") else key
         rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
-        runs = [iterations(rows0) for rows0 in rank0.values()]
-        over = overlaps(runs) if len(runs) > 1 else [[0.0] * len(r) for r in runs]
+        by_job = group_overlaps(rank0, named)
+        over = [by_job[n] for n in rank0]
         model: dict[str, float | None] = {}
         if policy == "alone":
             model = {n: profiles[n].period_s for n in rank0}
@@ -168,17 +169,18 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
     return rows
 
 
-def phase_rows(experiment: int, placement: str, names: list[str],
+def phase_rows(experiment: int, placement: str, names: list[str], groups: list[list[int]],
                rounds: dict[str, dict]) -> list[list]:
     """Every job's iterations (rank 0) on its round's time axis, with the overlap of its
-    communication phase."""
+    communication phase with those of the jobs its paths meet."""
     out = []
+    named = [[names[i] for i in g] for g in groups]
     for key, rnd in rounds.items():
         policy = "alone" if key.startswith("alone:") else key
         t0 = round_t0(rnd)
         rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
-        runs = [iterations(rows0) for rows0 in rank0.values()]
-        over = overlaps(runs) if len(runs) > 1 else [[0.0] * len(r) for r in runs]
+        by_job = group_overlaps(rank0, named)
+        over = [by_job[n] for n in rank0]
         for (name, rows0), per_iter in zip(rank0.items(), over):
             for r, it_s, ov in zip(rows0, periods(rows0), per_iter):
                 out.append([experiment, placement, policy, name, r["iteration"],

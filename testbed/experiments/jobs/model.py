@@ -134,6 +134,19 @@ def overlaps(runs: list[list[Iteration]]) -> list[list[float]]:
             for i, run in enumerate(runs)]
 
 
+def group_overlaps(rank0: dict[str, list[dict]], groups: list[list[str]]
+                   ) -> dict[str, list[float]]:
+    """Per job and iteration, the overlap of its communication phase with those of the jobs
+    whose paths meet its own (its group); a job that meets none overlaps nothing."""
+    out: dict[str, list[float]] = {}
+    for group in groups:
+        members = [n for n in group if n in rank0]
+        per = overlaps([iterations(rank0[n]) for n in members]) if len(members) > 1 \
+            else [[0.0] * len(rank0[n]) for n in members]
+        out.update(zip(members, per))
+    return out
+
+
 def settled_after(per_iter: list[float], below: float = STAYS_BELOW) -> int | None:
     """The first iteration from which the overlap stays under `below` (None: never)."""
     for k in range(len(per_iter)):
@@ -204,10 +217,14 @@ def round_link_s(counters: dict[str, dict[str, tuple[int, int, int]]],
             for name, ports in counters.items()}
 
 
+MIN_LOSS = 0.05  # below this slowdown there is no loss worth a share of
+
+
 def recovered(alone_s: float, shared_s: float, policy_s: float) -> float | None:
-    """The share of the shared-vs-alone loss a policy won back (1: all of it)."""
+    """The share of the shared-vs-alone loss a policy won back (1: all of it); None when
+    sharing cost the job less than 5% of its alone time (noise would decide the share)."""
     loss = shared_s - alone_s
-    return (shared_s - policy_s) / loss if loss > 0 else None
+    return (shared_s - policy_s) / loss if loss > MIN_LOSS * alone_s else None
 
 
 def dscp_of(index: int) -> int:

@@ -297,7 +297,7 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                     f"{row['model_policy_s']}), overlap {row['overlap_mean']}, "
                     f"marks/iter {row['marks_per_iter']}, drops/iter {row['drops_per_iter']}")
         summary_rows += rows
-        phase_out += phase_rows(experiment, placement, names, rounds)
+        phase_out += phase_rows(experiment, placement, names, groups, rounds)
         link_out += link_rows(experiment, placement, rounds, exp.iters)
         policy_out += policy_rows(experiment, placement, rounds)
     header = list(dict.fromkeys(k for r in summary_rows for k in r))
