@@ -22,6 +22,14 @@ def pyplot() -> Any:
     return plt
 
 
+def mark_cpu_bound(ax: Any, rows: list[dict], heights: list[float]) -> None:
+    """'CPU-bound' above every bar whose row says its numbers were the machine's."""
+    for i, (r, h) in enumerate(zip(rows, heights)):
+        if r.get("cpu_bound") == "True":
+            ax.annotate("CPU-bound", (i, h), ha="center", va="bottom", color="tab:red",
+                        fontsize=7)
+
+
 def save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.files import read_rows
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save
 
 
 def _f(value: str | None) -> float:
@@ -27,10 +27,7 @@ def iterations(rows: list[dict], plots: Path) -> Path | None:
     ax.bar(x, [_f(r["iter_s_median"]) for r in rows], 0.27, label="shared, measured")
     ax.bar([i + 0.27 for i in x], [_f(r["model_policy_s"]) for r in rows], 0.27,
            label="model", color="tab:gray")
-    for i, r in enumerate(rows):
-        if r.get("cpu_bound") == "True":
-            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"])), ha="center", va="bottom",
-                        color="tab:red", fontsize=7)
+    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
     ax.set_title("Jobs sharing a fabric: each policy against the job alone")

@@ -23,7 +23,7 @@ from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
 from ..training.analysis import read_records
 from ..training.model import cpu_bound_verdict, host_link
-from ..training.run import Background
+from ..training.run import Background, rank_failure
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,
@@ -148,11 +148,9 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
             for m, rank, host, p in procs:
                 code = p.poll()
                 if code not in (None, 0):
-                    err = m.dir / f"rank{rank}.error"
-                    why = err.read_text().strip() if err.exists() else \
-                        (m.dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
                     raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
-                                       f"(exit {code}); every job was stopped: {why}")
+                                       f"(exit {code}); every job was stopped: "
+                                       f"{rank_failure(m.dir, rank)}")
             error = policy_error(fab, round_id)
             if error is not None:
                 raise TestbedError(f"{label}: the policy failed while the jobs ran; every job "

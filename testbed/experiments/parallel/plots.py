@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.files import read_rows
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save
 
 
 def _f(value: str | None) -> float:
@@ -43,10 +43,7 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     ax.bar([i - 0.2 for i in x], [_f(r["iter_s_median"]) for r in rows], 0.4, label="measured")
     ax.bar([i + 0.2 for i in x], [_f(r["model_iter_s"]) for r in rows], 0.4, label="model",
            color="tab:gray")
-    for i, r in enumerate(rows):
-        if r.get("cpu_bound") == "True":
-            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"])), ha="center", va="bottom",
-                        color="tab:red", fontsize=7)
+    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
     ax.legend(fontsize=8)

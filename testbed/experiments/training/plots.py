@@ -5,7 +5,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from testbed.results.files import read_rows
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save
 
 
 def _f(value: str) -> float | None:
@@ -30,10 +30,7 @@ def comm_vs_model(rows: list[dict], plots: Path) -> Path:
            label="analytical model", color="tab:gray")
     ax.plot(list(x), [_f(r["iter_s_median"]) or 0 for r in rows], "k_", ms=18, mew=2,
             label="iteration (median)")
-    for i, r in enumerate(rows):
-        if r["cpu_bound"] == "True":
-            ax.annotate("CPU-bound", (i, _f(r["iter_s_median"]) or 0), ha="center",
-                        va="bottom", color="tab:red", fontsize=7)
+    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) or 0 for r in rows])
     ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("seconds per synchronisation")
     values = [v for r in rows for v in (_f(r["comm_s_median"]), _f(r["model_comm_s"])) if v]

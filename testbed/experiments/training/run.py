@@ -120,9 +120,7 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
             failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
             if failed:
                 rank, host, code = failed[0]
-                err = job_dir / f"rank{rank}.error"
-                why = err.read_text().strip() if err.exists() else \
-                    (job_dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
+                why = rank_failure(job_dir, rank)
                 raise TestbedError(f"{label}: rank {rank} in {host} failed "
                                    f"(exit {code}): {why}")
             if all(c == 0 for _, _, c in codes):
@@ -134,6 +132,14 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
     finally:
         fab.stop_processes([p for _, _, p in procs])
     return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
+
+
+def rank_failure(job_dir: Path, rank: int) -> str:
+    """Why a rank failed: its error file (the worker's own account), else its log's end."""
+    err = job_dir / f"rank{rank}.error"
+    if err.exists():
+        return err.read_text().strip()
+    return (job_dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
 
 
 def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, index: int,
