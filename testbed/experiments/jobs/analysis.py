@@ -49,19 +49,19 @@ def note_of(rnd: dict) -> dict:
 
 
 def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
-                 names: list[str]) -> dict[str, float | None]:
+                 names: list[str], at: dict[str, list[float]]) -> dict[str, float | None]:
     """The model's iteration per job under the policy (None where it has none: a plugin)."""
     offsets = [exp.jobs[names.index(j.name)].offset_s for j in group]
     exp_fair = expected(group, offsets)
     if policy == "none":  # fair sharing at the alignment the jobs had, on their links
-        return {n: _median(v[exp.warmup_iters:] or v) for n, v in rnd["aligned"].items()}
+        return {j.name: _median(at[j.name][exp.warmup_iters:] or at[j.name]) for j in group}
     if policy == "mltcp":  # its promise: the interleaving the model's best offsets give
         return {j.name: e.interleaved_s for j, e in zip(group, exp_fair)}
     if policy == "time_shift":  # the gates' model; jobs left ungated: as under none
         plan = note_of(rnd)
         if not all(j.name in plan.get("period_s", {}) for j in group):
-            return {j.name: _median(rnd["aligned"][j.name][exp.warmup_iters:]
-                                    or rnd["aligned"][j.name]) for j in group}
+            return {j.name: _median(at[j.name][exp.warmup_iters:] or at[j.name])
+                    for j in group}
         runs = simulate([j.fluid(plan["offset_s"][j.name], period_s=plan["period_s"][j.name])
                          for j in group], 16)
         return dict(zip((j.name for j in group), steady_iteration_s(runs, 4)))
@@ -81,10 +81,6 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
              rounds: dict[str, dict], rates: dict[str, float]) -> list[dict]:
     """`rates`: every switch port's rate (Mb/s), for the model on the links jobs used."""
     group_of = {names[i]: [names[j] for j in g] for g in groups for i in g}
-    for rnd in rounds.values():
-        rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
-        link_s = round_link_s(rnd["counters"], rates, {n: len(r) for n, r in rank0.items()})
-        rnd["aligned"] = aligned([profiles[n] for n in rank0], rank0, link_s)
     rows: list[dict] = []
     iter_by: dict[tuple[str, str], float | None] = {}
     named = [[names[i] for i in g] for g in groups]
@@ -93,6 +89,8 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
         rank0 = {name: ranks[0] for name, ranks in rnd["ranks"].items()}
         by_job = group_overlaps(rank0, named)
         over = [by_job[n] for n in rank0]
+        link_s = round_link_s(rnd["counters"], rates, {n: len(r) for n, r in rank0.items()})
+        at_all = aligned([profiles[n] for n in rank0], rank0, link_s)
         model: dict[str, float | None] = {}
         if policy == "alone":
             model = {n: profiles[n].period_s for n in rank0}
@@ -100,7 +98,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
             for name in rank0:
                 if name not in model:
                     group = [profiles[n] for n in group_of[name] if n in rank0]
-                    model.update(policy_model(policy, group, rnd, exp, names))
+                    model.update(policy_model(policy, group, rnd, exp, names, at_all))
         cpu = rnd["checks"]["cpu"]
         for (name, rows0), per_iter in zip(rank0.items(), over):
             i = names.index(name)
@@ -118,7 +116,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
             group = [profiles[n] for n in group_of[name] if n in rank0] if policy != "alone" \
                 else [profiles[name]]
             ex = expected(group, [0.0] * len(group))[[g.name for g in group].index(name)]
-            at = rnd["aligned"][name]
+            at = at_all[name]
             note = note_of(rnd)
             model_s = model.get(name)
             rows.append({

@@ -600,6 +600,10 @@ class Runner:
              "groups": {k: r for k, (_, r) in self.comm.groups.items()}}))
 
     def run(self) -> None:
+        # one snapshot closes an iteration and opens the next: a byte whose ACK comes after
+        # the collective returned (the tail of a send) counts in the next iteration instead
+        # of falling between two (it did: a DP allreduce measured 0.87-0.89 of its volume)
+        self.sent_mark = self.comm.sent()
         self.reporter.start()
         try:
             for it in range(self.cfg.iters):
@@ -615,10 +619,10 @@ class Runner:
     def one(self, it: int, gate_wait: float) -> None:
         """One iteration, its row written (`gate_wait` is what the gate held it before)."""
         base = counters(self.ifname)
-        sent0 = self.comm.sent()
+        sent0 = self.sent_mark
         compute0 = self.compute_spans_now()
         row = self.iteration(it)
-        sent1 = self.comm.sent()
+        sent1 = self.sent_mark = self.comm.sent()
         (rx0, tx0, w0), (rx1, tx1, w1) = base, counters(self.ifname)
         spans = self.comm.spans
         row.update({
