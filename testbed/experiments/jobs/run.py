@@ -23,7 +23,7 @@ from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
 from ..training.analysis import read_records
 from ..training.model import cpu_bound_verdict, host_link
-from ..training.run import Background, rank_failure
+from ..training.run import Background, error_time, rank_failure
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,
@@ -145,12 +145,14 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
                 for m in members:
                     write_start(m.dir / "start.json", at + m.offset_s)
                 started = True
-            for m, rank, host, p in procs:
-                code = p.poll()
-                if code not in (None, 0):
-                    raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
-                                       f"(exit {code}); every job was stopped: "
-                                       f"{rank_failure(m.dir, rank)}")
+            failed = [(m, rank, host, p.poll()) for m, rank, host, p in procs
+                      if p.poll() not in (None, 0)]
+            if failed:  # the first to fail (its error written earliest), not the first listed
+                m, rank, host, code = min(failed, key=lambda f: (error_time(f[0].dir, f[1]),
+                                                                 f[1]))
+                raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
+                                   f"(exit {code}); every job was stopped: "
+                                   f"{rank_failure(m.dir, rank)}")
             error = policy_error(fab, round_id)
             if error is not None:
                 raise TestbedError(f"{label}: the policy failed while the jobs ran; every job "

@@ -119,7 +119,8 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
             codes = [(rank, host, p.poll()) for rank, host, p in procs]
             failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
             if failed:
-                rank, host, code = failed[0]
+                first = first_failed(job_dir, [r for r, _, _ in failed])
+                rank, host, code = next(f for f in failed if f[0] == first)
                 why = rank_failure(job_dir, rank)
                 raise TestbedError(f"{label}: rank {rank} in {host} failed "
                                    f"(exit {code}): {why}")
@@ -132,6 +133,20 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
     finally:
         fab.stop_processes([p for _, _, p in procs])
     return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
+
+
+def first_failed(job_dir: Path, ranks: list[int]) -> int:
+    """Of ranks that have exited with an error, the one that failed first: its error file
+    was written earliest. A crashed rank's peers fail after it ("connection closed by
+    peer"); when one look at the processes finds them all dead, the rank number must not
+    decide which is named."""
+    return min(ranks, key=lambda rank: (error_time(job_dir, rank), rank))
+
+
+def error_time(job_dir: Path, rank: int) -> float:
+    """When a rank wrote its error file (infinity: it wrote none)."""
+    err = job_dir / f"rank{rank}.error"
+    return err.stat().st_mtime if err.exists() else float("inf")
 
 
 def rank_failure(job_dir: Path, rank: int) -> str:
