@@ -26,6 +26,16 @@ def train_argv(rank: int, world: int, master: str, out: Path | str, ifname: str 
     return argv
 
 
+def parallel_argv(rank: int, world: int, master: str, job_dir: Path | str,
+                  ifname: str) -> list[str]:
+    """argv of one rank of a parallel job whose config is `job_dir`/job.json (the parallel
+    worker, testbed/workloads/parallel/worker.py)."""
+    return [sys.executable, "-m", "testbed.workloads.parallel.worker", "--rank", str(rank),
+            "--world-size", str(world), "--master", master,
+            "--config", str(Path(job_dir) / "job.json"), "--out", str(job_dir),
+            "--ifname", ifname]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
 from testbed.errors import TestbedError
 from testbed.workloads.jobsync import read_progress, write_start
+from testbed.workloads.launch import parallel_argv
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
@@ -192,10 +192,8 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
                                   start_file=str(m.dir / "start.json"))
         dump_json(cfg, m.dir / "job.json")
         master = f"{topo.host(m.hosts[0]).ip}:{MASTER_PORT + (round_id % 40) * 16 + i}"
-        argvs[name] = [[sys.executable, "-m", "testbed.workloads.parallel.worker",
-                        "--rank", str(r), "--world-size", str(len(m.hosts)), "--master", master,
-                        "--config", str(m.dir / "job.json"), "--out", str(m.dir),
-                        "--ifname", ifname(h, 0)] for r, h in enumerate(m.hosts)]
+        argvs[name] = [parallel_argv(r, len(m.hosts), master, m.dir, ifname(h, 0))
+                       for r, h in enumerate(m.hosts)]
         members.append(m)
     n_classes = min(len(exp.jobs), JOB_CLASSES)
     rnd = Round(id=round_id, policy=policy,

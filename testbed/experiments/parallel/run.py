@@ -3,10 +3,9 @@ in their placed hosts (one rank per host), every switch queue is sampled, and th
 each class (collective type) put through the core are read from the switches' counters."""
 from __future__ import annotations
 
-import sys
-
 from testbed.config.loader import dump_json
 from testbed.errors import TestbedError
+from testbed.workloads.launch import parallel_argv
 from testbed.workloads.parallel.cost import KINDS, sent_bytes
 from topologies.model import Topology, at_rate, ifname
 
@@ -77,9 +76,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     world = len(hosts)
 
     def argv_of(rank: int, host: str) -> list[str]:
-        return [sys.executable, "-m", "testbed.workloads.parallel.worker", "--rank", str(rank),
-                "--world-size", str(world), "--master", master, "--config",
-                str(job_dir / "job.json"), "--out", str(job_dir), "--ifname", ifname(host, 0)]
+        return parallel_argv(rank, world, master, job_dir, ifname(host, 0))
 
     pairs = probe_pairs(job.layout, hosts)
     rtts = {k: fab.ping_rtt_s(a, b) for k, (a, b) in pairs.items()}

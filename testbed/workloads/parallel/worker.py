@@ -706,16 +706,14 @@ def local_job(cfg: JobConfig, out: Path, timeout_s: float = 300.0) -> dict[int, 
 
     from testbed.config.loader import dump_json
 
-    from ..launch import REPO_ROOT, free_port
+    from ..launch import REPO_ROOT, free_port, parallel_argv
     out.mkdir(parents=True, exist_ok=True)
     dump_json(cfg, out / "job.json")
     port = free_port()
     world = cfg.layout.world
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "testbed.workloads.parallel.worker", "--rank", str(r),
-         "--world-size", str(world), "--master", f"127.0.0.1:{port}",
-         "--config", str(out / "job.json"), "--out", str(out), "--ifname", "lo"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        parallel_argv(r, world, f"127.0.0.1:{port}", out, "lo"), cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for r in range(world)]
     deadline = time.time() + timeout_s
     try:
