@@ -11,6 +11,7 @@ from testbed.workloads.interference import simulate, steady_iteration_s
 from testbed.workloads.parallel.cost import KINDS
 
 from .model import (
+    Expected,
     aligned,
     expected,
     group_overlaps,
@@ -91,6 +92,13 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
         over = [by_job[n] for n in rank0]
         link_s = round_link_s(rnd["counters"], rates, {n: len(r) for n, r in rank0.items()})
         at_all = aligned([profiles[n] for n in rank0], rank0, link_s)
+        # the start-aligned model, once per group (its offset search is the costly part)
+        start_aligned: dict[str, Expected] = {}
+        for name in rank0:
+            if name not in start_aligned:
+                group = [profiles[n] for n in group_of[name] if n in rank0]
+                start_aligned.update(zip((g.name for g in group),
+                                         expected(group, [0.0] * len(group))))
         model: dict[str, float | None] = {}
         if policy == "alone":
             model = {n: profiles[n].period_s for n in rank0}
@@ -113,9 +121,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                      for ranks in rnd["ranks"][name]]
             wait = max((x for x in waits if x is not None), default=None)
             share = wait / iter_s if wait is not None and iter_s else None
-            group = [profiles[n] for n in group_of[name] if n in rank0] if policy != "alone" \
-                else [profiles[name]]
-            ex = expected(group, [0.0] * len(group))[[g.name for g in group].index(name)]
+            ex = start_aligned[name]
             at = at_all[name]
             note = note_of(rnd)
             model_s = model.get(name)

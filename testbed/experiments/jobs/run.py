@@ -145,8 +145,8 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
                 for m in members:
                     write_start(m.dir / "start.json", at + m.offset_s)
                 started = True
-            failed = [(m, rank, host, p.poll()) for m, rank, host, p in procs
-                      if p.poll() not in (None, 0)]
+            codes = [(m, rank, host, p.poll()) for m, rank, host, p in procs]
+            failed = [f for f in codes if f[3] not in (None, 0)]
             if failed:  # the first to fail (its error written earliest), not the first listed
                 m, rank, host, code = min(failed, key=lambda f: (error_time(f[0].dir, f[1]),
                                                                  f[1]))
@@ -157,7 +157,7 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
             if error is not None:
                 raise TestbedError(f"{label}: the policy failed while the jobs ran; every job "
                                    f"was stopped: {error}")
-            if all(p.poll() == 0 for *_, p in procs):
+            if all(code == 0 for *_, code in codes):
                 return
             if time.time() > deadline:
                 raise TestbedError(f"{label}: not finished after {exp.job_timeout_s:.0f} s "
