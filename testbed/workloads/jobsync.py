@@ -170,3 +170,16 @@ class Reporter:
             self._stop.set()
             self._thread.join()
             self._write()
+
+
+def before_iteration(gate: Gate, reporter: Reporter, it: int, start_file: str,
+                     timeout_s: float) -> float:
+    """What a job's rank does before iteration `it` when jobs share a fabric: waits for the
+    policy's gate and, before the first, for the runner's common start; the progress it
+    reports says so. Returns the seconds waited (the iteration's `gate_wait_s`)."""
+    reporter.begin(it, "gate")
+    waited = gate.wait(it)
+    if it == 0 and start_file:
+        waited += wait_start(start_file, timeout_s)
+    reporter.begin(it, "compute")
+    return waited

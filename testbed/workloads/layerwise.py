@@ -13,50 +13,12 @@ backward produces them: the baseline that differs only in priority.
 """
 from __future__ import annotations
 
-import os
-import socket
 import time
 
 import torch
 from torch import nn
 
-
-def socket_fds() -> set[int]:
-    """This process's socket file descriptors."""
-    fds = set()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                fds.add(int(name))
-        except OSError:
-            pass
-    return fds
-
-
-def tcp_sockets(fds: set[int]):
-    """This process's IPv4 TCP sockets among these descriptors, each borrowed for the body
-    of the loop (the descriptor stays its owner's, Gloo's)."""
-    for fd in fds:
-        try:
-            s = socket.socket(fileno=fd)
-        except OSError:
-            continue
-        try:
-            if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM:
-                yield s
-        finally:
-            s.detach()
-
-
-def mark_sockets(fds: set[int], dscp: int) -> int:
-    """Set the DSCP of these (this process's, TCP over IPv4) sockets; returns how many.
-    Gloo offers no option for it, so the new group's connections are found by diffing the
-    process's descriptors around the group's creation."""
-    marked = 0
-    for s in tcp_sockets(fds):
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-        marked += 1
-    return marked
+from .sockets import mark_sockets, socket_fds
 
 
 def priority_groups(dscps: list[int]) -> list[tuple[object, int, int]]:

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import struct
 import sys
 import time
 from datetime import timedelta
@@ -37,8 +35,8 @@ from pathlib import Path
 from testbed.config.loader import load_json
 from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 
-from ..jobsync import Gate, Reporter, wait_start
-from ..layerwise import mark_sockets, socket_fds, tcp_sockets
+from ..jobsync import Gate, Reporter, before_iteration
+from ..sockets import mark_sockets, socket_fds, tcp_sent
 from ..train import Timeline, counters, report_failure, union_s
 from .cost import KINDS
 from .desc import LayerWork, stage_layers
@@ -48,20 +46,6 @@ from .schedule import actions
 TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
 IN_FLIGHT: list[str] = []  # what a failed rank was waiting for, for its error file
 TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
-
-
-def tcp_sent(fds: set[int]) -> tuple[int, int]:
-    """(payload bytes acknowledged, segments sent) over these TCP sockets, from TCP_INFO
-    (tcpi_bytes_acked at offset 120, tcpi_segs_out at 136)."""
-    payload = segs = 0
-    for s in tcp_sockets(fds):
-        try:
-            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-        except OSError:
-            continue
-        payload += struct.unpack_from("Q", info, 120)[0]
-        segs += struct.unpack_from("I", info, 136)[0]
-    return payload, segs
 
 
 class Comm:
@@ -607,12 +591,8 @@ class Runner:
         self.reporter.start()
         try:
             for it in range(self.cfg.iters):
-                self.reporter.begin(it, "gate")
-                gate_wait = self.gate.wait(it)
-                if it == 0 and self.cfg.start_file:
-                    gate_wait += wait_start(self.cfg.start_file, self.cfg.timeout_s)
-                self.reporter.begin(it, "compute")
-                self.one(it, gate_wait)
+                self.one(it, before_iteration(self.gate, self.reporter, it,
+                                              self.cfg.start_file, self.cfg.timeout_s))
         finally:
             self.reporter.stop()
 
