@@ -16,6 +16,14 @@ Writes, per rank, `rank<R>.jsonl` (one line per iteration: compute and communica
 bytes on the wire of the host's interface, loss, accuracy when evaluated; servers log one
 line per push) and `rank<R>.trace.json`, a Chrome trace of compute and communication spans
 that opens in Perfetto / chrome://tracing. On failure, `rank<R>.error` says why.
+
+Every TCP connection of the job's process group is marked with `--job-dscp` (when jobs share
+a fabric, each job's own code point: the switches count it per port) and its acknowledged
+bytes are each iteration's `sent_bytes`. With `--gate-file`, `--report-file` and
+`--start-file` a worker takes part in jobs sharing a fabric (jobsync.py): it waits for the
+runner's common start and a policy's gate before its iterations, and the first worker
+reports its progress. Rows carry the iteration's start, the start of its synchronisation and
+its end on the machine's monotonic clock (`t_start`, `t_sync_start`, `t_sync_end`).
 """
 from __future__ import annotations
 
@@ -27,6 +35,9 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+
+from .jobsync import Gate, Reporter, before_iteration
+from .sockets import mark_sockets, socket_fds, tcp_sent
 
 SYNCS = ("ring", "ps", "local")
 PRIORITIES = ("none", "fifo", "p3")
@@ -112,13 +123,21 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--staleness", type=int, default=2)
     ap.add_argument("--local-steps", type=int, default=4)
     ap.add_argument("--compute-delay-ms", type=float, default=0.0,
-                    help="extra compute time per iteration (a compute straggler)")
+                    help="extra compute time per iteration, between forward and backward "
+                    "(a compute straggler; emulated compute)")
     ap.add_argument("--crash-at-iter", type=int, default=-1,
                     help="fault injection: raise at the start of this iteration")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--ifname", default=None, help="the host's interface (GLOO_SOCKET_IFNAME)")
+    ap.add_argument("--job-dscp", type=int, default=0,
+                    help="DSCP of every connection of the job's process group")
+    ap.add_argument("--gate-file", default="", help="jobs sharing a fabric: a policy's gate")
+    ap.add_argument("--report-file", default="",
+                    help="jobs sharing a fabric: where the first worker reports its progress")
+    ap.add_argument("--start-file", default="",
+                    help="jobs sharing a fabric: the runner's start of iteration 0")
     ap.add_argument("--out", required=True)
     return ap
 
@@ -158,7 +177,7 @@ def union_s(spans) -> float:
 class Worker:
     """What every synchronisation mode shares: model, data, log, timeline, counters."""
 
-    def __init__(self, args, out: Path):
+    def __init__(self, args, out: Path, fds: set[int]):
         import torch
 
         from . import compression, models
@@ -177,6 +196,29 @@ class Worker:
         self.gen = torch.Generator().manual_seed(args.seed * 1000 + self.index)
         self.timeline = Timeline(args.rank)
         self.logfh = (out / f"rank{args.rank}.jsonl").open("w", buffering=1)
+        # the job's connections: marked, and their bytes counted; one snapshot closes an
+        # iteration and opens the next, so no acknowledged byte falls between two
+        self.fds = fds
+        self.sent_mark = tcp_sent(fds)[0]
+        self.gate = Gate(args.gate_file)
+        self.reporter = Reporter(args.report_file if self.index == 0 else "",
+                                 lambda: tcp_sent(fds)[0])
+
+    def before(self, it: int) -> float:
+        """Before iteration `it`: the gate and the common start (jobs sharing a fabric);
+        returns the seconds waited."""
+        if it == 0:
+            self.reporter.start()
+        return before_iteration(self.gate, self.reporter, it, self.args.start_file,
+                                self.args.timeout_s)
+
+    def syncing(self) -> None:
+        self.reporter.set_phase("sync")
+
+    def sent(self) -> int:
+        now = tcp_sent(self.fds)[0]
+        sent, self.sent_mark = now - self.sent_mark, now
+        return sent
 
     def batch(self):
         idx = self.torch.randint(0, self.xtr.shape[0], (self.args.batch,), generator=self.gen)
@@ -188,9 +230,9 @@ class Worker:
             raise RuntimeError(f"injected fault at iteration {it} (--crash-at-iter)")
         x, y = self.batch()
         loss, correct, total = self.models.loss_and_correct(module, self.args.model, x, y)
-        loss.backward()
-        if self.args.compute_delay_ms:
+        if self.args.compute_delay_ms:  # before backward, whose gradients start the sync
             time.sleep(self.args.compute_delay_ms / 1000)
+        loss.backward()
         return loss.item(), correct / total
 
     def evaluate(self, row: dict, it: int) -> None:
@@ -205,6 +247,7 @@ class Worker:
 
     def close(self) -> None:
         import resource
+        self.reporter.stop()
         self.logfh.close()
         self.timeline.write(self.out / f"rank{self.args.rank}.trace.json")
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
@@ -219,9 +262,14 @@ def run(args, out: Path) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    before = socket_fds()
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
                             world_size=args.world_size, timeout=timedelta(seconds=args.timeout_s))
-    w = Worker(args, out)
+    dist.barrier()  # the group's connections are up
+    fds = socket_fds() - before
+    if args.job_dscp:
+        mark_sockets(fds, args.job_dscp)
+    w = Worker(args, out, fds)
     try:
         {"ring": run_ring, "ps": run_ps, "local": run_local}[args.sync](w)
     finally:
@@ -231,13 +279,18 @@ def run(args, out: Path) -> None:
 
 
 def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, base,
-         loss: float, acc: float, **extra) -> dict:
+         loss: float, acc: float, gate_wait: float = 0.0, **extra) -> dict:
+    """An iteration's row; its synchronisation starts with its first communication (none:
+    the iteration has no synchronisation phase, which starts and ends at its end)."""
     (rx0, tx0, wait0), (rx1, tx1, wait1) = base, counters(w.args.ifname)
-    row = {"iteration": it, "t_end": time.time(), "iter_s": t1 - t0, "compute_s": max(0.0, (t1 - t0) - exposed),
+    row = {"iteration": it, "t_end": time.time(), "iter_s": t1 - t0,
+           "compute_s": max(0.0, (t1 - t0) - exposed),
            "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
            "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": wait1 - wait0,
-           "loss": loss, "train_acc": acc,
+           "sent_bytes": w.sent(), "t_start": t0,
+           "t_sync_start": min((s for s, *_ in comm_spans), default=t1), "t_sync_end": t1,
+           "gate_wait_s": gate_wait, "loss": loss, "train_acc": acc,
            **extra}
     w.evaluate(row, it)
     return row
@@ -265,6 +318,7 @@ def run_ring(w: Worker) -> None:
         return value
 
     def hook(state, bucket):
+        w.syncing()
         start = time.perf_counter()
         buf = bucket.buffer()
         if args.compression == "none":
@@ -297,6 +351,7 @@ def run_ring(w: Worker) -> None:
     ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     for it in range(args.iters):
+        waited = w.before(it)
         base = counters(args.ifname)
         comm.clear()
         wire.clear()
@@ -311,7 +366,7 @@ def run_ring(w: Worker) -> None:
         exposed = t_bwd - max(s for s, _, _ in comm) if comm else 0.0
         w.timeline.span("forward+backward", "compute", t0, t_bwd, iteration=it)
         w.timeline.span("step", "compute", t_bwd, t1, iteration=it)
-        w.write(_row(w, it, t0, t1, comm, exposed, base, loss, acc,
+        w.write(_row(w, it, t0, t1, comm, exposed, base, loss, acc, waited,
                      payload_bytes=sum(wire)))
 
 
@@ -363,6 +418,7 @@ def run_ps(w: Worker) -> None:
     client = Client(shards, flat.numel(), w.comp)
     params = flat.clone()
     for it in range(args.iters):
+        waited = w.before(it)
         base = counters(args.ifname)
         t0 = time.perf_counter()
         w.model.zero_grad()
@@ -370,12 +426,13 @@ def run_ps(w: Worker) -> None:
         grad = torch.cat([p.grad.reshape(-1) for p in w.model.parameters()])
         t_c = time.perf_counter()
         versions_before = list(client.versions)
+        w.syncing()
         pushed = client.exchange(grad, params)
         t1 = time.perf_counter()
         vector_to_parameters(params, w.model.parameters())
         w.timeline.span("forward+backward", "compute", t0, t_c, iteration=it)
         w.timeline.span("push+pull", "comm", t_c, t1, tid=1, bytes=pushed)
-        w.write(_row(w, it, t0, t1, [(t_c, t1)], t1 - t_c, base, loss, acc,
+        w.write(_row(w, it, t0, t1, [(t_c, t1)], t1 - t_c, base, loss, acc, waited,
                      payload_bytes=pushed, versions=client.versions,
                      version_gain=sum(a - b for a, b in zip(client.versions, versions_before))))
 
@@ -387,6 +444,7 @@ def run_local(w: Worker) -> None:
     args = w.args
     opt = torch.optim.SGD(w.model.parameters(), lr=args.lr, momentum=args.momentum)
     for it in range(args.iters):
+        waited = w.before(it)
         base = counters(args.ifname)
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -394,6 +452,7 @@ def run_local(w: Worker) -> None:
         opt.step()
         spans = []
         if (it + 1) % args.local_steps == 0 or it == args.iters - 1:
+            w.syncing()
             ts = time.perf_counter()
             vec = parameters_to_vector(w.model.parameters()).detach()
             dist.all_reduce(vec)
@@ -403,7 +462,7 @@ def run_local(w: Worker) -> None:
         t1 = time.perf_counter()
         exposed = sum(e - s for s, e in spans)
         w.timeline.span("iteration", "compute", t0, t1, iteration=it)
-        w.write(_row(w, it, t0, t1, spans, exposed, base, loss, acc,
+        w.write(_row(w, it, t0, t1, spans, exposed, base, loss, acc, waited,
                      synchronised=bool(spans)))
 
 
