@@ -6,13 +6,17 @@ from controllers.jobpolicy import JobInfo
 from testbed.experiments.jobs.model import (
     aligned,
     expected,
+    job_flows,
     job_links,
+    job_row,
     jobs_qos,
     link_time,
     overlaps,
     periods,
+    port_flows,
     recovered,
     settled_after,
+    shared_iterations,
     shared_ports,
     sharing_groups,
 )
@@ -35,9 +39,10 @@ BAD_JOBS = [
     ({"jobs": [{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}]},
      "experiments[0].jobs: hosts ['h2'] are in more than one job"),
     ({"jobs": [{"dp": 8}, {"dp": 8}, {"dp": 2}]},
-     "experiments[0].jobs: 18 ranks to place on 16 free hosts"),
+     "experiments[0].jobs: 18 hosts to fill from 16 free hosts"),
     ({"jobs": [{"dp": 2, "hosts": ["h1", "h99"]}]}, "experiments[0].jobs[0].hosts: no host 'h99'"),
-    ({"jobs": [{"dp": 2, "hosts": ["h1"]}]}, "experiments[0].jobs[0].hosts: 1 hosts for 2 ranks"),
+    ({"jobs": [{"dp": 2, "hosts": ["h1"]}]},
+     "experiments[0].jobs[0].hosts: 1 hosts; the job takes 2"),
     ({"policies": ["fifo"]}, "experiments[0].policies[0]: unknown 'fifo'"),
     ({"policies": []}, "experiments[0].policies: at least one"),
     ({"policies": ["missing.py:Mine"]}, "experiments[0].policies[0]: file missing.py does not"),
@@ -61,6 +66,23 @@ BAD_JOBS = [
      "experiments[0].jobs[0].fault.at_iter: must be in"),
     ({"topology": {"kind": "bcube", "params": {"n": 4, "k": 1}}, "policies": ["mltcp"]},
      "experiments[0].policies: per-job classes need a switched fabric"),
+    ({"jobs": [{"training": {"sync": "gossip"}}]}, "experiments[0].jobs[0].training.sync: unknown"),
+    ({"jobs": [{"training": {"sync": "ring", "priority": "p3"}}]},
+     "experiments[0].jobs[0].training.priority: layer-wise priorities mark"),
+    ({"jobs": [{"training": {"model": "resnet"}}]},
+     "experiments[0].jobs[0].training.model: unknown 'resnet'"),
+    ({"jobs": [{"training": {"compute_ms": -1}}]},
+     "experiments[0].jobs[0].training.compute_ms: must be >= 0"),
+    ({"jobs": [{"training": {"sync": "ps", "ps_shards": 16}}]},
+     "experiments[0].jobs[0].training.ps_shards: 16 dedicated servers leave no host"),
+    ({"jobs": [{"dp": 4, "training": {}}]},
+     "experiments[0].jobs[0].dp: a field of a parallel job; this job is a training job"),
+    ({"jobs": [{"training": {"sync": "ps", "workers": 2}, "fault": {"rank": 0}}]},
+     "experiments[0].jobs[0].fault.rank: rank 0 is a parameter server"),
+    ({"jobs": [{"training": {"workers": 2}, "fault": {"kind": "hang"}}]},
+     "experiments[0].jobs[0].fault.kind: unknown 'hang'"),
+    ({"jobs": [{"training": {"sync": "ps", "workers": 3}, "hosts": ["h1", "h2", "h3"]}]},
+     "experiments[0].jobs[0].hosts: 3 hosts; the job takes 4"),
 ]
 
 
@@ -76,6 +98,21 @@ def test_good_jobs_spec_and_shared_hosts_when_allowed():
                placements=["packed", "spread", "random"]))
     loads(spec(jobs=[{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}],
                allow_shared_hosts=True))
+
+
+def test_training_jobs_take_their_servers_hosts():
+    """A training-worker job beside a parallel one: a dedicated parameter server takes a
+    host of its own, a colocated one shares its workers'."""
+    s, _ = loads(spec(jobs=[{"name": "ps", "training": {"sync": "ps", "workers": 3}},
+                         {"name": "co", "training": {"sync": "ps", "workers": 3,
+                                                     "ps_placement": "colocated"}},
+                         {"name": "p", "dp": 2}]))
+    exp = s.experiments[0]
+    assert [j.host_count for j in exp.jobs] == [4, 3, 2]
+    assert [j.ranks for j in exp.jobs] == [4, 4, 2]
+    hosts = placements(exp, build("fattree", k=4), "packed")
+    assert [len(h) for h in hosts] == [4, 3, 2]
+    assert len({h for hs in hosts for h in hs}) == 9
 
 
 def test_placement_packed_fills_edges_and_spread_deals_them_out():
@@ -95,12 +132,66 @@ def test_jobs_crossing_one_uplink_share_its_ports():
     topo = build("leafspine", spines=1, leaves=2, hosts_per_leaf=2)
     exp = loads(spec(jobs=[{"dp": 2, "hosts": ["h1", "h3"]},
                            {"dp": 2, "hosts": ["h2", "h4"]}]))[0].experiments[0]
-    links = [job_links(topo, j.layout, j.hosts) for j in exp.jobs]
+    links = [job_links(topo, j, j.hosts) for j in exp.jobs]
     assert shared_ports(topo, links) == ["l1-eth3", "l2-eth3", "sp1-eth1", "sp1-eth2"]
     assert sharing_groups(links) == [[0, 1]]
-    apart = [job_links(topo, exp.jobs[0].layout, ["h1", "h2"]),
-             job_links(topo, exp.jobs[0].layout, ["h3", "h4"])]
+    apart = [job_links(topo, exp.jobs[0], ["h1", "h2"]),
+             job_links(topo, exp.jobs[0], ["h3", "h4"])]
     assert shared_ports(topo, apart) == [] and sharing_groups(apart) == [[0], [1]]
+
+
+def test_training_jobs_flows_ring_and_parameter_server():
+    exp = loads(spec(jobs=[{"training": {"workers": 3}},
+                           {"training": {"sync": "ps", "workers": 2, "ps_shards": 2}},
+                           {"training": {"sync": "ps", "workers": 2,
+                                         "ps_placement": "colocated"}}]))[0].experiments[0]
+    ring, ps, co = exp.jobs
+    assert job_flows(ring, ["h1", "h2", "h3"]) == [("h1", "h2", 1.0), ("h2", "h3", 1.0),
+                                                   ("h3", "h1", 1.0)]
+    # servers every (n + S) / S slots: h1 and h3; each worker to both and back, half each
+    assert sorted(job_flows(ps, ["h1", "h2", "h3", "h4"])) == sorted(
+        (a, b, 0.5) for w in ("h2", "h4") for s in ("h1", "h3") for a, b in ((w, s), (s, w)))
+    # a colocated server on h1 takes nothing off the wire from its own host's worker
+    assert sorted(job_flows(co, ["h1", "h2"])) == [("h1", "h2", 1.0), ("h2", "h1", 1.0)]
+
+
+def test_shared_iterations_end_with_the_groups_first_finisher():
+    def rows(period, n):
+        return [{"t_sync_end": (k + 1) * period} for k in range(n)]
+    rank0 = {"fast": rows(0.5, 10), "slow": rows(0.8, 10), "apart": rows(0.1, 10)}
+    n = shared_iterations(rank0, [["fast", "slow"], ["apart"]])
+    # fast ends at 5.0 s: slow had ended 6 iterations by then; a job alone keeps all
+    assert n == {"fast": 10, "slow": 6, "apart": 10}
+
+
+def test_port_flows_count_a_jobs_connections_per_port():
+    topo = build("leafspine", spines=1, leaves=2, hosts_per_leaf=3)
+    exp = loads(spec(jobs=[{"training": {"sync": "ps", "workers": 2}, "hosts": ["h1", "h4", "h5"]},
+                           {"training": {"workers": 2}, "hosts": ["h2", "h6"]}]))[0].experiments[0]
+    ps, ring = (port_flows(topo, j, j.hosts) for j in exp.jobs)
+    # both workers push through leaf 2's uplink and the spine's port to leaf 1
+    assert ps["l2-eth4"] == pytest.approx(2) and ps["sp1-eth1"] == pytest.approx(2)
+    assert ring["l2-eth4"] == pytest.approx(1)
+
+
+def test_aligned_shares_a_link_per_connection():
+    """A job with two connections on the shared port takes two thirds of it."""
+    rows = [{"t_start": 0.0, "t_sync_start": 0.6, "t_sync_end": 1.4, "sync_s": 0.8}]
+    a, b = job("a"), job("b")
+    at = aligned([a, b], {"a": rows, "b": rows}, {"a": {"p": 0.4}, "b": {"p": 0.4}},
+                 {"a": {"p": 2.0}})
+    # a: 0.4 s of link at 2/3 -> 0.6 s; b: 0.2 s done by then, 0.2 s left alone -> 0.8 s
+    assert at["a"][0] == pytest.approx(0.6 + 0.6) and at["b"][0] == pytest.approx(0.6 + 0.8)
+
+
+def test_job_row_reads_either_worker():
+    parallel = {"pipeline_s": 0.3, "sync_s": 0.2, "tp_bytes": 0, "pp_bytes": 5,
+                "dp_bytes": 100, "ep_bytes": 0, "fsdp_bytes": 0}
+    assert job_row(parallel)["bytes"] == 105
+    training = {"t_start": 1.0, "t_sync_start": 1.25, "t_sync_end": 1.5, "sent_bytes": 42,
+                "compute_s": 0.3, "comm_s": 0.2}
+    r = job_row(training)
+    assert (r["pipeline_s"], r["sync_s"], r["bytes"]) == (0.25, 0.25, 42)
 
 
 def test_jobs_qos_has_a_class_per_job_beside_best_effort():

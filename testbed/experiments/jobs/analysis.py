@@ -8,7 +8,6 @@ import statistics
 
 from controllers.jobpolicy import JobInfo
 from testbed.workloads.interference import simulate, steady_iteration_s
-from testbed.workloads.parallel.cost import KINDS
 
 from .model import (
     Expected,
@@ -19,6 +18,7 @@ from .model import (
     recovered,
     round_link_s,
     settled_after,
+    shared_iterations,
 )
 from .spec import JOB_DSCPS, Jobs
 
@@ -79,8 +79,10 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
 
 def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
              hosts: list[list[str]], groups: list[list[int]], profiles: dict[str, JobInfo],
-             rounds: dict[str, dict], rates: dict[str, float]) -> list[dict]:
-    """`rates`: every switch port's rate (Mb/s), for the model on the links jobs used."""
+             rounds: dict[str, dict], rates: dict[str, float],
+             flows: dict[str, dict[str, float]] | None = None) -> list[dict]:
+    """`rates`: every switch port's rate (Mb/s), for the model on the links jobs used;
+    `flows`: each job's connections per port (model.port_flows)."""
     group_of = {names[i]: [names[j] for j in g] for g in groups for i in g}
     rows: list[dict] = []
     iter_by: dict[tuple[str, str], float | None] = {}
@@ -91,7 +93,10 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
         by_job = group_overlaps(rank0, named)
         over = [by_job[n] for n in rank0]
         link_s = round_link_s(rnd["counters"], rates, {n: len(r) for n, r in rank0.items()})
-        at_all = aligned([profiles[n] for n in rank0], rank0, link_s)
+        # the iterations run while the job's whole group ran (its tail may run alone)
+        n_of = shared_iterations(rank0, named)
+        replayed = aligned([profiles[n] for n in rank0], rank0, link_s, flows)
+        at_all = {n: at[:n_of.get(n, len(at))] for n, at in replayed.items()}
         # the start-aligned model, once per group (its offset search is the costly part)
         start_aligned: dict[str, Expected] = {}
         for name in rank0:
@@ -110,14 +115,15 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
         cpu = rnd["checks"]["cpu"]
         for (name, rows0), per_iter in zip(rank0.items(), over):
             i = names.index(name)
-            w = exp.warmup_iters
-            steady = rows0[w:] or rows0
-            iter_s = _median(periods(rows0)[w:] or periods(rows0))
+            n_shared = n_of.get(name, len(rows0))
+            w = min(exp.warmup_iters, n_shared - 1)
+            steady = rows0[w:n_shared]
+            iter_s = _median(periods(rows0)[w:n_shared])
             iter_by[(policy, name)] = iter_s
             alone = profiles[name].period_s
             counters = rnd["counters"][name]
             n_it = len(rows0) or 1
-            waits = [_median([r["cpu_wait_s"] for r in ranks[w:]])
+            waits = [_median([r["cpu_wait_s"] for r in ranks[w:n_shared]])
                      for ranks in rnd["ranks"][name]]
             wait = max((x for x in waits if x is not None), default=None)
             share = wait / iter_s if wait is not None and iter_s else None
@@ -131,7 +137,8 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "dscp": JOB_DSCPS[i], "sharing_with": " ".join(
                     n for n in group_of[name] if n != name and n in rank0),
                 "iters": len(rows0), "iter_s_median": _r(iter_s),
-                "iter_s_max": _r(max(periods(rows0)[w:] or [0.0])),
+                "iter_s_max": _r(max(periods(rows0)[w:n_shared], default=0.0)),
+                "iters_shared": n_shared,
                 "alone_iter_s": _r(alone),
                 "slowdown": _r(iter_s / alone, 3) if iter_s and alone else None,
                 "jct_s": _r(rows0[-1]["t_sync_end"] - rows0[0]["t_start"]) if rows0 else None,
@@ -143,15 +150,16 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "gate_wait_s_median": _r(_median([r.get("gate_wait_s", 0.0) for r in steady])),
                 "model_policy_s": _r(model_s),
                 "iter_over_model": _r(iter_s / model_s, 3) if iter_s and model_s else None,
-                "model_aligned_s": _r(_median(at[w:] or at)),
+                "model_aligned_s": _r(_median(at[w:])),
                 "model_shared_s": _r(ex.shared_s), "model_interleaved_s": _r(ex.interleaved_s),
                 "model_overlapped_s": _r(ex.overlapped_s),
-                "overlap_mean": _r(_median(per_iter[w:]) if policy != "alone" else None, 3),
-                "overlap_settled_after": settled_after(per_iter) if policy != "alone" else None,
+                "overlap_mean": _r(_median(per_iter[w:n_shared]) if policy != "alone"
+                                   else None, 3),
+                "overlap_settled_after": settled_after(per_iter[:n_shared])
+                if policy != "alone" else None,
                 "predicted_overlap": note.get("predicted_overlap", {}).get(name)
                 if isinstance(note.get("predicted_overlap"), dict) else None,
-                "bytes_per_iter": _r(_median([sum(r[f"{k}_bytes"] for k in KINDS)
-                                              for r in steady]), 0),
+                "bytes_per_iter": _r(_median([r["bytes"] for r in steady]), 0),
                 "marks_per_iter": _r(sum(c[1] for c in counters.values()) / n_it, 2),
                 "drops_per_iter": _r(sum(c[2] for c in counters.values()) / n_it, 2),
                 "busiest_port": max(counters, key=lambda p: counters[p][0])

@@ -17,12 +17,12 @@ from testbed.workloads.interference import (
     steady_iteration_s,
 )
 from testbed.workloads.parallel.cost import KINDS
-from testbed.workloads.parallel.layout import Layout
 from topologies.graph import link_shares
 from topologies.model import Topology, ifname
 
 from ..parallel.model import kind_flows
-from .spec import JOB_CLASSES, JOB_DSCPS, Jobs
+from ..training.model import place_on
+from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, SharedJob
 
 STAYS_BELOW = 0.2  # the overlap a converged interleaving stays under
 
@@ -40,25 +40,53 @@ def jobs_qos(exp: Jobs, buffer_pkts: int | None) -> QosConfig:
     return QosConfig(classes=classes, scheduler="wrr", ecn_enabled=exp.ecn is not None)
 
 
-def job_links(topo: Topology, layout: Layout, hosts: list[str]) -> set[tuple[str, str]]:
-    """The directed links a job's collectives may cross (every shortest path: ECMP may
-    hash a flow onto any of them)."""
-    flows = [f for k in KINDS for f in kind_flows(layout, hosts, k)]
-    return set(link_shares(topo, flows))
+def job_flows(job: SharedJob, hosts: list[str]) -> list[tuple[str, str, float]]:
+    """What a job's ranks send to each other at once: a parallel job's collectives of every
+    type; a training job's ring (data parallel, local SGD) to the next worker, or each
+    worker's push to every parameter server and the pull back."""
+    if job.training is None:
+        return [f for k in KINDS for f in kind_flows(job.layout, hosts, k)]
+    pl = place_on(job.training, hosts)
+    if job.training.sync != "ps":
+        n = len(pl.workers)
+        return [(pl.workers[i], pl.workers[(i + 1) % n], 1.0) for i in range(n)] if n > 1 \
+            else []
+    share = 1 / len(pl.servers)
+    return [f for w in pl.workers for s in pl.servers if w != s
+            for f in ((w, s, share), (s, w, share))]
+
+
+def job_links(topo: Topology, job: SharedJob, hosts: list[str]) -> set[tuple[str, str]]:
+    """The directed links a job's traffic may cross (every shortest path: ECMP may hash a
+    flow onto any of them)."""
+    return set(link_shares(topo, job_flows(job, hosts)))
+
+
+def egress(topo: Topology, u: str, v: str) -> str:
+    """The interface of `u` on its link to `v`."""
+    link = topo.link_between(u, v)
+    assert link is not None
+    return ifname(u, link.a_port if link.a == u else link.b_port)
 
 
 def shared_ports(topo: Topology, links: list[set[tuple[str, str]]]) -> list[str]:
     """Switch egress interfaces on links that two or more jobs may cross: where a
     cross-job policy's class weights matter."""
-    out = []
-    for u, v in sorted({link for i, a in enumerate(links) for b in links[i + 1:]
-                        for link in a & b}):
-        if topo.is_host(u):
-            continue
-        link = topo.link_between(u, v)
-        assert link is not None
-        port = link.a_port if link.a == u else link.b_port
-        out.append(ifname(u, port))
+    return [egress(topo, u, v) for u, v in sorted(
+        {link for i, a in enumerate(links) for b in links[i + 1:] for link in a & b})
+        if not topo.is_host(u)]
+
+
+def port_flows(topo: Topology, job: SharedJob, hosts: list[str]) -> dict[str, float]:
+    """Per switch egress port, how many of the job's connections cross it at once (ECMP's
+    share of a flow where it has several paths): TCP shares a link per connection, so a
+    parameter server's two workers pushing through one port take two shares of it."""
+    out = {}
+    for (u, v), load in link_shares(topo, job_flows(job, hosts)).items():
+        if not topo.is_host(u):
+            link = topo.link_between(u, v)
+            assert link is not None
+            out[egress(topo, u, v)] = load * link.rate_mbps
     return out
 
 
@@ -74,6 +102,19 @@ def sharing_groups(links: list[set[tuple[str, str]]]) -> list[list[int]]:
 
 
 # ---- measured rows -------------------------------------------------------------------
+
+def job_row(r: dict) -> dict:
+    """A rank's iteration in the fields this experiment reads, whichever worker wrote it:
+    `pipeline_s` before the synchronisation the jobs compete with and `sync_s` from its
+    start to the iteration's end, `bytes` the payload its connections had acknowledged. The
+    parallel worker's pipeline (compute and pipeline communication) and data-parallel
+    synchronisation and its bytes per collective type; the training worker's compute up to
+    its first communication (a DDP bucket, a push, an average) and the rest."""
+    if "pipeline_s" in r:
+        return {**r, "bytes": sum(r[f"{k}_bytes"] for k in KINDS)}
+    return {**r, "pipeline_s": r["t_sync_start"] - r["t_start"],
+            "sync_s": r["t_sync_end"] - r["t_sync_start"], "bytes": r["sent_bytes"]}
+
 
 def iterations(rows: list[dict]) -> list[Iteration]:
     """A rank's iterations on the machine's monotonic clock: start, start of its
@@ -104,8 +145,7 @@ def profile(name: str, dscp: int, rows: list[dict], warmup: int, workers: int,
                    compute_s=_median([r["pipeline_s"] for r in steady]),
                    comm_s=_median([r["sync_s"] for r in steady]),
                    period_s=_median(periods(rows)[warmup:] or periods(rows)),
-                   comm_bytes=int(_median([sum(r[f"{k}_bytes"] for k in KINDS)
-                                           for r in steady])),
+                   comm_bytes=int(_median([r["bytes"] for r in steady])),
                    link_s=link_s, workers=workers, weight=weight)
 
 
@@ -147,6 +187,23 @@ def group_overlaps(rank0: dict[str, list[dict]], groups: list[list[str]]
     return out
 
 
+def shared_iterations(rank0: dict[str, list[dict]], groups: list[list[str]]
+                      ) -> dict[str, int]:
+    """Per job, how many of its first iterations ended while every job of its group was
+    still running: jobs of different periods run the same number of iterations, so a fast
+    job finishes first and the others' last iterations run alone. Their iteration times,
+    overlaps and the model's are taken over these (at least one iteration)."""
+    out: dict[str, int] = {}
+    for group in groups:
+        members = [n for n in group if n in rank0 and rank0[n]]
+        if not members:
+            continue
+        end = min(rank0[n][-1]["t_sync_end"] for n in members)
+        for n in members:
+            out[n] = max(1, sum(1 for r in rank0[n] if r["t_sync_end"] <= end + 1e-6))
+    return out
+
+
 def settled_after(per_iter: list[float], below: float = STAYS_BELOW) -> int | None:
     """The first iteration from which the overlap stays under `below` (None: never)."""
     for k in range(len(per_iter)):
@@ -181,7 +238,8 @@ USED = 0.05  # a port carries a job when it saw this share of the job's busiest 
 
 
 def aligned(jobs: list[JobInfo], rank0: dict[str, list[dict]],
-            link_s: dict[str, dict[str, float]] | None = None) -> dict[str, list[float]]:
+            link_s: dict[str, dict[str, float]] | None = None,
+            flows: dict[str, dict[str, float]] | None = None) -> dict[str, list[float]]:
     """Each job's iteration times as the model predicts them at the alignment the jobs
     actually had: every communication phase (rank 0's) replayed from its measured start
     through each link it used, phases under way on a link at once sharing it fairly, a
@@ -189,14 +247,18 @@ def aligned(jobs: list[JobInfo], rank0: dict[str, list[dict]],
     gate's wait, the part of the communication that is not link time) as measured.
     `link_s`: per job, the seconds per iteration its bytes took on each switch port (from
     the round's own counters: ECMP puts each round's connections on its own paths);
-    without it, every job on one link for its alone link time."""
+    without it, every job on one link for its alone link time. `flows`: per job and port,
+    its connections there (`port_flows`; at least one on a port its bytes crossed, as ECMP
+    put each connection on one path), each a share of the link; without it, one per job
+    (the jobs share fairly)."""
     links = link_s or {j.name: {"link": j.link_s or j.comm_s} for j in jobs}
     used = {j.name: {p: s for p, s in links.get(j.name, {}).items()
                      if s >= USED * max(links[j.name].values())} for j in jobs}
     ends: dict[tuple[str, int], float] = {}
     for port in sorted({p for ps in used.values() for p in ps}):
-        phases = [(r["t_sync_start"], used[j.name][port], 1.0, j.name, k) for j in jobs
-                  if port in used[j.name] for k, r in enumerate(rank0[j.name])]
+        phases = [(r["t_sync_start"], used[j.name][port],
+                   max(1.0, (flows or {}).get(j.name, {}).get(port, 1.0)), j.name, k)
+                  for j in jobs if port in used[j.name] for k, r in enumerate(rank0[j.name])]
         for (start, _, _, name, k), end in zip(phases, replay([p[:3] for p in phases])):
             ends[(name, k)] = max(ends.get((name, k), start), end)
     out: dict[str, list[float]] = {j.name: [] for j in jobs}

@@ -16,25 +16,27 @@ from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
 from testbed.errors import TestbedError
 from testbed.workloads.jobsync import read_progress, write_start
-from testbed.workloads.launch import parallel_argv
+from testbed.workloads.launch import parallel_argv, train_argv
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
 from ..training.analysis import read_records
-from ..training.model import cpu_bound_verdict, host_link
+from ..training.model import cpu_bound_verdict, host_link, place_on
 from ..training.run import Background, error_time, rank_failure
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,
+    job_row,
     jobs_qos,
     link_time,
+    port_flows,
     port_rate,
     profile,
     shared_ports,
     sharing_groups,
 )
-from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, per_job_classes, placements
+from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, SharedJob, per_job_classes, placements
 
 MASTER_PORT = 29900
 APP_TIMEOUT_S = 15.0
@@ -42,12 +44,55 @@ APP_TIMEOUT_S = 15.0
 
 @dataclasses.dataclass
 class Member:
-    """One job of a round, as launched."""
+    """One job of a round, as launched: its hosts, the host of each rank (a colocated
+    parameter server shares a worker's host) and its first worker's rank (the rank whose
+    iterations stand for the job's; a parameter server's come first)."""
     index: int
     name: str
     hosts: list[str]
     dir: Path
     offset_s: float
+    rank_hosts: list[str]
+    lead: int = 0
+
+    @property
+    def worker_ranks(self) -> range:
+        return range(self.lead, len(self.rank_hosts))
+
+
+def parallel_member(exp: Jobs, m: Member, job: SharedJob, shared: bool, topo: Topology,
+                    master: str) -> list[list[str]]:
+    """A parallel job's config (its job.json) and each rank's command line."""
+    pexp, pjob = job.as_parallel(exp, JOB_DSCPS[m.index])
+    if not shared:  # a job's fault strikes where the jobs run together
+        pexp = dataclasses.replace(pexp, fault=None)
+    rate = min(host_link(topo, h).rate_mbps for h in m.hosts)
+    cfg = dataclasses.replace(job_config(pexp, pjob, rate), gate_file=str(m.dir / "gate.json"),
+                              report_file=str(m.dir / "progress.json"),
+                              start_file=str(m.dir / "start.json"))
+    dump_json(cfg, m.dir / "job.json")
+    return [parallel_argv(r, len(m.hosts), master, m.dir, ifname(h, 0))
+            for r, h in enumerate(m.hosts)]
+
+
+def training_member(exp: Jobs, m: Member, job: SharedJob, shared: bool,
+                    master: str) -> list[list[str]]:
+    """Each rank's command line of a training-worker job, its connections marked with the
+    job's DSCP."""
+    t = job.training
+    assert t is not None
+    opts = dict(sync=t.sync, model=t.model, width=t.width, depth=t.depth, data=t.data,
+                iters=exp.iters, batch=t.batch, lr=t.lr, bucket_mb=t.bucket_mb,
+                compression=t.compression, topk_ratio=t.topk_ratio, qsgd_levels=t.qsgd_levels,
+                ps_shards=t.ps_shards, consistency=t.consistency, staleness=t.staleness,
+                local_steps=t.local_steps, eval_every=exp.iters, seed=exp.seed,
+                timeout_s=exp.timeout_s, compute_delay_ms=t.compute_ms,
+                job_dscp=JOB_DSCPS[m.index], gate_file=m.dir / "gate.json",
+                report_file=m.dir / "progress.json", start_file=m.dir / "start.json")
+    fault = job.fault if shared else None
+    return [train_argv(r, len(m.rank_hosts), master, m.dir, ifname(h, 0), **opts,
+                       **({"crash_at_iter": fault.at_iter} if fault and fault.rank == r else {}))
+            for r, h in enumerate(m.rank_hosts)]
 
 
 def policy_args(exp: Jobs, policy: str) -> dict:
@@ -134,7 +179,7 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
     started = False
     try:
         for m in members:
-            for rank, (host, argv) in enumerate(zip(m.hosts, argvs[m.name])):
+            for rank, (host, argv) in enumerate(zip(m.rank_hosts, argvs[m.name])):
                 procs.append((m, rank, host, fab.start_process(
                     host, argv, f"job {m.name} rank {rank} in {host}",
                     m.dir / f"rank{rank}.log")))
@@ -177,23 +222,20 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
     names = exp.names()
     round_dir = ctx.out_dir / "jobs" / f"{experiment}-{round_id:02d}-{slug(label)}"
     members, argvs = [], {}
+    shared = len(members_of) > 1
     for i in members_of:
         job, name = exp.jobs[i], names[i]
+        if job.training is not None:
+            pl = place_on(job.training, hosts[i])
+            rank_hosts, lead = [h for _, h, _ in pl.ranks], len(pl.servers)
+        else:
+            rank_hosts, lead = list(hosts[i]), 0
         m = Member(i, name, hosts[i], round_dir / slug(name),
-                   job.offset_s if len(members_of) > 1 else 0.0)
+                   job.offset_s if shared else 0.0, rank_hosts, lead)
         m.dir.mkdir(parents=True, exist_ok=True)
-        pexp, pjob = job.as_parallel(exp, JOB_DSCPS[i])
-        if len(members_of) == 1:  # a job's fault strikes where the jobs run together
-            pexp = dataclasses.replace(pexp, fault=None)
-        rate = min(host_link(topo, h).rate_mbps for h in m.hosts)
-        cfg = dataclasses.replace(job_config(pexp, pjob, rate),
-                                  gate_file=str(m.dir / "gate.json"),
-                                  report_file=str(m.dir / "progress.json"),
-                                  start_file=str(m.dir / "start.json"))
-        dump_json(cfg, m.dir / "job.json")
-        master = f"{topo.host(m.hosts[0]).ip}:{MASTER_PORT + (round_id % 40) * 16 + i}"
-        argvs[name] = [parallel_argv(r, len(m.hosts), master, m.dir, ifname(h, 0))
-                       for r, h in enumerate(m.hosts)]
+        master = f"{topo.host(rank_hosts[0]).ip}:{MASTER_PORT + (round_id % 40) * 16 + i}"
+        argvs[name] = training_member(exp, m, job, shared, master) if job.training \
+            else parallel_member(exp, m, job, shared, topo, master)
         members.append(m)
     n_classes = min(len(exp.jobs), JOB_CLASSES)
     rnd = Round(id=round_id, policy=policy,
@@ -225,8 +267,8 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
         counters[m.name] = {names_of[port]: tuple(a - b for a, b in zip(after[(port, dd)],
                                                                         before[(port, dd)]))
                             for (port, dd) in after if dd == d}  # type: ignore[misc]
-    ranks = {m.name: [read_records(m.dir / f"rank{r}.jsonl") for r in range(len(m.hosts))]
-             for m in members}
+    ranks = {m.name: [[job_row(x) for x in read_records(m.dir / f"rank{r}.jsonl")]
+                      for r in m.worker_ranks] for m in members}
     return {"members": members, "ranks": ranks, "counters": counters, "checks": checks,
             "decisions": decisions(fab.jobs_dir, round_id), "background_mbps": bg_mbps}
 
@@ -248,7 +290,7 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
     round_id = 0
     for placement in exp.placements:
         hosts = placements(exp, fabric, placement)
-        links = [job_links(fabric, j.layout, h) for j, h in zip(exp.jobs, hosts)]
+        links = [job_links(fabric, j, h) for j, h in zip(exp.jobs, hosts)]
         ports = shared_ports(fabric, links)
         groups = sharing_groups(links)
         with ctx.fabric(fabric, ctx.spec.controller.routing, f"jobs {placement}", qos=qos,
@@ -282,8 +324,9 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                     rounds[policy] = r
         rates = {ifname(n, port): port_rate(fabric, ifname(n, port))
                  for n, port, _ in fabric.interfaces() if not fabric.is_host(n)}
+        flows = {n: port_flows(fabric, j, h) for n, j, h in zip(names, exp.jobs, hosts)}
         rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds,
-                        rates)
+                        rates, flows)
         for row in rows:
             row["cpu_bound"] = cpu_bound_verdict(row.pop("_monitor_cpu_bound"),
                                                  row["worker_cpu_wait_share"], None)

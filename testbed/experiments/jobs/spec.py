@@ -1,6 +1,7 @@
 """The spec of training jobs sharing one fabric (issue 13): the jobs (each a parallel job
-with its own model, size and hosts or a place in the cross-job placement), the placements
-and cross-job policies to compare, and every field checked before anything starts."""
+with its own model, size and hosts or a place in the cross-job placement, or a job of the
+training worker: ring, parameter server, local SGD, compression), the placements and
+cross-job policies to compare, and every field checked before anything starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,7 +21,14 @@ from topologies import TopologyError
 from topologies.model import Topology
 
 from ..parallel.spec import Parallel, ParallelFault, ParallelJob, check_job, check_model
-from ..training.spec import BackgroundTraffic
+from ..training.spec import (
+    DATASETS,
+    MODELS,
+    BackgroundTraffic,
+    TrainingJob,
+    check_training_job,
+    job_hosts_needed,
+)
 
 # each job's own code point (AF11 ... AF43, then CS1..CS3): the switches count every DSCP
 # per port, and a policy can put each in a class of its own
@@ -29,10 +37,29 @@ JOB_CLASSES = NCLASS - 1  # class 0 is best effort (background traffic, `none`)
 
 
 @dataclass(frozen=True, kw_only=True)
+class SharedTraining(TrainingJob):
+    """A job of the training worker (testbed/workloads/train.py): data-parallel ring,
+    parameter server (BSP / SSP / ASP), local SGD, with or without compression, as in the
+    training experiment, and the model it trains; `compute_ms` is emulated compute added to
+    each iteration's real one (the small models' own compute is a few milliseconds)."""
+    model: str = "mlp"
+    width: int = 256
+    depth: int = 2
+    data: str = "digits"
+    batch: int = 32
+    lr: float = 0.05
+    compute_ms: float = 0.0
+
+    def hosts_needed(self) -> int:
+        return job_hosts_needed(self, self.workers)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SharedJob:
-    """One job: its model and compute (as in the parallel experiment), its layout, its hosts
-    (explicit, else from the experiment's placement), when it starts after the first job
-    (`offset_s`) and its weight (the priority policy's `weight` order)."""
+    """One job: its model and compute (as in the parallel experiment) and its layout, or
+    `training`, a job of the training worker instead; its hosts (explicit, else from the
+    experiment's placement), when it starts after the first job (`offset_s`) and its weight
+    (the priority policy's `weight` order)."""
     name: str = ""
     compute: str = "emulated"          # real (the MLP on digits) | emulated
     model: str = "gpt-tiny"
@@ -53,10 +80,23 @@ class SharedJob:
     offset_s: float = 0.0
     weight: float = 1.0
     fault: ParallelFault | None = None  # in the rounds the jobs share: the run must stop all
+    training: SharedTraining | None = None
 
     @property
     def layout(self) -> Layout:
         return Layout(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep)
+
+    @property
+    def host_count(self) -> int:
+        """Hosts the job takes (a colocated parameter server shares its workers' hosts)."""
+        return self.training.hosts_needed() if self.training else self.layout.world
+
+    @property
+    def ranks(self) -> int:
+        if self.training:
+            t = self.training
+            return t.workers + (t.ps_shards if t.sync == "ps" else 0)
+        return self.layout.world
 
     def as_parallel(self, exp: Jobs, dscp: int) -> tuple[Parallel, ParallelJob]:
         """The job as the parallel experiment's worker runs it, every collective type
@@ -163,26 +203,45 @@ def placements(exp: Jobs, topo: Topology, policy: str) -> list[list[str]]:
             raise ValueError(f"jobs[{j}].hosts: no host {unknown[0]!r} in the fabric")
         if len(set(job.hosts)) != len(job.hosts):
             raise ValueError(f"jobs[{j}].hosts: a host appears twice")
-        if len(job.hosts) != job.layout.world:
-            raise ValueError(f"jobs[{j}].hosts: {len(job.hosts)} hosts for "
-                             f"{job.layout.world} ranks")
+        if len(job.hosts) != job.host_count:
+            raise ValueError(f"jobs[{j}].hosts: {len(job.hosts)} hosts; the job takes "
+                             f"{job.host_count}")
     if not exp.allow_shared_hosts and len(set(explicit)) != len(explicit):
         shared = sorted({h for h in explicit if explicit.count(h) > 1})
         raise ValueError(f"jobs: hosts {shared} are in more than one job (set "
                          "allow_shared_hosts to allow it)")
-    need = sum(job.layout.world for job in exp.jobs if not job.hosts)
+    need = sum(job.host_count for job in exp.jobs if not job.hosts)
     free = [h for h in place(topo, len(names), policy, exp.seed) if h not in explicit]
     if need > len(free):
-        raise ValueError(f"jobs: {need} ranks to place on {len(free)} free hosts of "
+        raise ValueError(f"jobs: {need} hosts to fill from {len(free)} free hosts of "
                          f"{len(names)} ({topo.kind})")
     out, k = [], 0
     for job in exp.jobs:
         if job.hosts:
             out.append(list(job.hosts))
         else:
-            out.append(free[k:k + job.layout.world])
-            k += job.layout.world
+            out.append(free[k:k + job.host_count])
+            k += job.host_count
     return out
+
+
+PARALLEL_FIELDS = ("compute", "model", "model_desc", "scale", "device_tflops", "layer_fwd_s",
+                   "layer_bwd_s", "real", "dp", "tp", "pp", "ep", "schedule", "micro_batches",
+                   "zero")
+DEFAULT_JOB = SharedJob()
+
+
+def check_shared_training(t: SharedTraining, path: str, hosts: int) -> None:
+    check_training_job(t, path, [t.workers], hosts)
+    if t.priority != "none":
+        raise SpecError(f"{path}.priority: layer-wise priorities mark traffic with several "
+                        "DSCPs; jobs sharing a fabric mark each job with its own")
+    one_of(t.model, MODELS, f"{path}.model")
+    one_of(t.data, DATASETS, f"{path}.data")
+    for name in ("width", "depth", "batch", "lr"):
+        positive(getattr(t, name), f"{path}.{name}")
+    if t.compute_ms < 0:
+        raise SpecError(f"{path}.compute_ms: must be >= 0 (got {t.compute_ms:g})")
 
 
 def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
@@ -229,14 +288,26 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
         if job.offset_s < 0:
             raise SpecError(f"{jp}.offset_s: must be >= 0 (got {job.offset_s:g})")
         positive(job.weight, f"{jp}.weight")
-        pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
-        check_job(pexp, pjob, jp, jp, check_model(pexp, jp))
+        if job.training is not None:
+            check_shared_training(job.training, f"{jp}.training", len(fabric.hosts))
+            for name in PARALLEL_FIELDS:
+                if getattr(job, name) != getattr(DEFAULT_JOB, name):
+                    raise SpecError(f"{jp}.{name}: a field of a parallel job; this job is a "
+                                    "training job (its `training`)")
+        else:
+            pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
+            check_job(pexp, pjob, jp, jp, check_model(pexp, jp))
         if job.fault is not None:
-            one_of(job.fault.kind, ("crash", "hang"), f"{jp}.fault.kind")
+            one_of(job.fault.kind, ("crash",) if job.training else ("crash", "hang"),
+                   f"{jp}.fault.kind")
             if not 0 <= job.fault.at_iter < exp.iters:
                 raise SpecError(f"{jp}.fault.at_iter: must be in 0..iters-1")
-            if not 0 <= job.fault.rank < job.layout.world:
-                raise SpecError(f"{jp}.fault.rank: a rank below {job.layout.world}")
+            if not 0 <= job.fault.rank < job.ranks:
+                raise SpecError(f"{jp}.fault.rank: a rank below {job.ranks}")
+            if job.training and job.training.sync == "ps" and \
+                    job.fault.rank < job.training.ps_shards:
+                raise SpecError(f"{jp}.fault.rank: rank {job.fault.rank} is a parameter "
+                                "server; a fault strikes a worker")
     for bi, bg in enumerate(exp.background):
         unknown = [h for h in bg.hosts if h not in {x.name for x in fabric.hosts}]
         if unknown:

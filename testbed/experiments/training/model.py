@@ -10,7 +10,7 @@ from testbed.workloads import commmodel
 from topologies.graph import distances_to, link_shares
 from topologies.model import Topology
 
-from .spec import Training, TrainingJob
+from .spec import Training, TrainingJob, job_hosts_needed
 
 # A job is CPU-bound (its iteration time measures the 2-core machine, not the network) when
 # a worker waited for a core more than this share of an iteration AND the network was not
@@ -52,18 +52,21 @@ class Placement:
                 + [(len(self.servers) + i, h, "worker") for i, h in enumerate(self.workers)])
 
 
-def place(topo: Topology, job: TrainingJob, n: int) -> Placement:
-    hosts = [h.name for h in topo.hosts]
+def place_on(job: TrainingJob, chosen: list[str]) -> Placement:
+    """A job's ranks on these hosts (job_hosts_needed of them): servers first (colocated:
+    on the first workers' hosts)."""
     if job.sync != "ps":
-        return Placement([], spread(hosts, n))
+        return Placement([], list(chosen))
     if job.ps_placement == "colocated":
-        workers = spread(hosts, n)
-        return Placement(workers[:job.ps_shards], workers)
-    chosen = spread(hosts, n + job.ps_shards)
+        return Placement(chosen[:job.ps_shards], list(chosen))
     # servers every (n + S) / S slots, so that shards sit in different parts of the fabric
     step = len(chosen) // job.ps_shards
     servers = [chosen[j * step] for j in range(job.ps_shards)]
     return Placement(servers, [h for h in chosen if h not in servers])
+
+
+def place(topo: Topology, job: TrainingJob, n: int) -> Placement:
+    return place_on(job, spread([h.name for h in topo.hosts], job_hosts_needed(job, n)))
 
 
 def host_link(topo: Topology, host: str):

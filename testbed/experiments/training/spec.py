@@ -122,6 +122,46 @@ def job_hosts_needed(job: TrainingJob, workers: int) -> int:
                       else 0)
 
 
+def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: int) -> None:
+    """One job's fields, with each of its worker counts on a fabric of `fewest` hosts."""
+    one_of(job.sync, SYNCS, f"{jp}.sync")
+    one_of(job.consistency, ("bsp", "ssp", "asp"), f"{jp}.consistency")
+    one_of(job.ps_placement, ("dedicated", "colocated"), f"{jp}.ps_placement")
+    one_of(job.priority, ("none", "fifo", "p3"), f"{jp}.priority")
+    one_of(job.compression, COMPRESSIONS, f"{jp}.compression")
+    if not 0 < job.topk_ratio <= 1:
+        raise SpecError(f"{jp}.topk_ratio: must be in (0, 1] (got {job.topk_ratio})")
+    if not 1 <= job.qsgd_levels <= 127:
+        raise SpecError(f"{jp}.qsgd_levels: must be in 1..127 (got {job.qsgd_levels})")
+    if job.staleness < 0:
+        raise SpecError(f"{jp}.staleness: must be >= 0 (got {job.staleness})")
+    positive(job.local_steps, f"{jp}.local_steps")
+    positive(job.bucket_mb, f"{jp}.bucket_mb")
+    if job.priority != "none" and job.sync != "ring":
+        raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
+    if job.priority != "none" and job.compression != "none":
+        raise SpecError(f"{jp}.priority: not combined with compression")
+    if job.sync == "local" and job.compression != "none":
+        raise SpecError(f"{jp}.compression: local SGD averages parameters uncompressed")
+    for n in workers:
+        if n < 1:
+            raise SpecError(f"{jp}.workers: must be >= 1 (got {n})")
+        if job.sync == "ps":
+            if job.ps_shards < 1:
+                raise SpecError(f"{jp}.ps_shards: must be >= 1 (got {job.ps_shards})")
+            if job.ps_placement == "dedicated" and job.ps_shards >= fewest:
+                raise SpecError(f"{jp}.ps_shards: {job.ps_shards} dedicated servers leave "
+                                f"no host for workers ({fewest} hosts)")
+            if job.ps_placement == "colocated" and job.ps_shards > n:
+                raise SpecError(f"{jp}.ps_shards: {job.ps_shards} colocated servers need "
+                                f"as many workers (got {n})")
+        need = job_hosts_needed(job, n)
+        if need > fewest:
+            raise SpecError(f"{jp}.workers: {n} workers"
+                            + (f" and {job.ps_shards} servers" if need > n else "")
+                            + f" need {need} hosts; the smallest fabric has {fewest}")
+
+
 def check_training(exp: Training, path: str, topo: Topology) -> None:
     one_of(exp.model, MODELS, f"{path}.model")
     one_of(exp.data, DATASETS, f"{path}.data")
@@ -147,43 +187,7 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
         raise SpecError(f"{path}.topologies: {exc}") from None
     fewest = min(len(t.hosts) for t in fabrics)
     for j, job in enumerate(exp.jobs):
-        jp = f"{path}.jobs[{j}]"
-        one_of(job.sync, SYNCS, f"{jp}.sync")
-        one_of(job.consistency, ("bsp", "ssp", "asp"), f"{jp}.consistency")
-        one_of(job.ps_placement, ("dedicated", "colocated"), f"{jp}.ps_placement")
-        one_of(job.priority, ("none", "fifo", "p3"), f"{jp}.priority")
-        one_of(job.compression, COMPRESSIONS, f"{jp}.compression")
-        if not 0 < job.topk_ratio <= 1:
-            raise SpecError(f"{jp}.topk_ratio: must be in (0, 1] (got {job.topk_ratio})")
-        if not 1 <= job.qsgd_levels <= 127:
-            raise SpecError(f"{jp}.qsgd_levels: must be in 1..127 (got {job.qsgd_levels})")
-        if job.staleness < 0:
-            raise SpecError(f"{jp}.staleness: must be >= 0 (got {job.staleness})")
-        positive(job.local_steps, f"{jp}.local_steps")
-        positive(job.bucket_mb, f"{jp}.bucket_mb")
-        if job.priority != "none" and job.sync != "ring":
-            raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
-        if job.priority != "none" and job.compression != "none":
-            raise SpecError(f"{jp}.priority: not combined with compression")
-        if job.sync == "local" and job.compression != "none":
-            raise SpecError(f"{jp}.compression: local SGD averages parameters uncompressed")
-        for n in (exp.workers or [job.workers]):
-            if n < 1:
-                raise SpecError(f"{jp}.workers: must be >= 1 (got {n})")
-            if job.sync == "ps":
-                if job.ps_shards < 1:
-                    raise SpecError(f"{jp}.ps_shards: must be >= 1 (got {job.ps_shards})")
-                if job.ps_placement == "dedicated" and job.ps_shards >= fewest:
-                    raise SpecError(f"{jp}.ps_shards: {job.ps_shards} dedicated servers leave "
-                                    f"no host for workers ({fewest} hosts)")
-                if job.ps_placement == "colocated" and job.ps_shards > n:
-                    raise SpecError(f"{jp}.ps_shards: {job.ps_shards} colocated servers need "
-                                    f"as many workers (got {n})")
-            need = job_hosts_needed(job, n)
-            if need > fewest:
-                raise SpecError(f"{jp}.workers: {n} workers"
-                                + (f" and {job.ps_shards} servers" if need > n else "")
-                                + f" need {need} hosts; the smallest fabric has {fewest}")
+        check_training_job(job, f"{path}.jobs[{j}]", exp.workers or [job.workers], fewest)
     names = {h.name for t in fabrics for h in t.hosts}
     for j, bg in enumerate(exp.background):
         bp = f"{path}.background[{j}]"
