@@ -69,3 +69,43 @@ def test_one_failing_job_stops_every_job(tmp_path):
     # job a was stopped mid-run: its rank 0 logged fewer than its 10 iterations
     shared = next((tmp_path / "run" / "jobs").glob("0-02-*"))
     assert len((shared / "a" / "rank0.jsonl").read_text().splitlines()) < 10
+
+
+def test_training_worker_jobs_share_an_uplink(tmp_path):
+    """A parameter-server job (BSP, a dedicated server on h1, workers on h4 and h5) and a
+    data-parallel ring job (h2, h6), both of the training worker, whose pushes, pulls and
+    ring cross the one spine: each job's bytes are its gradient, the switches count each
+    job's DSCP on the shared uplink, and fair sharing slows them as the model says."""
+    from testbed.workloads.models import build, param_bytes
+    topo = {"kind": "leafspine", "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 3,
+                                            "host_rate": 20, "uplink_rate": 20}}
+    jobs = [{"name": "ps", "hosts": ["h1", "h4", "h5"],
+             "training": {"sync": "ps", "workers": 2, "width": 128, "compute_ms": 250}},
+            {"name": "ring", "hosts": ["h2", "h6"],
+             "training": {"sync": "ring", "workers": 2, "width": 256, "compute_ms": 200}}]
+    out, summary = run(tmp_path, {
+        "name": "it-jobs-training", "topology": topo, "links": {"mtu_bytes": 9000},
+        "experiments": [{"type": "jobs", "iters": 12, "warmup_iters": 2, "policies": ["none"],
+                         "job_timeout_s": 300, "timeout_s": 20, "jobs": jobs}]})
+    assert summary["status"] == "ok", summary
+    by = {(r["policy"], r["job"]): r for r in rows(out, "jobs.csv")}
+    for key, r in by.items():
+        assert r["cpu_bound"] == "False", (key, r)
+    grad = {"ps": param_bytes(build("mlp", 128)), "ring": param_bytes(build("mlp", 256))}
+    links = {(r["policy"], r["job"], r["link"]): r for r in rows(out, "jobs_links.csv")}
+    for job, crossing in (("ps", 2), ("ring", 1)):
+        alone, none = by[("alone", job)], by[("none", job)]
+        # a worker pushes its gradient (ps) or sends a 2-rank ring allreduce's worth of it
+        # (ring), with a few hundred bytes of Gloo framing: within 1%
+        assert abs(float(alone["bytes_per_iter"]) / grad[job] - 1) <= 0.01, (alone, grad)
+        # leaf 2's uplink carries both ps workers' pushes (h4, h5 -> h1) and one direction
+        # of the ring (h6 -> h2), counted by the job's DSCP: payload plus headers (0-10%)
+        on_uplink = float(links[("none", job, "l2-eth4")]["bytes_per_iter"])
+        payload = crossing * float(none["bytes_per_iter"])
+        assert 1.0 <= on_uplink / payload <= 1.1, (job, on_uplink, payload)
+        # communication is a third or more of an iteration alone; sharing the uplink slows
+        # both, within 15% of the model at the alignment they had (per-connection shares)
+        assert float(alone["alone_comm_share"]) >= 0.3, alone
+        assert float(none["slowdown"]) >= 1.05, none
+        model = float(none["model_policy_s"]) / float(none["alone_iter_s"])
+        assert abs(float(none["slowdown"]) / model - 1) <= 0.15, (none, model)
