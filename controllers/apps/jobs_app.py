@@ -9,7 +9,7 @@ A start decision's schedule goes to every port the jobs' paths may share (the ro
 `ports`); a step's, which may come many times a second, only to the ports where the jobs
 have actually met (two jobs' DSCPs seen by the per-DSCP counters, looked at twice a
 second; a port found later gets the schedule in force), so that a Fat-Tree's 48 candidate
-ports do not cost a tc batch of 48 ports per step."""
+ports do not cost a netlink request per class on 48 ports per step."""
 from __future__ import annotations
 
 import json

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,19 +172,17 @@ class Dataplane:
                      priorities: list[int] | None = None) -> None:
         """On these switch egress ports, while traffic runs: weighted round robin with
         these weights, or strict priority with these priorities (one per class, higher
-        first); one `tc -batch` for all of them."""
+        first); each class changed by one netlink request (a policy may move weights
+        several times a second: no tc process per change)."""
         fields = {f.name for f in dataclasses.fields(qos.QosPort)}
         n = len(weights if weights is not None else priorities or [])
-        lines = []
         for port in ports:
             p = qos.QosPort(**{k: v for k, v in self.ports[port].items() if k in fields})
             for index in range(n):
-                lines.append(" ".join(qos.htb_class(
-                    p, index, self.desc["mtu_bytes"], self.desc.get("burst_us", 0), weights,
-                    priorities[index] if priorities is not None else 0, verb="change")))
-        if lines:
-            subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", text=True,
-                           check=True, capture_output=True)
+                c = qos.htb_class_params(p, index, self.desc["mtu_bytes"],
+                                         self.desc.get("burst_us", 0), weights,
+                                         priorities[index] if priorities is not None else 0)
+                self._send(port, qos.htb_class_change_message(self.ports[port]["ifindex"], c))
 
     # ---- reading -------------------------------------------------------------------
     def queue(self, port: int, cls: int) -> QueueState:
@@ -249,8 +246,8 @@ class Dataplane:
             if mtype == 2 and seq == self._seq:  # NLMSG_ERROR carries the ack
                 err = struct.unpack_from("i", reply, 16)[0]
                 if err:
-                    raise OSError(-err, f"tbf change on {self.ports[port]['ifname']}: "
-                                        f"{os.strerror(-err)}")
+                    raise OSError(-err, f"qdisc or class change on "
+                                        f"{self.ports[port]['ifname']}: {os.strerror(-err)}")
                 return time.monotonic_ns()
 
     def prepare(self, classes: list[int]) -> None:

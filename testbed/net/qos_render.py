@@ -83,24 +83,41 @@ def htb_class_commands(port: QosPort, q: QosConfig, mtu_bytes: int, burst_us: in
     return cmds
 
 
-def htb_class(port: QosPort, index: int, mtu_bytes: int, burst_us: int,
-              weights: list[int] | None, priority: int = 0, verb: str = "replace") -> list[str]:
-    """tc argv (without 'tc') of one class's HTB leaf: under weighted round robin
-    (`weights`, one per class) a guaranteed rate and a DRR quantum in proportion to its
-    weight; under strict priority a token rate and HTB's `prio` from the class's priority.
-    `verb` change: the same settings applied to a running class (a policy moving weights)."""
+@dataclass(frozen=True)
+class HtbClass:
+    """One class's HTB leaf: under weighted round robin (`weights`, one per class) a
+    guaranteed rate and a DRR quantum in proportion to its weight; under strict priority a
+    token rate and HTB's `prio` from the class's priority. `burst` 0: tc's default."""
+    minor: int
+    rate_bit: int
+    ceil_bit: int
+    burst: int
+    prio: int
+    quantum: int
+
+
+def htb_class_params(port: QosPort, index: int, mtu_bytes: int, burst_us: int,
+                     weights: list[int] | None, priority: int = 0) -> HtbClass:
     frame = frame_bytes(mtu_bytes)
     rate_bit = int(round(port.rate_mbps * 1_000_000))
     burst = htb_burst_bytes(port.rate_mbps, burst_us, mtu_bytes)
-    burst_args = ["burst", str(burst), "cburst", str(burst)] if burst else []
     if weights is not None:
         rate = max(8000, rate_bit * weights[index] // sum(weights))
         prio, quantum = 0, frame * weights[index] // min(weights)
     else:
         rate, prio, quantum = 8000, 7 - priority, frame
+    return HtbClass(class_minor(index), rate, rate_bit, burst, prio, quantum)
+
+
+def htb_class(port: QosPort, index: int, mtu_bytes: int, burst_us: int,
+              weights: list[int] | None, priority: int = 0, verb: str = "replace") -> list[str]:
+    """tc argv (without 'tc') of one class's HTB leaf (`htb_class_params`)."""
+    c = htb_class_params(port, index, mtu_bytes, burst_us, weights, priority)
+    burst_args = ["burst", str(c.burst), "cburst", str(c.burst)] if c.burst else []
     return ["class", verb, "dev", port.ifname, "parent", PARENT_CLASS,
-            "classid", f"{ROOT_MAJOR}:{class_minor(index):x}", "htb", "rate", f"{rate}bit",
-            "ceil", f"{rate_bit}bit", *burst_args, "prio", str(prio), "quantum", str(quantum)]
+            "classid", f"{ROOT_MAJOR}:{c.minor:x}", "htb", "rate", f"{c.rate_bit}bit",
+            "ceil", f"{c.ceil_bit}bit", *burst_args, "prio", str(c.prio),
+            "quantum", str(c.quantum)]
 
 
 def bpf_attach_commands(ifname: str, prog_dir: str, host: bool) -> list[list[str]]:
@@ -165,10 +182,12 @@ def qcfg_record(limit_bytes: int, limit_pkts: int, ecn: EcnProfile | None, frame
 
 # ---- netlink messages that open and close a class's tbf gate --------------------------------
 
-RTM_NEWQDISC = 36
+RTM_NEWQDISC, RTM_NEWTCLASS = 36, 40
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS, TCA_TBF_BURST = 1, 2, 1, 6
+TCA_HTB_PARMS = 1
 TC_LINKLAYER_ETHERNET = 1
+TC_HTB_DEFAULT_MTU = 1600  # tc's htb: without `burst`, rate / HZ + this many bytes
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -192,4 +211,32 @@ def tbf_change_message(ifindex: int, minor: int, rate_bps: int, burst: int, limi
     options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("I", burst))
     body = tcm + _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, options)
     return struct.pack("IHHII", 16 + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                       seq, 0) + body
+
+
+def _ticks(nbytes: int, rate_bps: int) -> int:
+    """Time to send `nbytes` at `rate_bps` bytes/s in psched ticks (tc_calc_xmittime)."""
+    return int(1_000_000 * (nbytes / rate_bps) * (1000 / PSCHED_NS_PER_TICK))
+
+
+def htb_class_change_message(ifindex: int, c: HtbClass, seq: int = 0) -> bytes:
+    """RTM_NEWTCLASS (change) of HTB class 1:minor, as `tc class change` sends it with the
+    same settings (`htb_class`): rate and ceil with an Ethernet link layer (so the kernel
+    needs no rate table), bucket and ceil bucket as times in ticks. Sent from the process
+    that holds the dataplane, it costs one send and one ack (no tc process)."""
+    rate, ceil = c.rate_bit // 8, c.ceil_bit // 8
+    if ceil >= 1 << 32:
+        raise ValueError("HTB rates above 32 Gbit/s need TCA_HTB_RATE64")
+    # tc's default bucket (no `burst`): rate / HZ + 1600 bytes, HZ = 1e9 with high-resolution
+    # timers (/proc/net/psched)
+    burst_r = c.burst or rate // 1_000_000_000 + TC_HTB_DEFAULT_MTU
+    burst_c = c.burst or ceil // 1_000_000_000 + TC_HTB_DEFAULT_MTU
+    opt = (struct.pack("BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, rate)
+           + struct.pack("BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, ceil)
+           + struct.pack("IIIII", _ticks(burst_r, rate), _ticks(burst_c, ceil), c.quantum, 0,
+                         c.prio))
+    tcm = struct.pack("BBHiIII", 0, 0, 0, ifindex, (ROOT_MAJOR << 16) | c.minor,
+                      (ROOT_MAJOR << 16) | 1, 0)
+    body = tcm + _attr(TCA_KIND, b"htb\0") + _attr(TCA_OPTIONS, _attr(TCA_HTB_PARMS, opt))
+    return struct.pack("IHHII", 16 + len(body), RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK,
                        seq, 0) + body

@@ -133,3 +133,72 @@ def test_a_dead_controller_freezes_pfc_and_a_restart_thaws_it(tmp_path):
     restarted = [e["fault_step"]["time"] for e in events
                  if e.get("fault_step", {}).get("action") == "up"]
     assert len(restarted) == 1 and status["applied"] > restarted[0], (status, restarted)
+
+
+def _htb_parms(ns: str, ifname: str) -> dict[int, dict]:
+    """Every HTB class's parameters on an interface, as the kernel holds them."""
+    from pyroute2 import NetNS
+    with NetNS(ns) as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
+        out = {}
+        for msg in ipr.get_classes(index):
+            if msg.get_attr("TCA_KIND") == "htb":
+                p = msg.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+                out[msg["handle"]] = {k: p[k] for k in ("buffer", "cbuffer", "quantum",
+                                                         "prio")} | {
+                    "rate": p["rate"]["rate"], "ceil": p["ceil"]["rate"]}
+        return out
+
+
+def test_schedule_changes_over_netlink_equal_tcs():
+    """A policy's weights and priorities are applied with one netlink request per class;
+    the kernel ends up holding exactly what `tc class change` with the same settings gives
+    (rates, buckets in ticks, quantum, prio), with the links' burst allowance and without
+    (tc's default bucket)."""
+    import os
+    import socket
+    import struct
+    import subprocess
+
+    from pyroute2 import NetNS
+
+    from testbed.config.qos import QosConfig, TrafficClass
+    from testbed.net import qos_render as qos
+    from testbed.net.dpapi import netns_socket
+
+    def tc(*argv):
+        subprocess.run(["tc", "-n", ns, *argv], check=True, capture_output=True)
+
+    ns = f"tbnl{os.getpid()}"
+    cfg = QosConfig(classes=[TrafficClass(name=f"c{i}") for i in range(3)], scheduler="wrr")
+    port = qos.QosPort(id=0, ifname="a0", node="s1", is_host=False, rate_mbps=20, peer=1,
+                       switch_index=0, scheduler="wrr")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "a0", "type", "veth", "peer", "name",
+                        "a1"], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "a0", "up", "mtu", "9000"], check=True)
+        with NetNS(ns) as ipr:
+            index = ipr.link_lookup(ifname="a0")[0]
+        sock = netns_socket(f"/run/netns/{ns}", socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        sock.bind((0, 0))
+        for burst_us in (10000, 0):
+            for weights, prios in (([1, 4, 2], None), (None, [0, 2, 1]), ([3, 1, 1], None)):
+                params = [dict(port=port, index=i, mtu_bytes=9000, burst_us=burst_us,
+                               weights=weights, priority=prios[i] if prios else 0)
+                          for i in range(3)]
+                for cmd in qos.htb_class_commands(port, cfg, 9000, burst_us, [100000] * 3):
+                    tc(*cmd)
+                for i in range(3):
+                    tc(*qos.htb_class(**params[i], verb="change"))
+                by_tc = _htb_parms(ns, "a0")
+                for cmd in qos.htb_class_commands(port, cfg, 9000, burst_us, [100000] * 3):
+                    tc(*cmd)  # back to as built
+                for i in range(3):
+                    sock.send(qos.htb_class_change_message(index, qos.htb_class_params(
+                        **params[i]), seq=i + 1))
+                    assert struct.unpack_from("i", sock.recv(65536), 16)[0] == 0
+                assert _htb_parms(ns, "a0") == by_tc, (burst_us, weights, prios)
+        sock.close()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -133,6 +133,27 @@ def test_tbf_gate_messages_are_well_formed_netlink():
         qos.tbf_change_message(ifindex=9, minor=0x10, rate_bps=1, burst=9000, limit=1)
 
 
+def test_htb_class_change_messages_carry_tcs_settings():
+    c = qos.htb_class_params(PORT, 1, 1500, 1000, [1, 3])
+    msg = qos.htb_class_change_message(ifindex=7, c=c, seq=5)
+    length, mtype, flags, seq = struct.unpack_from("IHHI", msg)
+    assert (length, mtype, flags, seq) == (len(msg), qos.RTM_NEWTCLASS, 5, 5)
+    _, _, _, ifindex, handle, parent, _ = struct.unpack_from("BBHiIII", msg, 16)
+    assert (ifindex, handle, parent) == (7, 0x10011, 0x10001)
+    at = msg.index(b"htb\0") + 4 + 4 + 4  # TCA_OPTIONS, then TCA_HTB_PARMS
+    rate = struct.unpack_from("BBHhHI", msg, at)
+    ceil = struct.unpack_from("BBHhHI", msg, at + 12)
+    buffer, cbuffer, quantum, _, prio = struct.unpack_from("IIIII", msg, at + 24)
+    assert rate[1] == ceil[1] == qos.TC_LINKLAYER_ETHERNET
+    assert rate[5] * 8 == c.rate_bit and ceil[5] * 8 == c.ceil_bit
+    assert (quantum, prio) == (c.quantum, c.prio)
+    # the bucket as a time in ticks at each rate (tc_calc_xmittime)
+    assert buffer == int(1e6 * c.burst / rate[5] * 1000 / 64)
+    assert cbuffer == int(1e6 * c.burst / ceil[5] * 1000 / 64)
+    assert c.burst and c.quantum == 1514 * 3 and c.rate_bit * 4 == 3 * c.ceil_bit
+    assert qos.htb_class(PORT, 1, 1500, 1000, [1, 3], verb="change")[1] == "change"
+
+
 def test_config_survives_the_dataplane_description():
     cfg = qcfg.QosConfig(classes=[qcfg.TrafficClass(name="a", ecn=qcfg.EcnProfile(k=3, kmax=9)),
                                  qcfg.TrafficClass(name="b", dscp=[26], lossless=True)],
