@@ -15,7 +15,8 @@ if ((${#specs[@]} == 0)); then
          training_priority training_compression training_consistency training_16_cnn \
          training_link_rate training_ring_vs_ps hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
-         fault_link fault_link_ff fault_controller fault_training jobs_two jobs_fattree)
+         fault_link fault_link_ff fault_controller fault_training jobs_two jobs_fattree \
+         jobs_training)
 fi
 for spec in "${specs[@]}"; do
   echo "== $spec"

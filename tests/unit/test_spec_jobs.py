@@ -110,6 +110,7 @@ def test_training_jobs_take_their_servers_hosts():
     exp = s.experiments[0]
     assert [j.host_count for j in exp.jobs] == [4, 3, 2]
     assert [j.ranks for j in exp.jobs] == [4, 4, 2]
+    assert [j.worker_count for j in exp.jobs] == [3, 3, 2]
     hosts = placements(exp, build("fattree", k=4), "packed")
     assert [len(h) for h in hosts] == [4, 3, 2]
     assert len({h for hs in hosts for h in hs}) == 9

@@ -305,8 +305,8 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                 round_id += 1
                 rounds[f"alone:{name}"] = r
                 p = profiles[name] = profile(
-                    name, JOB_DSCPS[i], r["ranks"][name][0], exp.warmup_iters, len(hosts[i]),
-                    exp.jobs[i].weight, link_time(fabric, r["counters"][name], exp.iters))
+                    name, JOB_DSCPS[i], r["ranks"][name][0], exp.warmup_iters,
+                    exp.jobs[i].worker_count, exp.jobs[i].weight, link_time(fabric, r["counters"][name], exp.iters))
                 ctx.log(f"    {name} alone: iteration {p.period_s:.3f} s, compute "
                         f"{p.compute_s:.3f} s, communication {p.comm_s:.3f} s "
                         f"({p.comm_s / p.period_s:.0%}; {p.link_s:.3f} s of it on its busiest "

@@ -92,6 +92,11 @@ class SharedJob:
         return self.training.hosts_needed() if self.training else self.layout.world
 
     @property
+    def worker_count(self) -> int:
+        """Ranks that compute (a parameter server's do not)."""
+        return self.training.workers if self.training else self.layout.world
+
+    @property
     def ranks(self) -> int:
         if self.training:
             t = self.training
