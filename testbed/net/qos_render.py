@@ -215,8 +215,10 @@ def tbf_change_message(ifindex: int, minor: int, rate_bps: int, burst: int, limi
 
 
 def _ticks(nbytes: int, rate_bps: int) -> int:
-    """Time to send `nbytes` at `rate_bps` bytes/s in psched ticks (tc_calc_xmittime)."""
-    return int(1_000_000 * (nbytes / rate_bps) * (1000 / PSCHED_NS_PER_TICK))
+    """Time to send `nbytes` at `rate_bps` bytes/s in psched ticks, as tc_calc_xmittime
+    computes it: whole microseconds first (tc_core_time2tick takes an unsigned), then
+    ticks."""
+    return int(int(1_000_000 * (nbytes / rate_bps)) * (1000 / PSCHED_NS_PER_TICK))
 
 
 def htb_class_change_message(ifindex: int, c: HtbClass, seq: int = 0) -> bytes:

@@ -146,7 +146,7 @@ def _htb_parms(ns: str, ifname: str) -> dict[int, dict]:
                 p = msg.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
                 out[msg["handle"]] = {k: p[k] for k in ("buffer", "cbuffer", "quantum",
                                                          "prio")} | {
-                    "rate": p["rate"]["rate"], "ceil": p["ceil"]["rate"]}
+                    "rate": p["rate"], "ceil": p["ceil"]}
         return out
 
 
@@ -183,17 +183,20 @@ def test_schedule_changes_over_netlink_equal_tcs():
         sock = netns_socket(f"/run/netns/{ns}", socket.AF_NETLINK, socket.SOCK_RAW, 0)
         sock.bind((0, 0))
         for burst_us in (10000, 0):
+            def build(burst_us=burst_us):
+                subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", "a0", "root"],
+                               check=False, capture_output=True)
+                for cmd in qos.htb_class_commands(port, cfg, 9000, burst_us, [100000] * 3):
+                    tc(*cmd)
             for weights, prios in (([1, 4, 2], None), (None, [0, 2, 1]), ([3, 1, 1], None)):
                 params = [dict(port=port, index=i, mtu_bytes=9000, burst_us=burst_us,
                                weights=weights, priority=prios[i] if prios else 0)
                           for i in range(3)]
-                for cmd in qos.htb_class_commands(port, cfg, 9000, burst_us, [100000] * 3):
-                    tc(*cmd)
+                build()
                 for i in range(3):
                     tc(*qos.htb_class(**params[i], verb="change"))
                 by_tc = _htb_parms(ns, "a0")
-                for cmd in qos.htb_class_commands(port, cfg, 9000, burst_us, [100000] * 3):
-                    tc(*cmd)  # back to as built
+                build()  # again, as built
                 for i in range(3):
                     sock.send(qos.htb_class_change_message(index, qos.htb_class_params(
                         **params[i]), seq=i + 1))

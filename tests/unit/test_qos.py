@@ -147,9 +147,9 @@ def test_htb_class_change_messages_carry_tcs_settings():
     assert rate[1] == ceil[1] == qos.TC_LINKLAYER_ETHERNET
     assert rate[5] * 8 == c.rate_bit and ceil[5] * 8 == c.ceil_bit
     assert (quantum, prio) == (c.quantum, c.prio)
-    # the bucket as a time in ticks at each rate (tc_calc_xmittime)
-    assert buffer == int(1e6 * c.burst / rate[5] * 1000 / 64)
-    assert cbuffer == int(1e6 * c.burst / ceil[5] * 1000 / 64)
+    # the bucket as a time in ticks at each rate (tc_calc_xmittime: whole microseconds)
+    assert buffer == int(int(1e6 * c.burst / rate[5]) * 1000 / 64)
+    assert cbuffer == int(int(1e6 * c.burst / ceil[5]) * 1000 / 64)
     assert c.burst and c.quantum == 1514 * 3 and c.rate_bit * 4 == 3 * c.ceil_bit
     assert qos.htb_class(PORT, 1, 1500, 1000, [1, 3], verb="change")[1] == "change"
 
