@@ -59,3 +59,23 @@ def tcp_sent(fds: set[int]) -> tuple[int, int]:
         payload += struct.unpack_from("Q", info, 120)[0]
         segs += struct.unpack_from("I", info, 136)[0]
     return payload, segs
+
+
+INFINITE_SSTHRESH = 0x7FFFFFFF  # TCP_INFINITE_SSTHRESH: no loss or mark seen yet
+
+
+def tcp_window(fds: set[int]) -> tuple[int, int | None]:
+    """(congestion window, slow-start threshold) in segments of the connection among these
+    that has sent the most (tcpi_snd_cwnd at offset 80, tcpi_snd_ssthresh at 76); the
+    threshold None until a loss or an ECN mark has set it. (0, None) without one."""
+    best = (-1, 0, None)
+    for s in tcp_sockets(fds):
+        try:
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+        except OSError:
+            continue
+        acked = struct.unpack_from("Q", info, 120)[0]
+        if acked > best[0]:
+            ssthresh, cwnd = struct.unpack_from("II", info, 76)
+            best = (acked, cwnd, None if ssthresh >= INFINITE_SSTHRESH else ssthresh)
+    return best[1], best[2]

@@ -19,11 +19,13 @@ that opens in Perfetto / chrome://tracing. On failure, `rank<R>.error` says why.
 
 Every TCP connection of the job's process group is marked with `--job-dscp` (when jobs share
 a fabric, each job's own code point: the switches count it per port) and its acknowledged
-bytes are each iteration's `sent_bytes`. With `--gate-file`, `--report-file` and
-`--start-file` a worker takes part in jobs sharing a fabric (jobsync.py): it waits for the
-runner's common start and a policy's gate before its iterations, and the first worker
-reports its progress. Rows carry the iteration's start, the start of its synchronisation and
-its end on the machine's monotonic clock (`t_start`, `t_sync_start`, `t_sync_end`).
+bytes are each iteration's `sent_bytes`; `cwnd_segs` and `ssthresh_segs` are the congestion
+window and slow-start threshold of its busiest connection when the iteration starts. With
+`--gate-file`, `--report-file` and `--start-file` a worker takes part in jobs sharing a
+fabric (jobsync.py): it waits for the runner's common start and a policy's gate before its
+iterations, and the first worker reports its progress. Rows carry the iteration's start,
+the start of its synchronisation and its end on the machine's monotonic clock (`t_start`,
+`t_sync_start`, `t_sync_end`).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from .jobsync import Gate, Reporter, before_iteration
-from .sockets import mark_sockets, socket_fds, tcp_sent
+from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window
 
 SYNCS = ("ring", "ps", "local")
 PRIORITIES = ("none", "fifo", "p3")
@@ -200,6 +202,7 @@ class Worker:
         # iteration and opens the next, so no acknowledged byte falls between two
         self.fds = fds
         self.sent_mark = tcp_sent(fds)[0]
+        self.window: tuple[int, int | None] = (0, None)
         self.gate = Gate(args.gate_file)
         self.reporter = Reporter(args.report_file if self.index == 0 else "",
                                  lambda: tcp_sent(fds)[0])
@@ -209,8 +212,12 @@ class Worker:
         returns the seconds waited."""
         if it == 0:
             self.reporter.start()
-        return before_iteration(self.gate, self.reporter, it, self.args.start_file,
-                                self.args.timeout_s)
+        waited = before_iteration(self.gate, self.reporter, it, self.args.start_file,
+                                  self.args.timeout_s)
+        # the window the iteration's first send starts from (Linux restarts an idle
+        # connection's window, not its threshold: a mark in one iteration slows the next)
+        self.window = tcp_window(self.fds)
+        return waited
 
     def syncing(self) -> None:
         self.reporter.set_phase("sync")
@@ -288,7 +295,8 @@ def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, b
            "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
            "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": wait1 - wait0,
-           "sent_bytes": w.sent(), "t_start": t0,
+           "sent_bytes": w.sent(), "t_start": t0, "cwnd_segs": w.window[0],
+           "ssthresh_segs": w.window[1],
            "t_sync_start": min((s for s, *_ in comm_spans), default=t1), "t_sync_end": t1,
            "gate_wait_s": gate_wait, "loss": loss, "train_acc": acc,
            **extra}
