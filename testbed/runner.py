@@ -66,6 +66,7 @@ class RunContext:
     mechanisms: dict = field(default_factory=dict)  # what the phases used, for the manifest
     phases: dict = field(default_factory=dict)  # label -> host settings and classes it ran with
     slugs: dict[str, int] = field(default_factory=dict)  # phase file names used so far
+    results: dict[str, dict] = field(default_factory=dict)  # per experiment: headline, warnings
 
     def phase_slug(self, label: str) -> str:
         """The phase's name in file names, unique in the run: a second phase with the same
@@ -223,10 +224,17 @@ def _install_signal_handlers() -> dict:
     return old
 
 
-def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
-             log: Callable[[str], None] = print) -> Path:
+@contextlib.contextmanager
+def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
+            log: Callable[[str], None] = print, what: str = "run") -> Iterator[RunContext]:
+    """One results directory and everything a run holds while it lasts (the run lock, the
+    record `testbed clean` reads, the CPU monitor, Ctrl-C and SIGTERM handled): the body
+    builds fabrics and runs traffic through the context; whatever happens, what it created
+    is released and the directory's summary.json says how it ended. An exception in the
+    body fails it (TestbedError, naming the results directory). `what`: the command that
+    needs root (`testbed run`, `testbed up`, a script)."""
     if not is_root():
-        raise TestbedError("`testbed run` needs root: run it with sudo")
+        raise TestbedError(f"{what} needs root: run it with sudo")
     if not ovs.running():
         raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
     ovs.datapath_for(spec.datapath)  # refused before anything is created (each fabric
@@ -249,22 +257,16 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     cpu = CpuMonitor()
     ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu)
     old_handlers = _install_signal_handlers()
-    status, error, results = "ok", "", {}
+    status, error = "ok", ""
     t0 = time.time()
     cpu.start()
     try:
-        for i, exp in enumerate(spec.experiments):
-            log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
-            outcome: Outcome = EXPERIMENTS[exp.type].run(ctx, exp)
-            results[f"{i}:{exp.type}"] = {"headline": outcome.headline,
-                                          "warnings": outcome.warnings}
-            for w in outcome.warnings:
-                log(f"  warning: {w}")
+        yield ctx
     except (KeyboardInterrupt, Interrupted) as exc:
         status, error = "incomplete", f"interrupted ({str(exc) or 'SIGINT'})"
     except TestbedError as exc:
         status, error = "failed", str(exc)
-    except Exception as exc:  # a bug: keep the traceback in the results
+    except Exception as exc:  # a bug (or a script's error): keep the traceback
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         (out_dir / "traceback.txt").write_text(traceback.format_exc())
     finally:
@@ -276,13 +278,26 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         release_record(record)  # whatever an interrupted teardown left behind
         lock.release()
     try:
-        _write_outputs(ctx, status, error, results, time.time() - t0)
+        _write_outputs(ctx, status, error, ctx.results, time.time() - t0)
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
     if status != "ok":
         raise TestbedError(f"run {status}: {error} (results in {out_dir})")
-    return out_dir
+
+
+def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
+             log: Callable[[str], None] = print) -> Path:
+    """`testbed run`: every experiment of the spec, one after another, in one session."""
+    with session(spec, topo, spec_text, out_dir, log, "`testbed run`") as ctx:
+        for i, exp in enumerate(spec.experiments):
+            log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
+            outcome: Outcome = EXPERIMENTS[exp.type].run(ctx, exp)
+            ctx.results[f"{i}:{exp.type}"] = {"headline": outcome.headline,
+                                              "warnings": outcome.warnings}
+            for w in outcome.warnings:
+                log(f"  warning: {w}")
+    return ctx.out_dir
 
 
 def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,

@@ -96,8 +96,9 @@ class Spec:
         return build(self.topology.kind, **self.topology.params)
 
 
-def check(spec: Spec) -> Topology:
-    """Semantic checks; returns the topology the spec describes."""
+def check(spec: Spec, experiments_required: bool = True) -> Topology:
+    """Semantic checks; returns the topology the spec describes. A script's fabric needs no
+    experiment (`experiments_required` False); `testbed run` does."""
     check_name(spec.name)
     try:
         topo = spec.build_topology()
@@ -112,7 +113,7 @@ def check(spec: Spec) -> Topology:
         except QosError as exc:
             raise SpecError(str(exc)) from None
     spec.controller.check(topo)
-    if not spec.experiments:
+    if experiments_required and not spec.experiments:
         raise SpecError("experiments: at least one experiment is required")
     for i, exp in enumerate(spec.experiments):
         path = f"experiments[{i}]"
@@ -125,12 +126,12 @@ def check(spec: Spec) -> Topology:
     return topo
 
 
-def loads(data: Any) -> tuple[Spec, Topology]:
+def loads(data: Any, experiments_required: bool = True) -> tuple[Spec, Topology]:
     """Convert and check plain data. Raises SpecError with the path of the first bad field."""
     spec = from_data(Spec, data, "")
-    return spec, check(spec)
+    return spec, check(spec, experiments_required)
 
 
-def load(path: str | Path) -> tuple[Spec, Topology]:
+def load(path: str | Path, experiments_required: bool = True) -> tuple[Spec, Topology]:
     """Load, convert, check a YAML spec file."""
-    return loads(read_yaml(path))
+    return loads(read_yaml(path), experiments_required)
