@@ -98,6 +98,35 @@ def run_cmd(spec: Path, out: Path | None) -> None:
 
 
 @main.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="run these CLI commands (one per line) instead of the prompt")
+def up(spec: Path, out: Path | None, script: Path | None) -> None:
+    """Bring SPEC's fabric up (controller, routing, classes, plugins) and open Mininet's
+    CLI on it, with the testbed's `queue`, `paths` and `ports`; `exit` or Ctrl-D tears
+    down what it built."""
+    from .api import Testbed
+    from .spec import SpecError
+    try:
+        tb = Testbed(spec, out=out, log=lambda m: click.echo(m, err=True),
+                     what="`testbed up`")
+    except SpecError as exc:
+        _fail(f"{spec}: {exc}")
+    try:
+        with tb:
+            live = tb.fabric("up")
+            from mininet.log import setLogLevel
+
+            from .net.shell import TestbedCLI
+            setLogLevel("output")
+            TestbedCLI(live, script=str(script) if script else None)
+    except TestbedError as exc:
+        _fail(str(exc))
+    click.echo(f"results: {tb.out_dir}")
+
+
+@main.command()
 def clean() -> None:
     """Remove what earlier (crashed) runs left behind, and only that."""
     from .resources import clean as clean_records

@@ -26,6 +26,15 @@ def test_run_without_root_is_one_line_and_creates_nothing(not_root):
     assert not out.exists() and not (not_root / "state").exists()
 
 
+def test_up_without_root_is_one_line_and_creates_nothing(not_root):
+    out = not_root / "results"
+    result = CliRunner().invoke(cli.main, ["up", str(REPO / "experiments/reachability.yaml"),
+                                           "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["error: `testbed up` needs root: run it with sudo"]
+    assert not out.exists() and not (not_root / "state").exists()
+
+
 def test_clean_without_root_is_one_line(not_root):
     result = CliRunner().invoke(cli.main, ["clean"])
     assert result.exit_code == 2

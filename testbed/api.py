@@ -1,0 +1,236 @@
+"""The testbed as a library for experiment scripts (issue 15), the way Mininet's users write
+theirs: build the fabric of a spec, run commands and long-lived processes in its hosts,
+read the switches' queues while traffic runs, and leave a results directory in the format
+of `testbed run`. Run under sudo; everything is torn down when the `with` block ends, by
+an exception or Ctrl-C as well.
+
+    from testbed.api import Testbed
+
+    with Testbed("experiments/reachability.yaml", out="results/my-script") as tb:
+        fab = tb.fabric()                       # the spec's routing, QoS and plugins
+        h1, h16 = fab.host("h1"), fab.host("h16")
+        print(h1.run(["ping", "-c", "3", h16.ip]).stdout)
+        server = h16.start(["iperf3", "-s", "-1"])
+        client = h1.run(["iperf3", "-c", h16.ip, "-t", "3", "--json"])
+
+A spec given as a file, plain data or a `Spec` needs no `experiments` here; `Testbed.fabric`
+may also take another topology, routing or classes than the spec's (one fabric at a time).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from topologies.model import Topology
+
+from .config.qos import QosConfig
+from .config.spec import Spec, check, load, loads
+from .errors import TestbedError
+from .net.fabric import Fabric
+from .runner import RunContext, session
+from .system import in_netns
+
+
+class Host:
+    """One emulated host of a running fabric."""
+
+    def __init__(self, live: LiveFabric, name: str):
+        self.live, self.name = live, name
+        self.ip = live.fabric.topo.host(name).ip
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r}, {self.ip})"
+
+    def run(self, argv: list[str], timeout: float = 60.0,
+            check: bool = False) -> subprocess.CompletedProcess:
+        """`argv` in the host's network namespace, to completion: its exit status and its
+        output (text). `check`: a non-zero exit raises TestbedError with its stderr."""
+        pid = self.live.pid(self.name)
+        try:
+            done = subprocess.run(in_netns(pid, argv), capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TestbedError(f"{self.name}: {' '.join(argv)} still running after "
+                               f"{timeout:g} s") from None
+        if check and done.returncode != 0:
+            raise TestbedError(f"{self.name}: {' '.join(argv)} exited {done.returncode}: "
+                               f"{done.stderr.strip()[-300:]}")
+        return done
+
+    def start(self, argv: list[str], log: str | Path | None = None) -> subprocess.Popen:
+        """A long-lived process in the host, its output to `log` (default: the results
+        directory's scripts/<host>-<n>.log); its PID is recorded so that the fabric's
+        teardown and `testbed clean` stop it. Stop it earlier with `LiveFabric.stop`."""
+        self.live.pid(self.name)  # refuses a torn-down fabric
+        self.live.started += 1
+        path = Path(log) if log else (self.live.out_dir / "scripts" /
+                                      f"{self.name}-{self.live.started}.log")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        proc = self.live.fabric.start_process(self.name, argv, f"{argv[0]} in {self.name}", path)
+        self.live.procs.append(proc)
+        return proc
+
+
+@dataclasses.dataclass(frozen=True)
+class PortClass:
+    """One switch egress port's traffic class now: the queue and its counters so far."""
+    port: str
+    cls: int
+    queue_bytes: int
+    queue_pkts: int
+    enq_pkts: int
+    drops: int
+    marks: int
+    paused: bool
+
+
+class LiveFabric:
+    """A running fabric: its hosts, its switches' queues, its ports."""
+
+    def __init__(self, fabric: Fabric, ctx: RunContext, stack: contextlib.ExitStack):
+        self.fabric, self.ctx, self._stack = fabric, ctx, stack
+        self.out_dir = ctx.out_dir
+        self.procs: list[subprocess.Popen] = []
+        self.started = 0
+        self.live = True
+        self._dp: Any = None
+
+    @property
+    def topo(self) -> Topology:
+        return self.fabric.topo
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h.name for h in self.topo.hosts]
+
+    def pid(self, host: str) -> int:
+        if not self.live:
+            raise TestbedError(f"the fabric is torn down: {host} no longer exists")
+        if host not in self.hosts:
+            raise TestbedError(f"no host {host!r} in this {self.topo.kind} (hosts "
+                               f"{self.hosts[0]}..{self.hosts[-1]})")
+        return self.fabric.host_pid(host)
+
+    def host(self, name: str) -> Host:
+        self.pid(name)
+        return Host(self, name)
+
+    def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
+        """Until each (host, TCP port) has a listener (a server started with `start`)."""
+        self.pid(self.hosts[0])
+        self.fabric.wait_listening(endpoints)
+
+    def port(self, host: str) -> str:
+        """The switch egress port toward a host (its edge switch's downlink)."""
+        self.pid(host)
+        _, switch, port = self.topo.ports_of(host)[0]
+        return f"{switch}-eth{port}"
+
+    def stop(self, procs: list[subprocess.Popen]) -> None:
+        """Stop processes started with `Host.start` (SIGTERM, then SIGKILL)."""
+        self.fabric.stop_processes(procs)
+
+    def set_ports(self, ports: list[tuple[str, int]], up: bool) -> None:
+        """Switch ports down or up, as cables pulled or put back; the controller reroutes."""
+        self.pid(self.hosts[0])
+        self.fabric.set_ports(ports, up)
+
+    def dataplane(self):
+        """The traffic-class dataplane (a spec or fabric with `qos`): queues, marks, drops
+        and pauses per port and class, ECN and PFC settings (testbed/net/dpapi.py)."""
+        self.pid(self.hosts[0])
+        if self.fabric.qos is None:
+            raise TestbedError("this fabric has no traffic classes (give the spec or "
+                               "Testbed.fabric a `qos`)")
+        if self._dp is None:
+            self._dp = self.fabric.dataplane()
+        return self._dp
+
+    def queues(self, ports: list[str] | None = None) -> list[PortClass]:
+        """Every switch egress port's classes now (or these ports')."""
+        dp = self.dataplane()
+        n = len(self.fabric.qos.classes)
+        out = []
+        for p in dp.ports:
+            if p["is_host"] or (ports is not None and p["ifname"] not in ports):
+                continue
+            for cls in range(n):
+                q = dp.queue(p["id"], cls)
+                # paused: the far end's ingress asks for a pause of this class (PFC XOFF)
+                out.append(PortClass(p["ifname"], cls, q.bytes, q.pkts, q.enq_pkts, q.drops,
+                                     q.marks, bool(dp.ingress(p["peer"], cls).paused)))
+        return out
+
+    def close(self) -> None:
+        """Tear the fabric down now (the `with` block's end does it otherwise)."""
+        if self.live:
+            self.live = False
+            if self._dp is not None:
+                self._dp.close()
+            self._stack.close()
+
+
+class Testbed:
+    """A session: one results directory, the run's lock and record, and the fabrics built
+    in it (one at a time)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, spec: str | Path | dict | Spec, *, topo: Topology | None = None,
+                 out: str | Path | None = None, log: Callable[[str], None] = print,
+                 what: str = "a testbed script"):
+        if isinstance(spec, (str, Path)):
+            self.spec, self.topo = load(spec, experiments_required=False)
+            self.text = Path(spec).read_text()
+        elif isinstance(spec, dict):
+            self.spec, self.topo = loads(spec, experiments_required=False)
+            self.text = json.dumps(spec, indent=1)
+        else:
+            self.spec, self.topo = spec, check(spec, experiments_required=False)
+            self.text = json.dumps(dataclasses.asdict(spec), indent=1, default=str)
+        self.topo = topo or self.topo
+        self.out = Path(out) if out else None
+        self.log, self.what = log, what
+        self._stack: contextlib.ExitStack | None = None
+        self._fabric: LiveFabric | None = None
+        self.ctx: RunContext | None = None
+
+    def __enter__(self) -> Testbed:
+        self._stack = contextlib.ExitStack()
+        self.ctx = self._stack.enter_context(session(self.spec, self.topo, self.text,
+                                                     self.out, self.log, self.what))
+        return self
+
+    def __exit__(self, *exc) -> bool | None:
+        assert self._stack is not None  # the fabric's teardown first, then the session's
+        return self._stack.__exit__(*exc)
+
+    @property
+    def out_dir(self) -> Path:
+        return self._context().out_dir
+
+    def _context(self) -> RunContext:
+        if self.ctx is None or self._stack is None:
+            raise TestbedError("use the Testbed in a `with` block")
+        return self.ctx
+
+    def fabric(self, label: str = "script", *, topo: Topology | None = None,
+               routing: str | None = None, qos: QosConfig | None = None) -> LiveFabric:
+        """Build and start a fabric: the spec's topology, routing, classes and plugins
+        unless given here. The previous one is torn down first."""
+        ctx = self._context()
+        if self._fabric is not None:
+            self._fabric.close()
+        stack = contextlib.ExitStack()
+        fab = stack.enter_context(ctx.fabric(topo or self.topo,
+                                             routing or self.spec.controller.routing, label,
+                                             qos=qos))
+        self._fabric = LiveFabric(fab, ctx, stack)
+        assert self._stack is not None
+        self._stack.callback(self._fabric.close)
+        return self._fabric

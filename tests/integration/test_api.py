@@ -1,0 +1,91 @@
+"""Experiment scripts and `testbed up` (issue 15): the shipped example scripts run as they
+are, `testbed up` driven by a command file pings across the fabric, and every way out of a
+script (its end, an error, a bad host name, a command after teardown) leaves nothing
+behind."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.api import Testbed
+from testbed.errors import TestbedError
+
+from .helpers import leftovers
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = {"name": "it-api", "topology": {"kind": "leafspine",
+                                        "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2}}}
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_nothing_left(out: Path, status: str = "ok") -> None:
+    """The run ended as `status`, and neither its switches, their interfaces nor a record
+    for `testbed clean` remain."""
+    assert json.loads((out / "summary.json").read_text())["status"] == status
+    topo = json.loads((out / "topology.json").read_text())
+    assert leftovers([n["name"] for n in topo["switches"]]) == []
+
+
+def test_example_ping_iperf(tmp_path):
+    result = example("ping_iperf").main(str(tmp_path / "out"))
+    assert result["ping_ok"]
+    # one flow alone across the core of a 10 Mb/s fabric: iperf3's goodput, 90-100%
+    assert 9.0 <= result["mbps"] <= 10.0, result
+    assert_nothing_left(tmp_path / "out")
+    assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_example_queues(tmp_path):
+    result = example("queues").main(str(tmp_path / "out"))
+    # three flows into one 20 Mb/s downlink, ECN-capable cubic: marks keep the queue near
+    # K = 20 (under 2 K at its peak); at K = 60 it grows past what K = 20 allowed
+    assert result["marks"] > 0 and result["k20_max_pkts"] <= 40, result
+    assert result["k60_max_pkts"] > result["k20_max_pkts"], result
+    assert_nothing_left(tmp_path / "out")
+
+
+def test_testbed_up_with_a_command_file(tmp_path):
+    cmds = tmp_path / "cmds"
+    cmds.write_text("h1 ping -c 2 -W 2 h16\npaths h1 h16\nports\nqueue l1-eth1\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "up",
+                           str(REPO / "experiments" / "reachability_leafspine.yaml"),
+                           "--script", str(cmds), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout + proc.stderr  # Mininet's CLI prints through its logger (stderr)
+    assert " 0% packet loss" in text, text
+    assert "2 path(s)" in text and "every port is up" in text, text  # two spines
+    assert "backlog" in text, text  # no classes: the qdisc's statistics
+    assert_nothing_left(out)
+
+
+def test_a_script_failing_or_misusing_the_fabric_leaves_nothing(tmp_path):
+    with pytest.raises(TestbedError) as err:
+        with Testbed(SMALL, out=tmp_path / "bad-host", log=lambda m: None) as tb:
+            tb.fabric().host("h99")
+    assert "no host 'h99'" in str(err.value) and "run failed" in str(err.value)
+    assert_nothing_left(tmp_path / "bad-host", "failed")
+
+    with pytest.raises(TestbedError) as err:
+        with Testbed(SMALL, out=tmp_path / "raised", log=lambda m: None) as tb:
+            tb.fabric().host("h1").start(["sleep", "60"])
+            raise ValueError("the script's own error")
+    assert "ValueError: the script's own error" in str(err.value)
+    assert_nothing_left(tmp_path / "raised", "failed")
+
+    with Testbed(SMALL, out=tmp_path / "after", log=lambda m: None) as tb:
+        h1 = tb.fabric().host("h1")
+    with pytest.raises(TestbedError, match="the fabric is torn down"):
+        h1.run(["true"])
+    assert_nothing_left(tmp_path / "after")
