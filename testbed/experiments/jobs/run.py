@@ -23,7 +23,7 @@ from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
 from ..training.analysis import read_records
 from ..training.model import cpu_bound_verdict, host_link, place_on
-from ..training.run import Background, error_time, rank_failure
+from ..training.run import Background, failure_key, rank_failure
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,
@@ -192,9 +192,8 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
                 started = True
             codes = [(m, rank, host, p.poll()) for m, rank, host, p in procs]
             failed = [f for f in codes if f[3] not in (None, 0)]
-            if failed:  # the first to fail (its error written earliest), not the first listed
-                m, rank, host, code = min(failed, key=lambda f: (error_time(f[0].dir, f[1]),
-                                                                 f[1]))
+            if failed:  # the first to fail by its own fault, not the first listed
+                m, rank, host, code = min(failed, key=lambda f: failure_key(f[0].dir, f[1]))
                 raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
                                    f"(exit {code}); every job was stopped: "
                                    f"{rank_failure(m.dir, rank)}")

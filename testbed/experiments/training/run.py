@@ -135,12 +135,28 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
     return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
 
 
+# what a rank says when a peer's exit broke its connections: the peer's failure, not its own
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
+def failure_key(job_dir: Path, rank: int) -> tuple[bool, float, int]:
+    """Orders failed ranks by how likely each is the cause: a failure of its own (a crash,
+    a timeout) before one that only says a peer went away, then by when its error file was
+    written (a rank killed without writing one, after those that did, before those that
+    only say a peer went away). When a partition makes one rank time out, Gloo closes its
+    connections at once and the ranks beside it fail with "connection closed by peer"
+    within milliseconds, their error files sometimes written first."""
+    err = job_dir / f"rank{rank}.error"
+    text = err.read_text(errors="replace") if err.exists() else ""
+    return (any(p in text for p in PEER_GONE), error_time(job_dir, rank), rank)
+
+
 def first_failed(job_dir: Path, ranks: list[int]) -> int:
-    """Of ranks that have exited with an error, the one that failed first: its error file
-    was written earliest. A crashed rank's peers fail after it ("connection closed by
-    peer"); when one look at the processes finds them all dead, the rank number must not
-    decide which is named."""
-    return min(ranks, key=lambda rank: (error_time(job_dir, rank), rank))
+    """Of ranks that have exited with an error, the one that failed first by its own fault
+    (`failure_key`). A crashed rank's peers fail after it ("connection closed by peer");
+    when one look at the processes finds them all dead, the rank number must not decide
+    which is named."""
+    return min(ranks, key=lambda rank: failure_key(job_dir, rank))
 
 
 def error_time(job_dir: Path, rank: int) -> float:
