@@ -108,9 +108,12 @@ class LiveFabric:
     def hosts(self) -> list[str]:
         return [h.name for h in self.topo.hosts]
 
-    def pid(self, host: str) -> int:
+    def _alive(self, what: str) -> None:
         if not self.live:
-            raise TestbedError(f"the fabric is torn down: {host} no longer exists")
+            raise TestbedError(f"the fabric is torn down: {what} no longer exists")
+
+    def pid(self, host: str) -> int:
+        self._alive(host)
         if host not in self.hosts:
             raise TestbedError(f"no host {host!r} in this {self.topo.kind} (hosts "
                                f"{self.hosts[0]}..{self.hosts[-1]})")
@@ -122,7 +125,7 @@ class LiveFabric:
 
     def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
         """Until each (host, TCP port) has a listener (a server started with `start`)."""
-        self.pid(self.hosts[0])
+        self._alive("its network")
         self.fabric.wait_listening(endpoints)
 
     def port(self, host: str) -> str:
@@ -137,13 +140,13 @@ class LiveFabric:
 
     def set_ports(self, ports: list[tuple[str, int]], up: bool) -> None:
         """Switch ports down or up, as cables pulled or put back; the controller reroutes."""
-        self.pid(self.hosts[0])
+        self._alive("its network")
         self.fabric.set_ports(ports, up)
 
     def dataplane(self):
         """The traffic-class dataplane (a spec or fabric with `qos`): queues, marks, drops
         and pauses per port and class, ECN and PFC settings (testbed/net/dpapi.py)."""
-        self.pid(self.hosts[0])
+        self._alive("its network")
         if self.fabric.qos is None:
             raise TestbedError("this fabric has no traffic classes (give the spec or "
                                "Testbed.fabric a `qos`)")

@@ -47,15 +47,20 @@ def mark_sockets(fds: set[int], dscp: int) -> int:
     return marked
 
 
+def tcp_infos(fds: set[int]):
+    """TCP_INFO of each of these TCP sockets (the bytes of struct tcp_info)."""
+    for s in tcp_sockets(fds):
+        try:
+            yield s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+        except OSError:
+            continue
+
+
 def tcp_sent(fds: set[int]) -> tuple[int, int]:
     """(payload bytes acknowledged, segments sent) over these TCP sockets, from TCP_INFO
     (tcpi_bytes_acked at offset 120, tcpi_segs_out at 136)."""
     payload = segs = 0
-    for s in tcp_sockets(fds):
-        try:
-            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-        except OSError:
-            continue
+    for info in tcp_infos(fds):
         payload += struct.unpack_from("Q", info, 120)[0]
         segs += struct.unpack_from("I", info, 136)[0]
     return payload, segs
@@ -69,11 +74,7 @@ def tcp_window(fds: set[int]) -> tuple[int, int | None]:
     that has sent the most (tcpi_snd_cwnd at offset 80, tcpi_snd_ssthresh at 76); the
     threshold None until a loss or an ECN mark has set it. (0, None) without one."""
     best = (-1, 0, None)
-    for s in tcp_sockets(fds):
-        try:
-            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-        except OSError:
-            continue
+    for info in tcp_infos(fds):
         acked = struct.unpack_from("Q", info, 120)[0]
         if acked > best[0]:
             ssthresh, cwnd = struct.unpack_from("II", info, 76)

@@ -17,21 +17,14 @@ def not_root(monkeypatch, tmp_path):
     return tmp_path
 
 
-def test_run_without_root_is_one_line_and_creates_nothing(not_root):
+@pytest.mark.parametrize("command", ["run", "up"])
+def test_run_and_up_without_root_are_one_line_and_create_nothing(not_root, command):
     out = not_root / "results"
-    result = CliRunner().invoke(cli.main, ["run", str(REPO / "experiments/reachability.yaml"),
+    result = CliRunner().invoke(cli.main, [command, str(REPO / "experiments/reachability.yaml"),
                                            "--out", str(out)])
     assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == ["error: `testbed run` needs root: run it with sudo"]
-    assert not out.exists() and not (not_root / "state").exists()
-
-
-def test_up_without_root_is_one_line_and_creates_nothing(not_root):
-    out = not_root / "results"
-    result = CliRunner().invoke(cli.main, ["up", str(REPO / "experiments/reachability.yaml"),
-                                           "--out", str(out)])
-    assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == ["error: `testbed up` needs root: run it with sudo"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: `testbed {command}` needs root: run it with sudo"]
     assert not out.exists() and not (not_root / "state").exists()
 
 
