@@ -16,6 +16,7 @@ from eventlet.hubs import trampoline  # noqa: E402
 from ryu.base import app_manager  # noqa: E402
 from ryu.cmd import manager  # noqa: E402
 from ryu.controller import ofp_event  # noqa: E402
+from ryu.controller.controller import Datapath  # noqa: E402
 from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from ryu.lib import hub  # noqa: E402
 from ryu.lib.packet import arp, ethernet, ipv4, packet, tcp  # noqa: E402
@@ -56,7 +57,7 @@ def wait_readable(fd: int, timeout: float | None = None) -> bool:
 
 OFP_VERSION = ofproto_v1_3.OFP_VERSION
 
-__all__ = ["CONFIG_DISPATCHER", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
+__all__ = ["CONFIG_DISPATCHER", "Datapath", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
            "hub", "ipv4", "manager", "ofp_event", "ofproto_v1_3", "ofproto_v1_3_parser",
            "packet", "set_ev_cls", "tcp",
            "wait_readable", "BackgroundWriter"]

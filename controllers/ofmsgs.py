@@ -3,14 +3,18 @@ valve_of). They take a Ryu datapath only for its ofproto/parser and never send a
 from __future__ import annotations
 
 from controllers.compat import arp, ethernet, packet
+from controllers.plugin_guard import COOKIE_BAND
 from controllers.routing import Group, Rule
 
 COOKIE = 0x7E57BED  # marks every entry the testbed installs
 
 
 def clear_all(dp) -> list:
+    """Every entry and group, except the entries of plugins (the cookie band of
+    controllers/plugin_guard.py: a plugin may set its entries up before the router does)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     return [parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                              cookie=0, cookie_mask=COOKIE_BAND,
                               out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY),
             parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)]
 

@@ -296,7 +296,8 @@ def _bcube_first_choice(topo: Topology, src: str, via: list[tuple[int, str]]) ->
 
 
 def arp_reply(topo: Topology, dpid: int, in_port: int, target_ip: str) -> str | None:
-    """The MAC to answer an ARP request for `target_ip` arriving on (dpid, in_port), or None.
+    """The MAC to answer an ARP request for `target_ip` arriving on (dpid, in_port), or None
+    (an unknown address, or a port that does not face a host).
 
     In a switched fabric it is the target host's MAC. In a relay fabric the request comes
     from a server asking for a neighbour on the same switch, so the answer is the MAC of the
@@ -305,6 +306,9 @@ def arp_reply(topo: Topology, dpid: int, in_port: int, target_ip: str) -> str | 
     sw = topo.switch_by_dpid(dpid)
     if host is None or sw is None:
         return None
+    asker = topo.peer(sw.name, in_port)
+    if asker is None or not topo.is_host(asker[0]):
+        return None  # a request from another switch: a plugin's flood, answered at its edge
     if not host.relay:
         return host.macs[0]
     for _, peer, peer_port in topo.ports_of(sw.name):

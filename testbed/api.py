@@ -31,6 +31,7 @@ from topologies.model import Topology
 from .config.qos import QosConfig
 from .config.spec import Spec, check, load, loads
 from .errors import TestbedError
+from .experiments import reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
 from .system import in_netns
@@ -122,6 +123,26 @@ class LiveFabric:
     def host(self, name: str) -> Host:
         self.pid(name)
         return Host(self, name)
+
+    @property
+    def rest_url(self) -> str:
+        """Where Ryu's REST server listens, for plugins that use one (`ryu.app.ofctl_rest`):
+        on 127.0.0.1 only."""
+        self._alive("its controller")
+        return f"http://127.0.0.1:{self.fabric.controller.launch.rest_port}"
+
+    def controller_state(self) -> dict:
+        """The controller's state: connected switches, packet counters, reroutes, and what
+        the plugin guard changed of each plugin's messages (`plugin_guard`)."""
+        self._alive("its controller")
+        return self.fabric.controller_state()
+
+    def ping_all(self, count: int = 1, interval_s: float = 0.2) -> dict:
+        """Every host pings every other (Mininet's pingAll): pairs, pings sent and received,
+        loss %, pairs with loss, round-trip times (`reachability`'s headline)."""
+        self._alive("its network")
+        rows = reachability.ping_all(self.fabric, count, interval_s)
+        return reachability.analyse(rows).headline
 
     def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
         """Until each (host, TCP port) has a listener (a server started with `start`)."""

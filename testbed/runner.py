@@ -29,6 +29,7 @@ from .measure import checks
 from .measure.cpu import CpuMonitor
 from .measure.queues import ClassQueueSampler, QueueSampler
 from .net import ovs
+from .net.controller import plugin_warnings
 from .net.dpapi import Dataplane
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
@@ -67,6 +68,7 @@ class RunContext:
     phases: dict = field(default_factory=dict)  # label -> host settings and classes it ran with
     slugs: dict[str, int] = field(default_factory=dict)  # phase file names used so far
     results: dict[str, dict] = field(default_factory=dict)  # per experiment: headline, warnings
+    warnings: list[str] = field(default_factory=list)  # the session's own, beside experiments'
 
     def phase_slug(self, label: str) -> str:
         """The phase's name in file names, unique in the run: a second phase with the same
@@ -182,6 +184,10 @@ class RunContext:
             yield fab
         finally:
             self.cpu.watch(set())
+            guard = fab.controller_state().get("plugin_guard", {}).get("plugins", {})
+            if guard:  # what the plugins did, and what the guard changed of it
+                self.phases[key]["plugins"] = guard
+                self.warnings.extend(plugin_warnings(label, guard))
             fab.stop()
             t = fab.times
             # evaluated now, when the samples covering the startup have been taken
@@ -342,7 +348,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     except Exception as exc:  # plots never hide results
         made = []
         results.setdefault("plots", {})["error"] = str(exc)
-    warnings = [w for r in results.values() for w in r.get("warnings", [])]
+    warnings = [w for r in results.values() for w in r.get("warnings", [])] + ctx.warnings
     summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
                "experiments": results, "fidelity_warnings": warnings,
                "cpu_bound": any("CPU-bound" in w for w in warnings),

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controllers import failover, ofmsgs, recovery, routing
+from controllers import failover, ofmsgs, plugin_guard, recovery, routing
 from controllers.compat import (
     CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
@@ -251,7 +251,7 @@ class FabricRouting(RyuApp):
                  "counters": {str(k): v for k, v in sorted(self.counters.items())},
                  "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
                  "reroutes": self.reroutes, "resync": self.config.resync,
-                 "resyncs": self.resyncs}
+                 "resyncs": self.resyncs, "plugin_guard": plugin_guard.report()}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)

@@ -141,6 +141,14 @@ class ControllerSpec:
                 raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
 
 
+# What the plugin guard (controllers/plugin_guard.py) changes of a plugin's messages, as the
+# run's warnings and the guard's log name it; PLUGIN_MAX_PRIORITY is the router's lowest
+# forwarding priority (controllers/routing.py) minus one.
+GUARD_CHANGES = {"flood_confined": "floods confined to the fabric's loop-free tree",
+                 "priority_capped": "entries capped below the router's priorities",
+                 "group_refused": "group changes refused (the router owns the groups)"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ControllerConfig:
     """Everything the controller's apps need for one phase, written by the runner beside

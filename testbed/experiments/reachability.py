@@ -15,7 +15,7 @@ from testbed.config.units import ETHERNET_HEADER_BYTES
 from topologies.graph import distances_to, shortest_paths
 from topologies.model import Topology
 
-from .base import Context, Experiment, Outcome
+from .base import Context, Experiment, Outcome, Phase
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,23 +65,30 @@ def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us:
     return round(2 * one_way * 1000, 4)
 
 
+def ping_all(fab: Phase, count: int = 3, interval_s: float = 0.2) -> list[list]:
+    """Every host pings every other host (a source's pings all at once, one source after
+    another): the rows of reachability.csv (HEADER)."""
+    rows = []
+    hosts = fab.topo.hosts
+    for src in hosts:
+        procs = []
+        for dst in hosts:
+            if dst is not src:
+                argv = ["ping", "-n", "-q", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2",
+                        dst.ip]
+                procs.append((dst, fab.popen(src.name, argv)))
+        for dst, proc in procs:
+            text = proc.communicate(timeout=60)[0]
+            rows.append([src.name, dst.name, *parse_ping(text, count)])
+    return rows
+
+
 def run(ctx: Context, exp: Reachability) -> Outcome:
     topo = ctx.topo
-    rows = []
     out = Outcome()
     with ctx.fabric(topo, ctx.spec.controller.routing, "reachability") as fab:
         with ctx.traffic_phase(fab, out, "reachability") as checks:
-            for src in topo.hosts:
-                procs = []
-                for dst in topo.hosts:
-                    if dst is src:
-                        continue
-                    argv = ["ping", "-n", "-q", "-c", str(exp.count), "-i",
-                            f"{exp.interval_s:g}", "-W", "2", dst.ip]
-                    procs.append((dst, fab.popen(src.name, argv)))
-                for dst, proc in procs:
-                    text = proc.communicate(timeout=60)[0]
-                    rows.append([src.name, dst.name, *parse_ping(text, exp.count)])
+            rows = ping_all(fab, exp.count, exp.interval_s)
         a, b = farthest_pair(topo)
         argv = ["ping", "-n", "-q", "-c", str(IDLE_PINGS), "-i", "0.2", "-W", "2",
                 topo.host(b).ip]

@@ -77,7 +77,9 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
                     c.table_drops += int(m.group(1))
             snap.switches[sw.name] = c
             counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
-            snap.packet_out[sw.name] = int(counters.get("packet_out", 0))
+            plugins = ctrl_state.get("plugin_guard", {}).get("packet_outs", {})
+            snap.packet_out[sw.name] = (int(counters.get("packet_out", 0))
+                                        + int(plugins.get(str(sw.dpid), 0)))
     return snap
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config.controller import CONFIG_ENV, ControllerConfig
+from testbed.config.controller import CONFIG_ENV, GUARD_CHANGES, ControllerConfig
 from testbed.config.loader import dump_json
 from testbed.system import TestbedError
 
@@ -24,10 +24,13 @@ FLOW_APP = "controllers.apps.flow_app"  # the routing app + Hedera and/or flow p
 @dataclass(frozen=True, kw_only=True)
 class ControllerLaunch:
     """How the controller process of one phase is started: its configuration file (what
-    every app reads), the port it listens on, and the apps it loads."""
+    every app reads), the port it listens on, and the apps it loads. `rest_port`: where
+    Ryu's WSGI server listens, on 127.0.0.1 too, should a plugin use it (`ryu.app.ofctl_rest`,
+    `ryu.app.rest_topology`...; Ryu's default is every address, port 8080)."""
     config: ControllerConfig
     config_path: Path
     port: int
+    rest_port: int
     plugins: tuple[str, ...] = ()
     qos_apps: tuple[str, ...] = ()  # names of controllers/apps/<name>_app.py to load
 
@@ -35,6 +38,7 @@ class ControllerLaunch:
         routing_app = FLOW_APP if self.config.per_flow else BUILTIN_APP
         return [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.port),
+                "--wsapi-host", "127.0.0.1", "--wsapi-port", str(self.rest_port),
                 routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
                 *self.plugins]
 
@@ -134,3 +138,15 @@ def controller_death(returncode: int | None, killed_at: float | None,
     tail = " | ".join(log_tail) or "its log is empty"
     when = f" at {time.strftime('%H:%M:%S', time.localtime(died_at))}" if died_at else ""
     return f"the controller died during the phase{when} ({how}); last log lines: {tail}"
+
+
+def plugin_warnings(label: str, guard: dict[str, dict[str, int]]) -> list[str]:
+    """One warning per plugin whose messages the plugin guard changed in a phase
+    (controllers/plugin_guard.py; `guard`: its counts per plugin)."""
+    out = []
+    for who, counts in sorted(guard.items()):
+        changed = [f"{counts[k]} {what}" for k, what in GUARD_CHANGES.items() if counts.get(k)]
+        if changed:
+            out.append(f"{label}: plugin {who}: {', '.join(changed)} (the plugin guard keeps "
+                       "plugins from flooding the fabric or shadowing its routing; README)")
+    return out

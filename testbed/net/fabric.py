@@ -178,7 +178,7 @@ class Fabric:
         self.controller = ControllerProcess(
             ControllerLaunch(config=config,
                              config_path=self.out_dir / "controller" / f"{self.slug}.json",
-                             port=free_port(), plugins=self.plugins,
+                             port=free_port(), rest_port=free_port(), plugins=self.plugins,
                              qos_apps=self.qos_apps),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")

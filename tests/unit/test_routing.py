@@ -130,6 +130,18 @@ def test_arp_reply_in_relay_fabric_names_the_port_on_that_switch():
     assert arp_reply(topo, 1, 1, "10.9.9.9") is None
 
 
+def test_arp_requests_are_answered_at_host_ports_only():
+    """A request that reached a switch from another switch is a plugin's flood (the
+    router never floods): the asker's own edge switch has answered it already."""
+    topo = fattree(4)
+    h16 = topo.node("h16")
+    edge, host_port = topo.peer("h1", 0)
+    assert arp_reply(topo, topo.node(edge).dpid, host_port, h16.ip) == h16.macs[0]
+    trunks = [port for port, peer, _ in topo.ports_of(edge) if not topo.is_host(peer)]
+    assert trunks and all(arp_reply(topo, topo.node(edge).dpid, p, h16.ip) is None
+                          for p in trunks)
+
+
 def test_hash_stages_and_bucket_decorrelation():
     topo = fattree(4)
     st = hash_stages(topo)

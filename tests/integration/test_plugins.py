@@ -1,0 +1,104 @@
+"""Ryu's own example apps as plugins on a looped fabric (issue 15): Ryu's L2 learning switch
+underneath `simple_monitor_13` floods, `ofctl_rest` lets a user add entries of any priority
+over REST; the shipped monitoring example polls port counters. With the plugin guard the fabric keeps routing every pair, floods stay on a
+loop-free tree, REST entries sit below the router's and reach none of its entries, and the
+REST server answers on loopback only."""
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from testbed.api import Testbed
+
+from .helpers import leftovers
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = ["ryu.app.simple_monitor_13", "ryu.app.ofctl_rest",
+           str(REPO / "examples" / "port_monitor.py")]
+SPEC = {"name": "it-plugins", "topology": {"kind": "fattree", "params": {"k": 4}},
+        "controller": {"routing": "ecmp", "plugins": PLUGINS}}
+OFPP_FLOOD = 0xFFFFFFFB
+
+
+def rest(url: str, body: dict | None = None, method: str | None = None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read()
+    return json.loads(text) if text and body is None and method is None else None
+
+
+def flows(switch: str) -> list[str]:
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch],
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "priority=" in line]
+
+
+def wait_for(probe, timeout: float = 5.0):
+    """`probe()` once it is true (the REST call returns when the message is sent, not when
+    the switch has applied it), else its last value."""
+    deadline = time.time() + timeout
+    while not (value := probe()) and time.time() < deadline:
+        time.sleep(0.1)
+    return value
+
+
+def test_ryu_example_apps_as_plugins_on_a_fattree(tmp_path):
+    out = tmp_path / "out"
+    with Testbed(SPEC, out=out) as tb:
+        fab = tb.fabric()
+        first = fab.ping_all()
+        assert first["pairs"] == 240 and first["loss_pct"] == 0.0, first
+
+        # REST: Ryu's WSGI server on loopback only, at the port the fabric chose
+        port = int(fab.rest_url.rsplit(":", 1)[1])
+        listening = subprocess.run(["ss", "-H", "-ltn", f"sport = :{port}"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+        assert listening and listening[3] == f"127.0.0.1:{port}", listening
+        assert sorted(rest(f"{fab.rest_url}/stats/switches")) == list(range(1, 21))
+
+        # a user's entry above the router's, flooding: installed below it, confined
+        sw = fab.topo.switch_by_dpid(1)
+        assert sw is not None
+        router = [f for f in flows(sw.name) if "cookie=0x7e57bed" in f]
+        rest(f"{fab.rest_url}/stats/flowentry/add",
+             {"dpid": 1, "priority": 1000, "cookie": 5, "match": {"eth_type": 0x88B5},
+              "actions": [{"type": "OUTPUT", "port": OFPP_FLOOD}]})
+        rest(f"{fab.rest_url}/stats/groupentry/add",
+             {"dpid": 1, "type": "ALL", "group_id": 4000,
+              "buckets": [{"actions": [{"type": "OUTPUT", "port": 1}]}]})
+        added = wait_for(lambda: [f for f in flows(sw.name) if "dl_type=0x88b5" in f])
+        assert len(added) == 1 and "priority=99" in added[0], added
+        assert "cookie=0x5e5e000000000005" in added[0] and "FLOOD" not in added[0], added
+        groups = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", sw.name],
+                                capture_output=True, text=True, check=True).stdout
+        assert "group_id=4000" not in groups
+
+        # clearing the switch over REST removes the plugins' entries, never the router's
+        rest(f"{fab.rest_url}/stats/flowentry/clear/1", method="DELETE")
+        wait_for(lambda: not [f for f in flows(sw.name) if "dl_type=0x88b5" in f])
+        after = flows(sw.name)
+        assert [f for f in after if "cookie=0x7e57bed" in f] and not any(
+            "dl_type=0x88b5" in f for f in after)
+        assert len([f for f in after if "cookie=0x7e57bed" in f]) == len(router)
+        again = fab.ping_all()
+        assert again["loss_pct"] == 0.0, again
+
+        guard = fab.controller_state()["plugin_guard"]["plugins"]
+        monitor = guard["SimpleMonitor13 (ryu.app.simple_monitor_13)"]
+        assert monitor["flood_confined"] > 0  # the learning switch flooded ARP: confined
+        assert guard["ryu.app.ofctl_rest"]["priority_capped"] == 1
+        assert guard["ryu.app.ofctl_rest"]["group_refused"] == 1
+        time.sleep(1.5)  # the monitoring example's next poll
+    rows = (out / "plugins" / "port_rates-script.csv").read_text().splitlines()
+    assert rows[0] == "t_s,dpid,port,tx_mbps,rx_mbps,tx_dropped"
+    assert {r.split(",")[1] for r in rows[1:]} == {str(d) for d in range(1, 21)}
+    assert max(float(r.split(",")[3]) for r in rows[1:]) > 0  # the pings were seen
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    assert any("SimpleMonitor13" in w for w in summary["fidelity_warnings"])
+    assert "plugin ryu.app.ofctl_rest: group changes refused" in (
+        out / "controller.log").read_text()
+    topo = json.loads((out / "topology.json").read_text())
+    assert leftovers([n["name"] for n in topo["switches"]]) == []
