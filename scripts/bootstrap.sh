@@ -5,7 +5,8 @@
 #   venv: .venv made from the system python3 with --system-site-packages (sees Debian's mininet)
 #   pip:  the pinned dependencies of setup.cfg (torch==2.13.0 among them) and the project itself
 # Open vSwitch is started with a socket send buffer large enough for the fabric's queues
-# (see docs/FIDELITY.md); `testbed` checks it again before every run.
+# (see docs/FIDELITY.md); `testbed` checks it again before every run. TESTBED_START_OVS=0
+# installs only (the Dockerfile's build step: a build has no privileges to start it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV="$ROOT/.venv"
@@ -49,7 +50,9 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
+if [ "${TESTBED_START_OVS:-1}" = 0 ]; then
+  log "TESTBED_START_OVS=0: Open vSwitch not started"
+elif [ "$(id -u)" -eq 0 ]; then
   "$VENV/bin/python" -m testbed.net.ovs ensure-started
 else
   log "not root: Open vSwitch not checked (unit tests do not need it)"
