@@ -34,6 +34,7 @@ from .net.dpapi import Dataplane
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
 from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
+from .results import timeline
 from .results.files import append_csv
 from .results.plots import draw_all
 from .system import TestbedError, congestion_controls, is_root, kernel_release, run
@@ -69,6 +70,10 @@ class RunContext:
     slugs: dict[str, int] = field(default_factory=dict)  # phase file names used so far
     results: dict[str, dict] = field(default_factory=dict)  # per experiment: headline, warnings
     warnings: list[str] = field(default_factory=list)  # the session's own, beside experiments'
+    samplers: int = 0  # class samplers made so far (their timeline files are numbered)
+    # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
+    clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
+                                                            "monotonic_s": time.monotonic()})
 
     def phase_slug(self, label: str) -> str:
         """The phase's name in file names, unique in the run: a second phase with the same
@@ -135,8 +140,11 @@ class RunContext:
     def class_sampler(self, dp: Dataplane, slots: list[tuple[int, int]],
                       rate_hz: float = 1000.0,
                       paired: tuple[int, int] | None = None) -> ClassQueueSampler:
-        """Samples (port, class) queues from the BPF counters in shared memory."""
-        return ClassQueueSampler(dp, slots, rate_hz=rate_hz, paired=paired)
+        """Samples (port, class) queues from the BPF counters in shared memory; what it saw
+        goes to timeline/ when it stops, for the run's timeline.json."""
+        self.samplers += 1
+        return ClassQueueSampler(dp, slots, rate_hz=rate_hz, paired=paired,
+                                 record=self.out_dir / "timeline" / f"sampled-{self.samplers}")
 
     @contextlib.contextmanager
     def fabric(self, topo: Topology, routing: str, label: str, *,
@@ -340,6 +348,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                                "per_host": ctx.host_cc},
         "ecn": ctx.spec.hosts.ecn,
         "phases": ctx.phases,  # what each fabric really ran with (experiments override the spec)
+        "clock": {**ctx.clock, "cpu_t0_unix_s": ctx.cpu.t0},  # for timeline.json
         "spec": dataclasses.asdict(ctx.spec),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
@@ -348,6 +357,10 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     except Exception as exc:  # plots never hide results
         made = []
         results.setdefault("plots", {})["error"] = str(exc)
+    try:
+        timeline.write(out)
+    except Exception as exc:  # the timeline never hides results
+        results.setdefault("timeline", {})["error"] = f"{type(exc).__name__}: {exc}"
     warnings = [w for r in results.values() for w in r.get("warnings", [])] + ctx.warnings
     summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
                "experiments": results, "fidelity_warnings": warnings,

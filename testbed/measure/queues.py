@@ -3,9 +3,11 @@ never by forking `tc`), and the per-class queues of the BPF dataplane from its c
 shared memory."""
 from __future__ import annotations
 
+import csv
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyroute2 import IPRoute
 
@@ -74,6 +76,10 @@ class QueueSampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
+        if self.record is not None:
+            names = {p["id"]: p["ifname"] for p in self.dp.ports}
+            write_timeline(self.record, self.t0, self.samples, self.loads, names)
+
 
     def achieved_rate_hz(self) -> float:
         times = sorted({s.t for s in self.samples})
@@ -93,22 +99,66 @@ class ClassSample:
     drops: int
 
 
+LOAD_PERIOD_S = 0.02  # how often the bytes each class has enqueued are read (link load)
+TIMELINE_BIN_S = 0.01  # the timeline keeps a queue's deepest sample per 10 ms
+TIMELINE_QUEUES = ["t_unix_s", "port", "class", "qlen_bytes_max", "qlen_pkts", "marks_cum_pkts",
+                   "drops_cum_pkts"]
+TIMELINE_LOADS = ["t_unix_s", "port", "class", "enq_cum_bytes"]
+
+
+def timeline_queue_rows(t0: float, samples: list[ClassSample], names: dict[int, str],
+                        bin_s: float = TIMELINE_BIN_S) -> list[list]:
+    """Per queue and `bin_s` bin: its deepest backlog in the bin, with the packets and the
+    cumulative marks and drops of the bin's last sample (times on the Unix clock). A sample
+    is a change, so a bin without one holds the last value and gets no row."""
+    rows: dict[tuple[int, int, int], list] = {}
+    for s in samples:
+        key = (s.port, s.cls, int(s.t // bin_s))
+        row = rows.get(key)
+        if row is None:
+            rows[key] = [round(t0 + s.t, 6), names.get(s.port, str(s.port)), s.cls, s.bytes,
+                         s.pkts, s.marks, s.drops]
+        else:
+            row[3] = max(row[3], s.bytes)
+            row[4:7] = [s.pkts, s.marks, s.drops]
+    return sorted(rows.values(), key=lambda r: (r[0], r[1], r[2]))
+
+
+def write_timeline(record: Path, t0: float, samples: list[ClassSample],
+                   loads: list[tuple[float, int, int, int]], names: dict[int, str]) -> None:
+    """`record`-queues.csv and `record`-loads.csv: what the run's timeline draws of a
+    sampled phase (results/timeline.py)."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    for suffix, header, rows in (
+            ("queues", TIMELINE_QUEUES, timeline_queue_rows(t0, samples, names)),
+            ("loads", TIMELINE_LOADS, [[round(t0 + t, 6), names.get(p, str(p)), c, b]
+                                       for t, p, c, b in loads])):
+        with open(record.with_name(f"{record.name}-{suffix}.csv"), "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(header)
+            out.writerows(rows)
+
+
 class ClassQueueSampler(threading.Thread):
     """Samples the per-class queues of the BPF dataplane (shared memory, no syscall and no
     fork per sample) at `rate_hz`; 1 kHz is cheap. Rows are kept only when something changed,
     so idle queues cost nothing."""
 
     def __init__(self, dataplane, slots: list[tuple[int, int]], rate_hz: float = 1000.0,
-                 paired: tuple[int, int] | None = None):
+                 paired: tuple[int, int] | None = None, record: Path | None = None):
         """`paired`: one (port, class) of a switch port whose qdisc backlog is also read at
-        every tick, between two readings of the BPF count (`pairs`)."""
+        every tick, between two readings of the BPF count (`pairs`). `record`: where `stop`
+        writes the samples for the run's timeline (`write_timeline`)."""
         super().__init__(daemon=True)
         self.dp = dataplane
         self.slots = slots
         self.paired = paired
+        self.record = record
         self.pairs: list[tuple] = []  # (t, bpf_bytes_before, qdisc_bytes, bpf_bytes_after, marks_before, marks_after)
         self.period = 1.0 / rate_hz
         self.samples: list[ClassSample] = []
+        # (t, port, class, bytes enqueued so far) every LOAD_PERIOD_S, where it changed
+        self.loads: list[tuple[float, int, int, int]] = []
         self.ticks = 0
         self._halt = threading.Event()
         self.t0 = time.time()
@@ -122,9 +172,18 @@ class ClassQueueSampler(threading.Thread):
             reader = QdiscReader(self.dp.ports[port]["ifindex"])
             handle = class_minor(cls) << 16
         next_t = time.time()
+        next_load = next_t
+        enqueued: dict[tuple[int, int], int] = {}
         while not self._halt.is_set():
             now = time.time()
             self.ticks += 1
+            if now >= next_load:
+                next_load = now + LOAD_PERIOD_S
+                for port, cls in self.slots:
+                    enq = self.dp.queue(port, cls).enq_bytes
+                    if enqueued.get((port, cls)) != enq:
+                        enqueued[(port, cls)] = enq
+                        self.loads.append((now - self.t0, port, cls, enq))
             if reader is not None:
                 a = self.dp.queue(*self.paired)
                 real = reader.backlogs().get(handle, (0, 0))[0]
@@ -150,6 +209,10 @@ class ClassQueueSampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
+        if self.record is not None:
+            names = {p["id"]: p["ifname"] for p in self.dp.ports}
+            write_timeline(self.record, self.t0, self.samples, self.loads, names)
+
 
     def achieved_rate_hz(self) -> float:
         span = self.t_end - self.t0

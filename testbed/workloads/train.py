@@ -80,12 +80,15 @@ def counters(ifname: str | None) -> tuple[int, int, float]:
 
 
 class Timeline:
-    """Chrome trace events (complete events, microseconds)."""
+    """Chrome trace events (complete events, microseconds from `t0`). The trace carries
+    `t0` on the machine's monotonic clock (`otherData.t0_monotonic_s`), which every
+    process and namespace shares, so the run's timeline can merge ranks on one clock."""
 
     def __init__(self, rank: int):
         self.rank = rank
         self.events: list[dict] = []
         self.t0 = time.perf_counter()
+        self.t0_monotonic = time.monotonic()
         self.lock = threading.Lock()
 
     def span(self, name: str, cat: str, start: float, end: float, tid: int = 0, **args):
@@ -95,7 +98,9 @@ class Timeline:
                                 "dur": (end - start) * 1e6, "args": args})
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"}))
+        path.write_text(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms",
+                                    "otherData": {"rank": self.rank,
+                                                  "t0_monotonic_s": self.t0_monotonic}}))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -76,6 +76,13 @@ def test_pfc_pauses_spread_upstream_and_hurt_the_victim(tmp_path):
     assert int(table["pfc"]["switch_drops"]) == int(table["pfc"]["lossless_overflow"])
     assert int(table["pfc+ecn"]["switch_drops"]) == int(table["pfc+ecn"]["lossless_overflow"])
     assert int(table["pfc"]["ingress_residual_bytes"]) == 0
+    # the timeline draws each pause as a slice on the transmitter it stopped
+    events = json.loads((out / "timeline.json").read_text())["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e.get("name") == "thread_name"}
+    paused = [tracks[(e["pid"], e["tid"])] for e in events
+              if e.get("ph") == "X" and e.get("cat") == "pfc"]
+    assert any(name.startswith("sp1-eth1 ") for name in paused), sorted(set(paused))
 
 
 def test_dataplane_api_changes_marking_at_run_time(tmp_path):

@@ -39,6 +39,25 @@ def test_ring_and_parameter_server_in_the_fabric(tmp_path):
     job_dir = out / "training" / "0-00-leafspine-ring-4w"
     trace = json.loads((job_dir / "rank0.trace.json").read_text())
     assert {"allreduce", "forward+backward"} <= {e["name"] for e in trace["traceEvents"]}
+    # the run's timeline: every rank's trace and the fabric's counters on one clock
+    events = json.loads((out / "timeline.json").read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    traces = sorted(out.glob("training/*/rank*.trace.json"))
+    assert len(traces) >= 11 and all(
+        f"{t.parent.relative_to(out)} rank {t.stem.split('.')[0][4:]}" in procs.values()
+        for t in traces)
+    ring0 = next(pid for pid, name in procs.items()
+                 if name == "training/0-00-leafspine-ring-4w rank 0")
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("pid") == ring0 and e.get("name") == "allreduce"]
+    loads = [(e["ts"], e["args"]["mbps"]) for e in events
+             if e.get("ph") == "C" and e["pid"] == 2]  # link load
+    # while ring-4w's rank 0 was in its allreduces, some link carried its traffic (>5 Mb/s
+    # of a 20 Mb/s fabric): the spans and the counters are on the same clock
+    busy = [m for t, m in loads if any(a <= t <= b for a, b in spans)]
+    assert spans and busy and max(busy) > 5, (spans[:3], busy[:10])
+    elapsed_us = summary["elapsed_s"] * 1e6
+    assert all(0 <= e["ts"] <= elapsed_us for e in events if e.get("ph") in ("X", "C"))
 
 
 def test_a_dead_worker_fails_the_run_fast(tmp_path):
