@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 from controllers.routing import PRIORITY_ROUTE
 from testbed.config.controller import GUARD_CHANGES
@@ -144,8 +145,8 @@ class Guard:
                 self.warn("plugin %s: %s (logged once; counted in the run's summary)",
                           who, GUARD_CHANGES[kind])
 
-    def _outputs(self, ofp, parser, actions: list, dpid: int, in_port: int | None,
-                 who: str) -> list:
+    def _outputs(self, ofp: Any, parser: Any, actions: list, dpid: int,
+                 in_port: int | None, who: str) -> list:
         flood = {ofp.OFPP_FLOOD, ofp.OFPP_ALL, ofp.OFPP_NORMAL}
         out: list = []
         for action in actions:
@@ -157,7 +158,7 @@ class Guard:
                 out.append(action)
         return out
 
-    def check(self, dp, msg, who: str):
+    def check(self, dp: Any, msg: Any, who: str) -> Any:
         """`msg` as it may be sent (rewritten in place), or None to refuse it."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         kind = getattr(msg, "cls_msg_type", None)
@@ -199,7 +200,7 @@ class Guard:
 _GUARD: Guard | None = None
 
 
-def install(topo: Topology, warn) -> Guard:
+def install(topo: Topology, warn: Callable[..., None]) -> Guard:
     """Puts the guard in front of every `Datapath.send_msg` of this controller process."""
     global _GUARD
     from controllers.compat import Datapath
@@ -207,7 +208,7 @@ def install(topo: Topology, warn) -> Guard:
     guard = _GUARD = Guard(ports=flood_ports(topo), warn=warn)
     original = Datapath.send_msg
 
-    def send_msg(self, msg, close_socket=False):
+    def send_msg(self: Any, msg: Any, close_socket: bool = False) -> Any:
         who = sender(sys._getframe(1))
         if who is not None:
             msg = guard.check(self, msg, who)

@@ -4,7 +4,7 @@
 # and (as root, with OVS and Mininet) the integration tests.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-"$ROOT/scripts/bootstrap.sh"
+"$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
 .venv/bin/ruff check .
 .venv/bin/mypy  # strict, on the layers pyproject.toml names

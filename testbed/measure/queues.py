@@ -76,10 +76,6 @@ class QueueSampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
-        if self.record is not None:
-            names = {p["id"]: p["ifname"] for p in self.dp.ports}
-            write_timeline(self.record, self.t0, self.samples, self.loads, names)
-
 
     def achieved_rate_hz(self) -> float:
         times = sorted({s.t for s in self.samples})

@@ -195,7 +195,7 @@ def cpu_events(rows: list[dict], t0_unix: float, clock: Clock) -> list[dict]:
                       "ovs_thread": float(r["ovs_thread_core_fraction"])}} for r in rows]
 
 
-def _jsonl(paths) -> list[dict]:
+def _jsonl(paths: list[Path]) -> list[dict]:
     out = []
     for path in paths:
         for line in Path(path).read_text().splitlines():

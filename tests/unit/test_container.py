@@ -26,16 +26,16 @@ def test_the_image_is_debian_12_with_the_repository_and_the_readme_scripts_only(
     assert ("COPY", ". .") in ins
     runs = [args for word, args in ins if word == "RUN"]
     # one build step: the bootstrap the README's two commands run first, install only
-    assert runs == ["TESTBED_START_OVS=0 scripts/bootstrap.sh"]
+    assert runs == ["TESTBED_START_OVS=0 scripts/bootstrap.sh --test"]  # as test.sh runs it
     assert [args for word, args in ins if word == "CMD"] == ['["scripts/test.sh"]']
     assert {word for word, _ in ins} <= {"FROM", "ENV", "WORKDIR", "COPY", "RUN", "CMD"}
 
 
 def test_the_containers_commands_are_the_readmes_and_bootstrap_again():
     readme = (REPO / "README.md").read_text()
-    for script in ("scripts/test.sh", "scripts/run-default.sh"):
+    for script, args in (("scripts/test.sh", " --test"), ("scripts/run-default.sh", "")):
         assert f"sudo {script}" in readme  # the quick start's two commands
-        assert '"$ROOT/scripts/bootstrap.sh"' in (REPO / script).read_text()
+        assert f'"$ROOT/scripts/bootstrap.sh"{args}\n' in (REPO / script).read_text()
     bootstrap = (REPO / "scripts" / "bootstrap.sh").read_text()
     assert 'if [ "${TESTBED_START_OVS:-1}" = 0 ]; then' in bootstrap
 
