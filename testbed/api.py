@@ -207,7 +207,7 @@ class Testbed:
 
     def __init__(self, spec: str | Path | dict | Spec, *, topo: Topology | None = None,
                  out: str | Path | None = None, log: Callable[[str], None] = print,
-                 what: str = "a testbed script"):
+                 what: str = "a testbed script", live_port: int | None = None):
         if isinstance(spec, (str, Path)):
             self.spec, self.topo = load(spec, experiments_required=False)
             self.text = Path(spec).read_text()
@@ -219,7 +219,7 @@ class Testbed:
             self.text = json.dumps(dataclasses.asdict(spec), indent=1, default=str)
         self.topo = topo or self.topo
         self.out = Path(out) if out else None
-        self.log, self.what = log, what
+        self.log, self.what, self.live_port = log, what, live_port
         self._stack: contextlib.ExitStack | None = None
         self._fabric: LiveFabric | None = None
         self.ctx: RunContext | None = None
@@ -227,7 +227,8 @@ class Testbed:
     def __enter__(self) -> Testbed:
         self._stack = contextlib.ExitStack()
         self.ctx = self._stack.enter_context(session(self.spec, self.topo, self.text,
-                                                     self.out, self.log, self.what))
+                                                     self.out, self.log, self.what,
+                                                     self.live_port))
         return self
 
     def __exit__(self, *exc) -> bool | None:

@@ -74,10 +74,20 @@ def validate(spec: Path) -> None:
                f"{len(s.experiments)} experiment(s))")
 
 
+LIVE_PORT = 8088
+
+live_option = click.option("--live", is_flag=True,
+                           help="serve a live view of the fabric on 127.0.0.1 (--live-port)")
+live_port_option = click.option("--live-port", type=click.IntRange(1, 65535), default=LIVE_PORT,
+                                show_default=True, help="the live view's port")
+
+
 @main.command("run")
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
-def run_cmd(spec: Path, out: Path | None) -> None:
+@live_option
+@live_port_option
+def run_cmd(spec: Path, out: Path | None, live: bool, live_port: int) -> None:
     """Run SPEC on an emulated fabric; results go to a directory."""
     from .runner import run_spec
     from .spec import SpecError, load
@@ -86,7 +96,8 @@ def run_cmd(spec: Path, out: Path | None) -> None:
     except SpecError as exc:
         _fail(f"{spec}: {exc}")
     try:
-        out_dir = run_spec(s, t, spec.read_text(), out, log=lambda m: click.echo(m, err=True))
+        out_dir = run_spec(s, t, spec.read_text(), out, log=lambda m: click.echo(m, err=True),
+                           live_port=live_port if live else None)
     except TestbedError as exc:
         _fail(str(exc))
     summary = json.loads((out_dir / "summary.json").read_text())
@@ -102,7 +113,9 @@ def run_cmd(spec: Path, out: Path | None) -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="run these CLI commands (one per line) instead of the prompt")
-def up(spec: Path, out: Path | None, script: Path | None) -> None:
+@live_option
+@live_port_option
+def up(spec: Path, out: Path | None, script: Path | None, live: bool, live_port: int) -> None:
     """Bring SPEC's fabric up (controller, routing, classes, plugins) and open Mininet's
     CLI on it, with the testbed's `queue`, `paths` and `ports`; `exit` or Ctrl-D tears
     down what it built."""
@@ -110,7 +123,7 @@ def up(spec: Path, out: Path | None, script: Path | None) -> None:
     from .spec import SpecError
     try:
         tb = Testbed(spec, out=out, log=lambda m: click.echo(m, err=True),
-                     what="`testbed up`")
+                     what="`testbed up`", live_port=live_port if live else None)
     except SpecError as exc:
         _fail(f"{spec}: {exc}")
     try:
@@ -124,6 +137,22 @@ def up(spec: Path, out: Path | None, script: Path | None) -> None:
     except TestbedError as exc:
         _fail(str(exc))
     click.echo(f"results: {tb.out_dir}")
+
+
+@main.command()
+@click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--port", type=click.IntRange(1, 65535), default=LIVE_PORT, show_default=True)
+def view(results: Path, port: int) -> None:
+    """Replay a finished run in the browser: its fabric, link loads, queues, marks, pauses,
+    decisions and training progress, with a time slider (http://127.0.0.1:PORT/)."""
+    from .system import port_free
+    if not (results / "manifest.json").exists():
+        _fail(f"{results}: not a finished run's results directory (no manifest.json)")
+    if why := port_free(port):
+        _fail(why.replace("--live-port", "--port"))
+    click.echo(f"replaying {results} at http://127.0.0.1:{port}/ (Ctrl-C to stop)", err=True)
+    from .view.server import main as serve
+    sys.exit(serve(["--replay", str(results), "--port", str(port)]))
 
 
 @main.command()

@@ -8,6 +8,8 @@ import json
 import os
 import platform
 import signal
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -33,11 +35,13 @@ from .net.controller import plugin_warnings
 from .net.dpapi import Dataplane
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
+from .net.traffic import REPO_ROOT
 from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results import timeline
 from .results.files import append_csv
 from .results.plots import draw_all
 from .system import TestbedError, congestion_controls, is_root, kernel_release, run
+from .view.server import port_free
 
 QOS_MECHANISMS = {
     "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/net/bpf/tbqos.bpf.c)",
@@ -71,6 +75,7 @@ class RunContext:
     results: dict[str, dict] = field(default_factory=dict)  # per experiment: headline, warnings
     warnings: list[str] = field(default_factory=list)  # the session's own, beside experiments'
     samplers: int = 0  # class samplers made so far (their timeline files are numbered)
+    live: bool = False  # a live view follows the run (live.json says which fabric is up)
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
@@ -137,6 +142,18 @@ class RunContext:
         """Samples the root qdisc of switch ports over netlink (fabrics without `qos`)."""
         return QueueSampler(ifnames, rate_hz=rate_hz)
 
+    def _live_state(self, label: str, phase: str, fab: Fabric, up: bool) -> None:
+        """live.json: the fabric the live view should draw now (written whole, then moved)."""
+        if not self.live:
+            return
+        state = {"up": up, "label": label, "slug": phase, "t0_unix_s": self.clock["unix_s"],
+                 "topology": str(self.out_dir / "topologies" / f"{phase}.json"),
+                 "dataplane": str(fab.qos_plane.description) if fab.qos_plane else None,
+                 "hedera": str(fab.hedera_dir)}
+        tmp = self.out_dir / "live.json.tmp"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.out_dir / "live.json")
+
     def class_sampler(self, dp: Dataplane, slots: list[tuple[int, int]],
                       rate_hz: float = 1000.0,
                       paired: tuple[int, int] | None = None) -> ClassQueueSampler:
@@ -189,8 +206,13 @@ class RunContext:
             self.send_buffer_bytes = fab.send_buffer_bytes
             self.log(f"[{label}] up in {fab.times.total_s:.1f} s (paths installed at "
                      f"{fab.times.paths_installed_s:.1f} s)")
+            self.events.append({"phase_up": label, "slug": phase, "time": time.time()})
+            self._live_state(label, phase, fab, up=True)
             yield fab
         finally:
+            if t_up is not None:
+                self.events.append({"phase_down": label, "slug": phase, "time": time.time()})
+                self._live_state(label, phase, fab, up=False)
             self.cpu.watch(set())
             guard = fab.controller_state().get("plugin_guard", {}).get("plugins", {})
             if guard:  # what the plugins did, and what the guard changed of it
@@ -240,7 +262,8 @@ def _install_signal_handlers() -> dict:
 
 @contextlib.contextmanager
 def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
-            log: Callable[[str], None] = print, what: str = "run") -> Iterator[RunContext]:
+            log: Callable[[str], None] = print, what: str = "run",
+            live_port: int | None = None) -> Iterator[RunContext]:
     """One results directory and everything a run holds while it lasts (the run lock, the
     record `testbed clean` reads, the CPU monitor, Ctrl-C and SIGTERM handled): the body
     builds fabrics and runs traffic through the context; whatever happens, what it created
@@ -251,6 +274,8 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError(f"{what} needs root: run it with sudo")
     if not ovs.running():
         raise TestbedError("Open vSwitch is not running; run scripts/bootstrap.sh")
+    if live_port is not None and (why := port_free(live_port)):
+        raise TestbedError(f"--live: {why}")
     ovs.datapath_for(spec.datapath)  # refused before anything is created (each fabric
     # chooses again when it starts)
     lock = RunLock()
@@ -269,12 +294,15 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     record = RunRecord(run_id=f"{spec.name}-{stamp}", out_dir=str(out_dir))
     record.save()
     cpu = CpuMonitor()
-    ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu)
+    ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu,
+                     live=live_port is not None)
     old_handlers = _install_signal_handlers()
     status, error = "ok", ""
     t0 = time.time()
     cpu.start()
     try:
+        if live_port is not None:
+            start_view(out_dir, live_port, "live", record, log)
         yield ctx
     except (KeyboardInterrupt, Interrupted) as exc:
         status, error = "incomplete", f"interrupted ({str(exc) or 'SIGINT'})"
@@ -300,10 +328,34 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError(f"run {status}: {error} (results in {out_dir})")
 
 
+def start_view(out_dir: Path, port: int, mode: str, record: RunRecord | None,
+               log: Callable[[str], None]) -> subprocess.Popen:
+    """The live view's server (testbed/view/server.py) in a process of its own, listening on
+    127.0.0.1:`port`; its PID goes into the run's record, so the run's end and `testbed
+    clean` stop it."""
+    with open(out_dir / "view.log", "ab") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.view.server", f"--{mode}",
+                                 str(out_dir), "--port", str(port)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True, cwd=REPO_ROOT)
+    if record is not None:
+        record.add_pid(proc.pid, "live view")
+    deadline = time.time() + 15
+    while port_free(port) is None and time.time() < deadline:
+        if proc.poll() is not None:
+            raise TestbedError(f"the live view did not start; see {out_dir / 'view.log'}")
+        time.sleep(0.1)
+    if port_free(port) is None:
+        proc.kill()
+        raise TestbedError(f"the live view did not listen on 127.0.0.1:{port} within 15 s")
+    log(f"live view: http://127.0.0.1:{port}/")
+    return proc
+
+
 def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
-             log: Callable[[str], None] = print) -> Path:
+             log: Callable[[str], None] = print, live_port: int | None = None) -> Path:
     """`testbed run`: every experiment of the spec, one after another, in one session."""
-    with session(spec, topo, spec_text, out_dir, log, "`testbed run`") as ctx:
+    with session(spec, topo, spec_text, out_dir, log, "`testbed run`", live_port) as ctx:
         for i, exp in enumerate(spec.experiments):
             log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
             outcome: Outcome = EXPERIMENTS[exp.type].run(ctx, exp)

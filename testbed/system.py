@@ -1,8 +1,10 @@
 """Running commands and reading kernel settings. Every command is an argv list."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -69,3 +71,17 @@ def qdisc_supported(kind: str, args: tuple[str, ...] = ()) -> bool:
 
 def congestion_controls() -> list[str]:
     return sysctl_get("net.ipv4.tcp_available_congestion_control").split()
+
+
+def port_free(port: int) -> str | None:
+    """None if 127.0.0.1:`port` can be bound, else why not (for a clear error before a
+    run starts)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on 127.0.0.1 is in use (another live view?); " \
+                       "choose another with --live-port"
+            return f"cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+    return None
