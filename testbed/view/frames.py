@@ -110,6 +110,17 @@ class Series:
         i = bisect.bisect_right(self.times, t)
         return self.values[i - 1] if i else default
 
+    def interpolated(self, t: float) -> float | None:
+        """A cumulative counter at `t`, linear between its samples (None before the first;
+        the last value after the last): a rate from two of these has no sampling jitter."""
+        i = bisect.bisect_right(self.times, t)
+        if i == 0:
+            return None
+        if i == len(self.times):
+            return float(self.values[-1])
+        (ta, tb), (va, vb) = self.times[i - 1:i + 1], self.values[i - 1:i + 1]
+        return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else float(vb)
+
 
 def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
     """The frames of a finished run, every `step_s` while a fabric was up, from its files:
@@ -190,7 +201,7 @@ def replay_frame(t: float, phase: str, step_s: float, rates: dict[str, float],
     port's link rate (`rates`, the phase's ports only)."""
     load = {}
     for port, series in sent.items():
-        before, after = series.at(t - step_s), series.at(t)
+        before, after = series.interpolated(t - step_s), series.interpolated(t)
         if port in rates and before is not None and after is not None:
             load[port] = round((after - before) * 8 / step_s / (rates[port] * 1e6), 4)
     ports = {}
