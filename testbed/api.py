@@ -28,13 +28,15 @@ from typing import Any
 
 from topologies.model import Topology
 
+from .config.loader import from_data
 from .config.qos import QosConfig
-from .config.spec import Spec, check, load, loads
+from .config.spec import ExperimentSpec, Spec, check, load, loads
 from .errors import TestbedError
-from .experiments import reachability
+from .experiments import EXPERIMENTS, reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
 from .system import in_netns
+from .workloads.flows import FlowResult, assign_ports
 
 
 class Host:
@@ -144,6 +146,17 @@ class LiveFabric:
         rows = reachability.ping_all(self.fabric, count, interval_s)
         return reachability.analyse(rows).headline
 
+    def flows(self, pairs: list[tuple[str, str]], duration_s: float = 10.0,
+              omit_s: float = 1.0, nbytes: int | None = None,
+              tag: str = "script") -> list[FlowResult]:
+        """iperf3 TCP flows between (src, dst) pairs, all at once (finite transfers of
+        `nbytes` with their completion times, when given): each flow's goodput, sent rate,
+        retransmits and congestion control as the receiver measured them. The raw iperf3
+        JSON goes to the results directory's flows/."""
+        for src, dst in pairs:
+            self.pid(src), self.pid(dst)  # unknown hosts and a torn-down fabric refused
+        return self.fabric.run_flows(assign_ports(pairs, duration_s, omit_s, nbytes), tag)
+
     def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
         """Until each (host, TCP port) has a listener (a server started with `start`)."""
         self._alive("its network")
@@ -243,6 +256,24 @@ class Testbed:
         if self.ctx is None or self._stack is None:
             raise TestbedError("use the Testbed in a `with` block")
         return self.ctx
+
+    def experiment(self, exp: dict | ExperimentSpec) -> dict:
+        """One experiment of the kinds a spec lists (`incast`, `training`, `jobs`,
+        `parallel`, `permutation`, `pfc_victim`...), given as its spec's plain data or
+        type, run in this session on a fabric of its own, as `testbed run` runs it: its
+        tables in metrics/, its plots, and its headline and warnings in summary.json, which
+        it also returns. A fabric built with `fabric()` is torn down first."""
+        ctx = self._context()
+        spec = from_data(ExperimentSpec, exp, "experiment") if isinstance(exp, dict) else exp
+        spec.check_common("experiment")
+        spec.check("experiment", self.spec, self.topo)
+        if self._fabric is not None:
+            self._fabric.close()
+            self._fabric = None
+        outcome = EXPERIMENTS[spec.type].run(ctx, spec)
+        key = f"{len(ctx.results)}:{spec.type}"
+        ctx.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings}
+        return ctx.results[key]
 
     def fabric(self, label: str = "script", *, topo: Topology | None = None,
                routing: str | None = None, qos: QosConfig | None = None) -> LiveFabric:

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
@@ -39,12 +40,18 @@ class Live:
         self.source = LiveSource(out_dir, t0=_run_t0(out_dir))
         self.listeners: set[asyncio.Queue] = set()
         self.task: asyncio.Task | None = None
+        # one thread reads the counters (netlink's client runs an event loop of its own,
+        # which cannot start inside this one), so a slow read never holds a page up
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="counters")
+
+    async def frame(self) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.source.frame)
 
     async def produce(self) -> None:
         loop = asyncio.get_running_loop()
         next_t = loop.time()
         while self.listeners:
-            frame = self.source.frame()
+            frame = await self.frame()
             for q in list(self.listeners):
                 if q.qsize() < 8:  # a page that stopped reading does not pile frames up
                     q.put_nowait(frame)
@@ -80,7 +87,7 @@ def app(out_dir: Path, mode: str) -> web.Application:
 
     async def layout_of(request: web.Request) -> web.Response:
         if live is not None:
-            live.source.frame()  # follows live.json
+            await live.frame()  # follows live.json
             if live.source.layout is None:
                 return web.json_response({"nodes": [], "links": [], "phase": None})
             return web.json_response(live.source.layout)

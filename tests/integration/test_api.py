@@ -13,7 +13,7 @@ import pytest
 from testbed.api import Testbed
 from testbed.errors import TestbedError
 
-from .helpers import leftovers
+from .helpers import leftovers, rows
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = {"name": "it-api", "topology": {"kind": "leafspine",
@@ -51,6 +51,21 @@ def test_example_queues(tmp_path):
     assert result["marks"] > 0 and result["k20_max_pkts"] <= 40, result
     assert result["k60_max_pkts"] > result["k20_max_pkts"], result
     assert_nothing_left(tmp_path / "out")
+
+
+def test_example_flows_training(tmp_path):
+    result = example("flows_training").main(str(tmp_path / "out"))
+    out = tmp_path / "out"
+    # four flows from pod 0 to pod 2 at 20 Mb/s: each carried traffic, none beyond its link
+    # (ECMP may put two on one uplink: 8-10 Mb/s each then)
+    assert all(5.0 <= g <= 20.0 for g in result["goodputs"]), result["goodputs"]
+    assert len(list((out / "flows").glob("*.json"))) >= 4
+    # the training experiment's rows, as `testbed run` writes them
+    (job,) = rows(out, "training.csv")
+    assert job["job"] == "ring-4w" and int(job["iterations"]) == 6
+    assert 0.9 <= float(job["tx_over_expected"]) <= 1.2, job  # bytes against the model
+    assert "0:training" in json.loads((out / "summary.json").read_text())["experiments"]
+    assert_nothing_left(out)
 
 
 def test_testbed_up_with_a_command_file(tmp_path):

@@ -2,8 +2,9 @@
 underneath `simple_monitor_13` floods, `ofctl_rest` lets a user add entries of any priority
 over REST; the shipped monitoring example polls port counters. With the plugin guard the fabric keeps routing every pair, floods stay on a
 loop-free tree, REST entries sit below the router's and reach none of its entries, and the
-REST server answers on loopback only."""
+REST server answers on loopback only. The live view follows the script's fabric too."""
 import json
+import socket
 import subprocess
 import time
 import urllib.request
@@ -35,6 +36,18 @@ def flows(switch: str) -> list[str]:
     return [line for line in out.splitlines() if "priority=" in line]
 
 
+def next_frame(url: str) -> dict:
+    """The live view's second frame (the first has no loads yet: they need two readings)."""
+    with urllib.request.urlopen(url, timeout=10) as events:
+        frames = 0
+        for line in events:
+            if line.startswith(b"data: "):
+                frames += 1
+                if frames == 2:
+                    return json.loads(line[6:])
+    raise AssertionError("the event stream ended")
+
+
 def wait_for(probe, timeout: float = 5.0):
     """`probe()` once it is true (the REST call returns when the message is sent, not when
     the switch has applied it), else its last value."""
@@ -46,10 +59,16 @@ def wait_for(probe, timeout: float = 5.0):
 
 def test_ryu_example_apps_as_plugins_on_a_fattree(tmp_path):
     out = tmp_path / "out"
-    with Testbed(SPEC, out=out) as tb:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        view_port = s.getsockname()[1]
+    with Testbed(SPEC, out=out, live_port=view_port) as tb:
         fab = tb.fabric()
         first = fab.ping_all()
         assert first["pairs"] == 240 and first["loss_pct"] == 0.0, first
+        # the live view of a fabric without classes: queues from the qdiscs over netlink
+        frame = next_frame(f"http://127.0.0.1:{view_port}/api/events")
+        assert frame["phase"] == "script" and len(frame["load"]) == 2 * len(fab.topo.links)
 
         # REST: Ryu's WSGI server on loopback only, at the port the fabric chose
         port = int(fab.rest_url.rsplit(":", 1)[1])

@@ -21,7 +21,9 @@ PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.flow
         # the parallel workers' layout, schedules, model descriptions and analytical model
         "testbed.workloads.parallel.layout", "testbed.workloads.parallel.schedule",
         "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",
-        "testbed.workloads.parallel.job")
+        "testbed.workloads.parallel.job",
+        # the live view's drawing of a fabric
+        "testbed.view.layout")
 # what the pure layers may not reach
 RUNTIME = ("testbed.net", "testbed.measure", "testbed.runner", "testbed.experiments",
            "testbed.results", "testbed.cli", "testbed.doctor", "testbed.resources",
