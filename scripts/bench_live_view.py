@@ -45,17 +45,16 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            todo += [int(c) for c in
-                     Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except OSError:
-            continue
+def with_arg(arg: str) -> list[int]:
+    """Processes whose command line holds `arg` (the browser's own user-data-dir)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if arg.encode() in (proc / "cmdline").read_bytes():
+                    out.append(int(proc.name))
+            except OSError:
+                continue
     return out
 
 
@@ -93,19 +92,20 @@ def run(spec: Path, out: Path, live: bool) -> dict:
                      .split("pid=")[1].split(",")[0])
         opts = webdriver.ChromeOptions()
         opts.binary_location = "/usr/bin/chromium"
+        profile = tempfile.mkdtemp(prefix="bench-live-")
         for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--window-size=1500,800",
-                    f"--user-data-dir={tempfile.mkdtemp()}"):
+                    "--disable-sync", "--window-size=1500,800", f"--user-data-dir={profile}"):
             opts.add_argument(arg)
-        service = Service("/usr/bin/chromedriver")
-        driver = webdriver.Chrome(service=service, options=opts)
-        browser_root = service.process.pid
+        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
         driver.get(f"http://127.0.0.1:{port}/")
+        browser: dict[int, float] = {}  # the browser's processes (they come and go)
         while proc.poll() is None:
             server_cpu = max(server_cpu, cpu_s([server]))
-            browser_cpu = max(browser_cpu, cpu_s(tree(browser_root)))
+            for pid in with_arg(profile):
+                browser[pid] = max(browser.get(pid, 0.0), cpu_s([pid]))
             time.sleep(1)
+        browser_cpu = sum(browser.values())
         frames = int(driver.execute_script("return document.body.dataset.frames || 0"))
         driver.quit()
     else:

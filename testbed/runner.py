@@ -40,8 +40,7 @@ from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results import timeline
 from .results.files import append_csv
 from .results.plots import draw_all
-from .system import TestbedError, congestion_controls, is_root, kernel_release, run
-from .view.server import port_free
+from .system import TestbedError, congestion_controls, is_root, kernel_release, port_free, run
 
 QOS_MECHANISMS = {
     "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/net/bpf/tbqos.bpf.c)",
@@ -302,7 +301,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     cpu.start()
     try:
         if live_port is not None:
-            start_view(out_dir, live_port, "live", record, log)
+            start_view(out_dir, live_port, record, log)
         yield ctx
     except (KeyboardInterrupt, Interrupted) as exc:
         status, error = "incomplete", f"interrupted ({str(exc) or 'SIGINT'})"
@@ -328,18 +327,17 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError(f"run {status}: {error} (results in {out_dir})")
 
 
-def start_view(out_dir: Path, port: int, mode: str, record: RunRecord | None,
+def start_view(out_dir: Path, port: int, record: RunRecord,
                log: Callable[[str], None]) -> subprocess.Popen:
     """The live view's server (testbed/view/server.py) in a process of its own, listening on
     127.0.0.1:`port`; its PID goes into the run's record, so the run's end and `testbed
     clean` stop it."""
     with open(out_dir / "view.log", "ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.view.server", f"--{mode}",
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.view.server", "--live",
                                  str(out_dir), "--port", str(port)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True, cwd=REPO_ROOT)
-    if record is not None:
-        record.add_pid(proc.pid, "live view")
+    record.add_pid(proc.pid, "live view")
     deadline = time.time() + 15
     while port_free(port) is None and time.time() < deadline:
         if proc.poll() is not None:

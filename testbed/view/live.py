@@ -1,17 +1,18 @@
 """The counters of a running fabric, read by the live view's own process (never the run's):
 the runner says which fabric is up in `live.json` (its topology, its dataplane's description,
 its Hedera directory); link loads come from the switch ports' byte counters in sysfs, queues,
-marks, drops and pauses from the BPF dataplane's shared memory (fabrics with classes) or the
-root qdisc's statistics over netlink (fabrics without), decisions and training progress from
+marks, drops and pauses from the BPF dataplane's shared memory (fabrics with classes) or one
+netlink dump of the ports' root qdiscs (fabrics without), decisions and training progress from
 the files the controller and the workers append to."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
-from testbed.measure.queues import qdisc_stats
 from testbed.net.dpapi import Dataplane
+from testbed.net.nlqdisc import root_queues
 from topologies.model import Topology
 
 from .frames import decision_name, link_loads, port_state, recent
@@ -70,7 +71,8 @@ class LiveSource:
         self.topo: Topology | None = None
         self.switch_ports: list[str] = []
         self.dp: Dataplane | None = None
-        self.ipr = None
+        self.nl: socket.socket | None = None
+        self.seq = 0
         self.index: dict[str, int] = {}
         self.last: tuple[float, dict[str, tuple[int, int]]] | None = None
         self.decisions: list[dict] = []
@@ -123,18 +125,21 @@ class LiveSource:
                 if state:
                     ports[p["ifname"]] = state
             return ports
-        from pyroute2 import IPRoute
-        if self.ipr is None:
-            self.ipr = IPRoute()
+        if self.nl is None:  # a fabric without classes: its ports' root qdiscs
+            self.nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            self.nl.bind((0, 0))
             self.index = {}
             for name in self.switch_ports:
-                found = self.ipr.link_lookup(ifname=name)
-                if found:
-                    self.index[name] = found[0]
+                try:
+                    self.index[name] = int(Path(f"/sys/class/net/{name}/ifindex").read_text())
+                except (OSError, ValueError):
+                    continue
+        self.seq += 1
+        roots = root_queues(self.nl, self.seq)
         for name, idx in self.index.items():
-            st = qdisc_stats(self.ipr, idx)
-            if st:
-                state = port_state(st["backlog"], 0, st["drops"], False)
+            if idx in roots:
+                backlog, _, drops = roots[idx]
+                state = port_state(backlog, 0, drops, False)
                 if state:
                     ports[name] = state
         return ports
@@ -179,7 +184,7 @@ class LiveSource:
     def close(self) -> None:
         if self.dp is not None:
             self.dp.close()
-        if self.ipr is not None:
-            self.ipr.close()
-        self.dp, self.ipr, self.topo, self.layout, self.last = None, None, None, None, None
+        if self.nl is not None:
+            self.nl.close()
+        self.dp, self.nl, self.topo, self.layout, self.last = None, None, None, None, None
         self.hedera = None
