@@ -205,3 +205,22 @@ def host_route_changes(installed: Plan, new: Plan) -> dict[str, list[str]]:
         if (host, dst) not in want and route.via:
             out.setdefault(host, []).append(f"route del {dst}/32")
     return out
+
+
+ROUTING_MODES = ("ecmp", "single")  # what a running fabric may be switched between
+
+
+def command_error(cmd: dict, mode: str, relay: bool) -> str | None:
+    """Why the routing app cannot carry out `cmd` on a fabric routed by `mode` (None: it
+    can). Only a change of routing mode is known: ECMP and a single path, on a switched
+    fabric whose paths the router alone decides (not Hedera's, not a relay fabric's)."""
+    if cmd.get("op") != "routing":
+        return f"unknown command {cmd.get('op')!r} (known: routing)"
+    target = cmd.get("mode")
+    if target not in ROUTING_MODES:
+        return f"routing mode {target!r}: one of {', '.join(ROUTING_MODES)}"
+    if relay:
+        return "a relay fabric's servers route for themselves (BCube): its mode stays"
+    if mode not in ROUTING_MODES:
+        return f"the fabric is routed by {mode}, whose scheduler owns the paths: its mode stays"
+    return None

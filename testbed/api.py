@@ -177,6 +177,13 @@ class LiveFabric:
         self._alive("its network")
         self.fabric.set_ports(ports, up)
 
+    def set_routing(self, mode: str) -> dict:
+        """Route the fabric by `mode` ("ecmp" or "single") from now on, while traffic runs:
+        the controller replans and sends only the difference, in an order that never loops
+        a packet. Returns its answer: changes, switches, how long it took to decide."""
+        self._alive("its controller")
+        return self.fabric.set_routing(mode)
+
     def dataplane(self):
         """The traffic-class dataplane (a spec or fabric with `qos`): queues, marks, drops
         and pauses per port and class, ECN and PFC settings (testbed/net/dpapi.py)."""

@@ -58,8 +58,11 @@ class FabricRouting(RyuApp):
         self.ready: dict[int, float] = {}
         self.counters: dict[int, dict[str, int]] = {}
         self.started = time.time()
+        self.commands: list[dict] = []  # the runner's commands carried out (or refused)
         self._write_state()
         hub.spawn(self._state_writer)
+        if self.config.commands_jsonl:
+            hub.spawn(self._command_reader, Path(self.config.commands_jsonl))
 
     # ---- switch setup ---------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -185,7 +188,21 @@ class FabricRouting(RyuApp):
         if was == is_down:
             return
         (self.down.add if is_down else self.down.discard)((node, port))
-        new = recovery.replan(self.topo, self.mode, self.down, self.plan, **self.plan_args)
+        todo, unsent = self.replan(self.mode)
+        self.reroutes.append({"time": t0, "port": f"{node}-eth{port}", "down": is_down,
+                              "ports_down": len(self.down), "changes": len(todo),
+                              "switches": len({c.dpid for c in todo}), "unsent": unsent,
+                              "decided_s": round(time.time() - t0, 4)})
+        self.logger.info("port %s-eth%s %s: %d changes on %d switches", node, port,
+                         "down" if is_down else "up", len(todo), len({c.dpid for c in todo}))
+        self._write_state()
+
+    def replan(self, mode: str) -> tuple[list, int]:
+        """Plan `mode` on the fabric as it is (without the ports that are down), send the
+        difference from the installed plan (`recovery.changes`: in an order that never
+        loops a packet) with a barrier per switch, and install it; the changes and how many
+        could not be sent (a switch not connected)."""
+        new = recovery.replan(self.topo, mode, self.down, self.plan, **self.plan_args)
         todo = recovery.changes(self.plan, new, recovery.degraded(self.topo, self.down))
         unsent = 0
         for change in todo:
@@ -199,12 +216,45 @@ class FabricRouting(RyuApp):
             if dp is not None:
                 dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         self.set_plan(new)
-        self.reroutes.append({"time": t0, "port": f"{node}-eth{port}", "down": is_down,
-                              "ports_down": len(self.down), "changes": len(todo),
-                              "switches": len({c.dpid for c in todo}), "unsent": unsent,
-                              "decided_s": round(time.time() - t0, 4)})
-        self.logger.info("port %s-eth%s %s: %d changes on %d switches", node, port,
-                         "down" if is_down else "up", len(todo), len({c.dpid for c in todo}))
+        return todo, unsent
+
+    # ---- the runner's commands -------------------------------------------------------
+    def _command_reader(self, path: Path):
+        offset, partial = 0, ""
+        while True:
+            hub.sleep(0.1)
+            try:
+                with open(path) as fh:
+                    fh.seek(offset)
+                    text = fh.read()
+                    offset = fh.tell()
+            except OSError:
+                continue  # nothing asked yet
+            lines = (partial + text).split("\n")
+            partial = lines.pop()
+            for line in lines:
+                if line.strip():
+                    self.command(json.loads(line))
+
+    def command(self, cmd: dict) -> None:
+        """Carry out one of the runner's commands (recovery.command_error says which it may
+        not) and answer in the state file."""
+        t0 = time.time()
+        relay = any(h.relay for h in self.topo.hosts)
+        error = recovery.command_error(cmd, self.mode, relay)
+        done = {"id": cmd.get("id"), "time": t0, "op": cmd.get("op"), "mode": cmd.get("mode")}
+        if error:
+            done["error"] = error
+        else:
+            before = self.mode
+            todo, unsent = self.replan(cmd["mode"])
+            self.mode = cmd["mode"]
+            done.update(changes=len(todo), switches=len({c.dpid for c in todo}),
+                        unsent=unsent, decided_s=round(time.time() - t0, 4))
+            self.reroutes.append({"time": t0, "routing": f"{before} -> {self.mode}",
+                                  "changes": len(todo), "unsent": unsent})
+            self.logger.info("routing %s -> %s: %d changes", before, self.mode, len(todo))
+        self.commands.append(done)
         self._write_state()
 
     def set_plan(self, new: routing.Plan) -> None:
@@ -251,7 +301,8 @@ class FabricRouting(RyuApp):
                  "counters": {str(k): v for k, v in sorted(self.counters.items())},
                  "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
                  "reroutes": self.reroutes, "resync": self.config.resync,
-                 "resyncs": self.resyncs, "plugin_guard": plugin_guard.report()}
+                 "resyncs": self.resyncs, "plugin_guard": plugin_guard.report(),
+                 "commands": self.commands}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)

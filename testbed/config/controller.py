@@ -162,7 +162,10 @@ class ControllerConfig:
     `resync`: the controller is a restart, and its switches kept their tables: it reads
     them and sends only the difference from its plan, instead of clearing them.
     `fast_failover` is the spec's (`ControllerSpec`). `jobs_dir`: the phase runs training
-    jobs side by side under a cross-job policy (the jobs app; controllers/jobpolicy.py)."""
+    jobs side by side under a cross-job policy (the jobs app; controllers/jobpolicy.py).
+    `commands_jsonl`: a file the runner appends commands to while the phase runs, one JSON
+    object a line (`{"id": 1, "op": "routing", "mode": "single"}`: route the fabric another
+    way now); the routing app carries each out and answers in its state file (`commands`)."""
     topology_json: str
     state_json: str
     routing: Literal["ecmp", "single", "hedera"]
@@ -175,6 +178,7 @@ class ControllerConfig:
     resync: bool = False
     fast_failover: bool = False
     jobs_dir: str | None = None
+    commands_jsonl: str | None = None  # what the runner asks while the phase runs (below)
 
     @property
     def per_flow(self) -> bool:

@@ -8,6 +8,7 @@ from the same translation (topologies/mnplan.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import subprocess
 import threading
@@ -174,7 +175,10 @@ class Fabric:
             fast_failover=self.fast_failover,
             dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
             status_dir=str(self.qos_status_dir) if self.qos_plane else None,
-            jobs_dir=str(self.jobs_dir) if self.jobs else None)
+            jobs_dir=str(self.jobs_dir) if self.jobs else None,
+            commands_jsonl=str(self.commands_jsonl))
+        self.commands_jsonl.unlink(missing_ok=True)
+        self.commands_sent = 0
         self.controller = ControllerProcess(
             ControllerLaunch(config=config,
                              config_path=self.out_dir / "controller" / f"{self.slug}.json",
@@ -439,6 +443,36 @@ class Fabric:
         rtts = [float(line.split("time=")[1].split()[0]) for line in out.splitlines()
                 if "time=" in line]
         return statistics.median(rtts[1:]) / 1000 if len(rtts) > 1 else None
+
+    @property
+    def commands_jsonl(self) -> Path:
+        """Where the runner asks the controller for changes while the phase runs."""
+        return self.out_dir / "controller" / f"{self.slug}-commands.jsonl"
+
+    def set_routing(self, mode: str, timeout: float = 10.0) -> dict:
+        """Route the fabric by `mode` (ecmp or single) from now on: the controller replans
+        and sends the difference while traffic runs (controllers/apps/routing_app.py); its
+        answer (changes, switches, how long it took to decide), or TestbedError with why it
+        would not."""
+        self.commands_sent += 1
+        cmd_id = self.commands_sent
+        with open(self.commands_jsonl, "a") as fh:
+            fh.write(json.dumps({"id": cmd_id, "op": "routing", "mode": mode,
+                                 "time": time.time()}) + "\n")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            done = [c for c in self.controller_state().get("commands", [])
+                    if c.get("id") == cmd_id]
+            if done:
+                if "error" in done[0]:
+                    raise TestbedError(f"routing {mode}: {done[0]['error']}")
+                self.routing = mode
+                return done[0]
+            if self.controller is not None and not self.controller.alive():
+                raise TestbedError("routing: the controller is not running")
+            time.sleep(0.05)
+        raise TestbedError(f"routing {mode}: the controller did not answer within "
+                           f"{timeout:g} s; see {self.out_dir / 'controller.log'}")
 
     def set_ports(self, ports: list[tuple[str, int]] | tuple[tuple[str, int], ...],
                   up: bool) -> None:

@@ -5,6 +5,7 @@
                            or the port's qdisc backlog and drops
     paths SRC DST          the equal-cost paths between two hosts (ECMP puts each flow on one)
     ports                  the switch ports that are down
+    routing [ecmp|single]  the fabric's routing mode, or route it another way from now on
 
 Ctrl-D or `exit` leaves, and the caller tears down what it built."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mininet.log import output
 
 from topologies.graph import shortest_paths
 
+from ..errors import TestbedError
 from ..system import run
 
 
@@ -66,3 +68,18 @@ class TestbedCLI(CLI):
         down = sorted(self.live.fabric.ports_down)
         output(("down: " + ", ".join(f"{n}-eth{p}" for n, p in down) if down
                 else "every port is up") + "\n")
+
+    def do_routing(self, line: str) -> None:
+        """routing [ecmp|single]: the fabric's routing mode, or switch it while traffic runs
+        (the controller replans and sends only the difference)."""
+        mode = line.strip()
+        if not mode:
+            output(f"routing {self.live.fabric.routing}\n")
+            return
+        try:
+            done = self.live.set_routing(mode)
+        except TestbedError as exc:
+            output(f"{exc}\n")
+            return
+        output(f"routing {mode}: {done['changes']} changes on {done['switches']} switches, "
+               f"decided in {done['decided_s'] * 1000:.1f} ms\n")

@@ -263,3 +263,16 @@ def test_bcube_servers_route_around_a_failed_link(mode):
     ip = topo.host(server).ip
     assert all(f"route del {ip}/32" in v for h, v in gone.items() if h != server)
     assert len(gone) == len(topo.hosts)  # and its own routes go too
+
+
+def test_commands_a_running_fabric_may_be_given():
+    from controllers.recovery import command_error
+    assert command_error({"op": "routing", "mode": "single"}, "ecmp", relay=False) is None
+    assert command_error({"op": "routing", "mode": "ecmp"}, "single", relay=False) is None
+    assert "one of ecmp, single" in command_error({"op": "routing", "mode": "x"}, "ecmp",
+                                                  relay=False)
+    assert "unknown command" in command_error({"op": "reboot"}, "ecmp", relay=False)
+    assert "route for themselves" in command_error({"op": "routing", "mode": "single"},
+                                                   "ecmp", relay=True)
+    assert "scheduler owns" in command_error({"op": "routing", "mode": "single"}, "hedera",
+                                             relay=False)
