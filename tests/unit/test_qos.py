@@ -201,7 +201,7 @@ def test_netlink_queue_stats_are_parsed():
     stats2 = struct.pack("HH", 4 + len(inner), 7) + inner       # TCA_STATS2
     kind = struct.pack("HH", 8, 1) + b"tbf\0"
     data = kind + stats2
-    assert _stats_queue(data, 0, len(data)) == (10598, 7)
+    assert _stats_queue(data, 0, len(data)) == (10598, 7, 3)  # backlog, qlen, drops
 
 
 def test_marks_below_k_and_time_weighted_percentiles():
