@@ -207,8 +207,10 @@ def _jsonl(paths: list[Path]) -> list[dict]:
 
 
 def build(out_dir: Path) -> dict | None:
-    """The run's timeline from its files, or None for a run with neither training nor
-    sampled queues nor PFC events (a reachability or permutation run)."""
+    """The run's timeline from its files, or None for a run with neither training, nor
+    traffic classes, nor sampled queues, nor PFC events (a reachability or permutation run).
+    A phase with classes whose experiment did not sample its queues (`priority`) gets its
+    decisions and CPU."""
     manifest = json.loads((out_dir / "manifest.json").read_text())
     c = manifest.get("clock")
     if not c:
@@ -218,7 +220,8 @@ def build(out_dir: Path) -> dict | None:
     queues = sorted((out_dir / "timeline").glob("*-queues.csv"))
     loads = sorted((out_dir / "timeline").glob("*-loads.csv"))
     pfc = sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
-    if not (traces or queues or pfc):
+    qos = any(phase.get("qos") for phase in manifest.get("phases", {}).values())
+    if not (traces or queues or pfc or qos):
         return None
     events: list[dict] = []
     for i, path in enumerate(traces):

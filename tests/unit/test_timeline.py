@@ -102,3 +102,16 @@ def test_queue_rows_keep_each_bins_deepest_sample():
     rows = timeline_queue_rows(100.0, samples, {3: "e1-eth1"})
     # bin 0: deepest 5000, the last sample's packets and counters; bin 1: the drain
     assert rows == [[100.001, "e1-eth1", 0, 5000, 2, 2, 0], [100.012, "e1-eth1", 0, 0, 0, 2, 0]]
+
+
+def test_a_run_with_classes_but_no_samples_gets_its_cpu_and_decisions(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({
+        "clock": {"unix_s": UNIX0, "monotonic_s": MONO0, "cpu_t0_unix_s": UNIX0},
+        "phases": {"priority strict": {"qos": {"classes": []}}}}))
+    append_csv(out / "metrics" / "cpu.csv", ["t_s", "machine_busy_fraction",
+                                              "ovs_thread_core_fraction", "ovs_rx_backlog_bytes"],
+               [[0.5, 0.4, 0.2, 0]])
+    events = json.loads(timeline.write(out).read_text())["traceEvents"]
+    assert [e["ts"] for e in events if e["ph"] == "C"] == [500_000.0]
