@@ -28,7 +28,7 @@ from typing import Any
 
 from topologies.model import Topology
 
-from .config.loader import from_data
+from .config.loader import registered
 from .config.qos import QosConfig
 from .config.spec import ExperimentSpec, Spec, check, load, loads
 from .errors import TestbedError
@@ -271,12 +271,15 @@ class Testbed:
         tables in metrics/, its plots, and its headline and warnings in summary.json, which
         it also returns. A fabric built with `fabric()` is torn down first."""
         ctx = self._context()
-        spec = from_data(ExperimentSpec, exp, "experiment") if isinstance(exp, dict) else exp
+        spec = registered(ExperimentSpec, exp, "experiment") if isinstance(exp, dict) else exp
         spec.check_common("experiment")
         spec.check("experiment", self.spec, self.topo)
         if self._fabric is not None:
             self._fabric.close()
             self._fabric = None
+        # the session's spec lists it, as a spec file would: the manifest says what ran, and
+        # an experiment numbers its rows by its place among the spec's experiments
+        ctx.spec = dataclasses.replace(ctx.spec, experiments=[*ctx.spec.experiments, spec])
         outcome = EXPERIMENTS[spec.type].run(ctx, spec)
         key = f"{len(ctx.results)}:{spec.type}"
         ctx.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings}

@@ -58,7 +58,7 @@ def convert(tp: Any, value: Any, path: str) -> Any:
                     convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
         return dict(value)
     if isinstance(tp, type) and isinstance(getattr(tp, "registry", None), dict):
-        return _registered(tp, value, path)
+        return registered(tp, value, path)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_data(tp, value, path)
     if tp is float:
@@ -94,7 +94,9 @@ def _key(tp: Any, key: Any) -> Any:
     return key
 
 
-def _registered(base: type, data: Any, path: str) -> Any:
+def registered(base: type, data: Any, path: str) -> Any:
+    """An instance of the type registered under `data['type']` in `base.registry` (an
+    experiment's spec type)."""
     registry: dict[str, type] = base.registry  # type: ignore[attr-defined]
     if not isinstance(data, dict) or "type" not in data:
         raise SpecError(f"{path}.type: required (one of {', '.join(registry)})")

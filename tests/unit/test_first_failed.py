@@ -32,3 +32,11 @@ def test_otherwise_the_earliest_error(tmp_path):
     write(tmp_path, 3, "RuntimeError: Timed out", 60.0)
     assert first_failed(tmp_path, [0, 1, 2, 3]) == 3
     assert first_failed(tmp_path, [0, 1, 2]) == 2
+
+
+def test_a_failure_that_only_blames_a_peer_waits_for_the_peer():
+    from testbed.experiments.training.run import FAILURE_GRACE_S, settled
+    assert not settled([True], running=True, waited_s=0.0)  # the peer may still be exiting
+    assert settled([True, False], running=True, waited_s=0.0)  # one failed on its own
+    assert settled([True], running=False, waited_s=0.0)  # nobody left to wait for
+    assert settled([True], running=True, waited_s=FAILURE_GRACE_S)  # not forever

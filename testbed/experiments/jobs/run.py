@@ -23,7 +23,7 @@ from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
 from ..training.analysis import read_records
 from ..training.model import cpu_bound_verdict, host_link, place_on
-from ..training.run import Background, failure_key, rank_failure
+from ..training.run import Background, failure_key, rank_failure, settled
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,
@@ -183,6 +183,7 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
                 procs.append((m, rank, host, fab.start_process(
                     host, argv, f"job {m.name} rank {rank} in {host}",
                     m.dir / f"rank{rank}.log")))
+        failed_at: float | None = None
         while True:
             if not started and all(read_progress(m.dir / "progress.json") is not None
                                    for m in members):
@@ -193,6 +194,11 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
             codes = [(m, rank, host, p.poll()) for m, rank, host, p in procs]
             failed = [f for f in codes if f[3] not in (None, 0)]
             if failed:  # the first to fail by its own fault, not the first listed
+                failed_at = failed_at or time.time()
+                if not settled([failure_key(f[0].dir, f[1])[0] for f in failed],
+                               any(f[3] is None for f in codes), time.time() - failed_at):
+                    time.sleep(0.1)
+                    continue
                 m, rank, host, code = min(failed, key=lambda f: failure_key(f[0].dir, f[1]))
                 raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
                                    f"(exit {code}); every job was stopped: "

@@ -114,11 +114,17 @@ def run_processes(fab: Phase, placement: Placement, job_dir: Path,
                                                     f"training {role} rank {rank} in {host}",
                                                     job_dir / f"rank{rank}.log")))
         deadline = time.time() + timeout_s
+        failed_at: float | None = None
         while True:
             mem_low = min(mem_low, _mem_available())
             codes = [(rank, host, p.poll()) for rank, host, p in procs]
             failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
             if failed:
+                failed_at = failed_at or time.time()
+                if not settled([failure_key(job_dir, r)[0] for r, _, _ in failed],
+                               any(c is None for _, _, c in codes), time.time() - failed_at):
+                    time.sleep(0.1)
+                    continue
                 first = first_failed(job_dir, [r for r, _, _ in failed])
                 rank, host, code = next(f for f in failed if f[0] == first)
                 why = rank_failure(job_dir, rank)
@@ -149,6 +155,18 @@ def failure_key(job_dir: Path, rank: int) -> tuple[bool, float, int]:
     err = job_dir / f"rank{rank}.error"
     text = err.read_text(errors="replace") if err.exists() else ""
     return (any(p in text for p in PEER_GONE), error_time(job_dir, rank), rank)
+
+
+FAILURE_GRACE_S = 2.0  # how long ranks that only say a peer went away wait for the peer's exit
+
+
+def settled(peer_gone: list[bool], running: bool, waited_s: float) -> bool:
+    """Whether the failed ranks (`peer_gone`: each only says a peer went away) can be told
+    apart now: one failed by its own fault, or none is still running, or FAILURE_GRACE_S
+    has passed since the first failure. Under a partition a rank's "closed by peer" can end
+    its process before the rank that timed out has ended its own (seen in CI: the job was
+    named after the neighbour)."""
+    return not all(peer_gone) or not running or waited_s >= FAILURE_GRACE_S
 
 
 def first_failed(job_dir: Path, ranks: list[int]) -> int:
