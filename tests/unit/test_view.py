@@ -65,6 +65,13 @@ def test_a_finished_runs_frames_from_its_files(tmp_path):
                ["time_ns", "node", "port", "class", "event", "upstream_port"],
                [[int((mono0 + 2.0) * 1e9), "h1", "h1-eth0", 0, "pause", port],
                 [int((mono0 + 2.2) * 1e9), "h1", "h1-eth0", 0, "resume", port]])
+    (out / "training" / "job-a").mkdir(parents=True)  # two iterations, ended at 1.6 and 2.6 s
+    (out / "training" / "job-a" / "rank0.jsonl").write_text(
+        "".join(json.dumps({"iter": i, "t_sync_end": mono0 + t}) + "\n"
+                for i, t in enumerate((1.6, 2.6))))
+    (out / "hedera" / "p1").mkdir(parents=True)
+    (out / "hedera" / "p1" / "hedera_decisions.jsonl").write_text(json.dumps(
+        {"t": t0 + 2.1, "flow": "h1/h2", "path": ["h1", "l1", "sp1", "l2", "h2"]}) + "\n")
     assert phases_of([json.loads(line) for line in
                       (out / "events.jsonl").read_text().splitlines()])[0]["t_end"] == t0 + 3
     run = replay(out)
@@ -75,5 +82,8 @@ def test_a_finished_runs_frames_from_its_files(tmp_path):
     assert frames[1.5]["ports"][port] == {"q": 30_000, "marks": 3, "drops": 0, "paused": 0}
     assert frames[2.0]["ports"][port]["paused"] == 1
     assert frames[2.5]["ports"][port] == {"q": 0, "marks": 3, "drops": 0, "paused": 0}
+    assert [frames[t]["jobs"]["training/job-a"] for t in (1.5, 2.0, 3.0)] == [0, 1, 2]
+    assert frames[2.0]["moves"] == [] and frames[2.25]["moves"] == [
+        {"t": pytest.approx(2.1), "name": "hedera moved h1/h2 via l1-sp1-l2"}]
     # the last sample is at 2.98 s: of the step 2.75-3.0 s, 0.23 s carried traffic
     assert frames[3.0]["load"][port] == pytest.approx(0.92, abs=0.01)
