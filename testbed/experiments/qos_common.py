@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.results.files import read_rows
+from testbed.results.pfc import pause_intervals
 from testbed.results.plots import pyplot, save
 from testbed.results.stats import percentile_or_none
 
@@ -31,21 +32,6 @@ def class_queue_rows(dp: Dataplane, samples: list[Any], phase: str) -> list[list
              s.marks, s.drops] for s in samples]
 
 
-def pause_intervals(rows: list[dict]) -> dict[tuple[str, str, str], list[tuple[int, int]]]:
-    """(upstream port, paused ingress port, class) -> [(pause_ns, resume_ns)] from the PFC
-    app's event log: a pause opens an interval (a repeated pause does not reopen it), the
-    next resume (an XON or the watchdog's) closes it."""
-    open_at: dict[tuple[str, str, str], int] = {}
-    spans: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
-    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
-        key = (r["upstream_port"], r["port"], r["class"])
-        if r["event"] == "pause":
-            open_at.setdefault(key, int(r["time_ns"]))
-        elif r["event"].startswith("resume") and key in open_at:
-            spans.setdefault(key, []).append((open_at.pop(key), int(r["time_ns"])))
-    return spans
-
-
 def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None) -> dict:
     """Pause counts per port and the pause mechanism's reaction time, from the PFC app's
     event log (controllers/apps/pfc_app.py)."""
@@ -65,9 +51,9 @@ def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None
         key = f"{r['upstream_port']}->{r['port']}"
         per_port[key] = per_port.get(key, 0) + 1
     paused_ns: dict[str, int] = {}
-    for (upstream, port, _), spans in pause_intervals(rows).items():
+    for (upstream, port, _), spans in pause_intervals(rows)[0].items():
         key = f"{upstream}->{port}"
-        paused_ns[key] = paused_ns.get(key, 0) + sum(end - start for start, end in spans)
+        paused_ns[key] = paused_ns.get(key, 0) + sum(end - start for start, end, _ in spans)
     paused_ms = {key: round(ns / 1e6, 3) for key, ns in paused_ns.items()}
 
     def pct(values: list, q: float) -> float | None:
@@ -131,8 +117,8 @@ def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
             continue
         t0 = min(int(r["time_ns"]) for r in rows)
         spans = {f"{up}→{port}/c{cls}": [((a - t0) / 1e9, max((b - a) / 1e9, 1e-4))
-                                         for a, b in intervals]
-                 for (up, port, cls), intervals in pause_intervals(rows).items()}
+                                         for a, b, _ in intervals]
+                 for (up, port, cls), intervals in pause_intervals(rows)[0].items()}
         fig, ax = plt.subplots(figsize=(9, 0.5 + 0.4 * len(spans)))
         for i, (_, sp) in enumerate(sorted(spans.items())):
             ax.broken_barh(sp, (i - 0.4, 0.8), color="tab:red")

@@ -23,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .files import read_rows
+from .pfc import pause_intervals
 
 LOAD_BIN_S = 0.1  # link load: bytes enqueued per 100 ms
 
@@ -124,24 +125,20 @@ def load_events(rows: list[dict], clock: Clock, bin_s: float = LOAD_BIN_S) -> li
 def pause_events(rows: list[dict], clock: Clock) -> list[dict]:
     """Slices from `pfc_events.csv` rows: each transmitter and class from its pause to its
     resume (a pause still in effect at the last event ends there)."""
+    closed, still_open = pause_intervals(rows)
+    last = clock.monotonic_us(max((int(r["time_ns"]) for r in rows), default=0) / 1e9)
     out = []
     tids: dict[str, int] = {}
-    open_at: dict[str, float] = {}
-    last = 0.0
-    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
-        ts = clock.monotonic_us(int(r["time_ns"]) / 1e9)
-        last = max(last, ts)
-        key = f"{r['upstream_port']} c{r['class']}"
-        if r["event"] == "pause" and key not in open_at:
-            open_at[key] = ts
-        elif r["event"].startswith("resume") and key in open_at:
-            start = open_at.pop(key)
-            tid = tids.setdefault(key, len(tids) + 1)
+    for (upstream, port, cls), spans in closed.items():
+        tid = tids.setdefault(f"{upstream} c{cls}", len(tids) + 1)
+        for start_ns, end_ns, event in spans:
+            start, end = clock.monotonic_us(start_ns / 1e9), clock.monotonic_us(end_ns / 1e9)
             out.append({"ph": "X", "pid": PID["pfc"], "tid": tid, "name": "paused",
-                        "cat": "pfc", "ts": start, "dur": round(ts - start, 1),
-                        "args": {"by": r["port"], "event": r["event"]}})
-    for key, start in open_at.items():
-        tid = tids.setdefault(key, len(tids) + 1)
+                        "cat": "pfc", "ts": start, "dur": round(end - start, 1),
+                        "args": {"by": port, "event": event}})
+    for (upstream, _, cls), start_ns in still_open.items():
+        tid = tids.setdefault(f"{upstream} c{cls}", len(tids) + 1)
+        start = clock.monotonic_us(start_ns / 1e9)
         out.append({"ph": "X", "pid": PID["pfc"], "tid": tid, "name": "paused (no resume)",
                     "cat": "pfc", "ts": start, "dur": round(last - start, 1), "args": {}})
     for key, tid in tids.items():

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.results.files import read_rows
+from testbed.results.pfc import pause_intervals
 from topologies.model import Topology, ifname
 
 STEP_S = 0.25  # the page updates 4 times a second, live or replayed
@@ -145,19 +146,14 @@ def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
         for r in sorted(read_rows(path), key=lambda r: float(r["t_unix_s"])):
             per_class[r["port"]][int(r["class"])] = int(r["enq_cum_bytes"])
             sent[r["port"]][float(r["t_unix_s"]) - t0] = sum(per_class[r["port"]].values())
-    pauses: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    opened: dict[tuple[str, str], float] = {}
+    pauses: dict[str, list[tuple[float, float]]] = defaultdict(list)  # per upstream port
     pfc_rows = [r for p in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
                 for r in read_rows(p)]
-    for r in sorted(pfc_rows, key=lambda r: int(r["time_ns"])):
-        t = int(r["time_ns"]) / 1e9 - mono0
-        key = (r["upstream_port"], r["class"])
-        if r["event"] == "pause":
-            opened.setdefault(key, t)
-        elif r["event"].startswith("resume") and key in opened:
-            pauses[r["upstream_port"]].append((opened.pop(key), t))
-    for (port, _), start in opened.items():
-        pauses[port].append((start, float("inf")))
+    closed, still_open = pause_intervals(pfc_rows)
+    for (upstream, _, _), spans in closed.items():
+        pauses[upstream] += [(a / 1e9 - mono0, b / 1e9 - mono0) for a, b, _ in spans]
+    for (upstream, _, _), start_ns in still_open.items():
+        pauses[upstream].append((start_ns / 1e9 - mono0, float("inf")))
     decisions = [{"t": rec["t"] - t0, "name": decision_name(rec)}
                  for path in sorted(out_dir.glob("hedera/*/hedera_decisions.jsonl"))
                  for rec in _jsonl(path) if "t" in rec and "flow" in rec]
