@@ -8,6 +8,7 @@ the union of both headers (missing cells empty). Nothing a run measured is overw
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 
@@ -15,6 +16,19 @@ def read_rows(path: Path) -> list[dict]:
     """A CSV table as dicts (header -> cell)."""
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines log as dicts; a line cut short by a crash (or still being written) is
+    left out, and a log that does not exist is empty."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
 
 
 def append_csv(path: Path, header: list[str], rows: list[list]) -> Path:

@@ -22,7 +22,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .files import read_rows
+from .files import read_jsonl, read_rows
 from .pfc import pause_intervals
 
 LOAD_BIN_S = 0.1  # link load: bytes enqueued per 100 ms
@@ -98,17 +98,23 @@ def queue_events(rows: list[dict], clock: Clock) -> list[dict]:
     return out
 
 
-def load_events(rows: list[dict], clock: Clock, bin_s: float = LOAD_BIN_S) -> list[dict]:
-    """Counters from `*-loads.csv` rows: each port's rate over `bin_s` bins, from the bytes
-    its classes enqueued (what the port was offered to send)."""
+def port_bytes(rows: list[dict]) -> dict[str, dict[float, int]]:
+    """Per port, the bytes its classes had enqueued so far at each sampling tick (Unix
+    time), from `*-loads.csv` rows (a class's row holds until its next)."""
     per_port: dict[str, dict[int, int]] = defaultdict(dict)  # port -> class -> bytes so far
     series: dict[str, dict[float, int]] = defaultdict(dict)  # port -> time -> bytes so far
     for r in sorted(rows, key=lambda r: float(r["t_unix_s"])):
         port = r["port"]
         per_port[port][int(r["class"])] = int(r["enq_cum_bytes"])
         series[port][float(r["t_unix_s"])] = sum(per_port[port].values())  # a tick's last
+    return series
+
+
+def load_events(rows: list[dict], clock: Clock, bin_s: float = LOAD_BIN_S) -> list[dict]:
+    """Counters from `*-loads.csv` rows: each port's rate over `bin_s` bins, from the bytes
+    its classes enqueued (what the port was offered to send)."""
     out = []
-    for port, by_time in series.items():
+    for port, by_time in port_bytes(rows).items():
         points = list(by_time.items())
         t_bin, b_bin = points[0]
         for t, b in points[1:]:
@@ -192,17 +198,6 @@ def cpu_events(rows: list[dict], t0_unix: float, clock: Clock) -> list[dict]:
                       "ovs_thread": float(r["ovs_thread_core_fraction"])}} for r in rows]
 
 
-def _jsonl(paths: list[Path]) -> list[dict]:
-    out = []
-    for path in paths:
-        for line in Path(path).read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut by a crash
-    return out
-
-
 def build(out_dir: Path) -> dict | None:
     """The run's timeline from its files, or None for a run with neither training, nor
     traffic classes, nor sampled queues, nor PFC events (a reachability or permutation run).
@@ -229,10 +224,10 @@ def build(out_dir: Path) -> dict | None:
     for path in loads:
         events += load_events(read_rows(path), clock)
     events += pause_events([r for p in pfc for r in read_rows(p)], clock)
-    events_jsonl = out_dir / "events.jsonl"
-    events += decision_events(_jsonl([events_jsonl] if events_jsonl.exists() else []),
-                              _jsonl(sorted(out_dir.glob("hedera/*/hedera_decisions.jsonl"))),
-                              _jsonl(sorted(out_dir.glob("jobs/*/decisions.jsonl"))), clock)
+    events += decision_events(
+        read_jsonl(out_dir / "events.jsonl"),
+        [r for p in sorted(out_dir.glob("hedera/*/hedera_decisions.jsonl")) for r in read_jsonl(p)],
+        [r for p in sorted(out_dir.glob("jobs/*/decisions.jsonl")) for r in read_jsonl(p)], clock)
     cpu_csv = out_dir / "metrics" / "cpu.csv"
     if cpu_csv.exists() and "cpu_t0_unix_s" in c:
         events += cpu_events(read_rows(cpu_csv), c["cpu_t0_unix_s"], clock)

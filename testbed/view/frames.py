@@ -18,8 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from testbed.results.files import read_rows
+from testbed.results.files import read_jsonl, read_rows
 from testbed.results.pfc import pause_intervals
+from testbed.results.timeline import port_bytes
 from topologies.model import Topology, ifname
 
 STEP_S = 0.25  # the page updates 4 times a second, live or replayed
@@ -72,17 +73,6 @@ def decision_name(rec: dict) -> str:
 
 # ---- replay: a finished run's frames from its files --------------------------------------
 
-def _jsonl(path: Path) -> list[dict]:
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 def phases_of(events: list[dict]) -> list[dict]:
     """The run's fabrics in order: slug, label, start and end (seconds from the run's start
     on the Unix clock: `t0`), from the runner's phase_up and phase_down events."""
@@ -132,7 +122,7 @@ def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
     manifest = json.loads((out_dir / "manifest.json").read_text())
     clock = manifest.get("clock") or {}
     t0, mono0 = clock.get("unix_s", 0.0), clock.get("monotonic_s", 0.0)
-    phases = phases_of(_jsonl(out_dir / "events.jsonl"))
+    phases = phases_of(read_jsonl(out_dir / "events.jsonl"))
     # per switch port: change series of (queue, marks, drops) and of bytes sent
     queues: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for path in sorted((out_dir / "timeline").glob("*-queues.csv")):
@@ -141,11 +131,9 @@ def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
                 (float(r["t_unix_s"]) - t0, (int(r["qlen_bytes_max"]), int(r["marks_cum_pkts"]),
                                              int(r["drops_cum_pkts"]))))
     sent: dict[str, dict[float, int]] = defaultdict(dict)
-    per_class: dict[str, dict[int, int]] = defaultdict(dict)
-    for path in sorted((out_dir / "timeline").glob("*-loads.csv")):
-        for r in sorted(read_rows(path), key=lambda r: float(r["t_unix_s"])):
-            per_class[r["port"]][int(r["class"])] = int(r["enq_cum_bytes"])
-            sent[r["port"]][float(r["t_unix_s"]) - t0] = sum(per_class[r["port"]].values())
+    for path in sorted((out_dir / "timeline").glob("*-loads.csv")):  # one sampled phase each
+        for port, series in port_bytes(read_rows(path)).items():
+            sent[port].update((t - t0, b) for t, b in series.items())
     pauses: dict[str, list[tuple[float, float]]] = defaultdict(list)  # per upstream port
     pfc_rows = [r for p in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
                 for r in read_rows(p)]
@@ -156,11 +144,11 @@ def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
         pauses[upstream].append((start_ns / 1e9 - mono0, float("inf")))
     decisions = [{"t": rec["t"] - t0, "name": decision_name(rec)}
                  for path in sorted(out_dir.glob("hedera/*/hedera_decisions.jsonl"))
-                 for rec in _jsonl(path) if "t" in rec and "flow" in rec]
+                 for rec in read_jsonl(path) if "t" in rec and "flow" in rec]
     jobs: dict[str, list[float]] = {}
     for path in sorted(out_dir.glob("**/rank*.jsonl")):
         job = str(path.parent.relative_to(out_dir))
-        ends = sorted(rec["t_sync_end"] - mono0 for rec in _jsonl(path) if "t_sync_end" in rec)
+        ends = sorted(rec["t_sync_end"] - mono0 for rec in read_jsonl(path) if "t_sync_end" in rec)
         if ends and job not in jobs:  # the job's first rank file that has iterations
             jobs[job] = ends
     queue_series = {port: [Series(points) for points in by_cls.values()]
