@@ -32,7 +32,7 @@ from .config.loader import registered
 from .config.qos import QosConfig
 from .config.spec import ExperimentSpec, Spec, check, load, loads
 from .errors import TestbedError
-from .experiments import EXPERIMENTS, reachability
+from .experiments import reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
 from .system import in_netns
@@ -280,10 +280,7 @@ class Testbed:
         # the session's spec lists it, as a spec file would: the manifest says what ran, and
         # an experiment numbers its rows by its place among the spec's experiments
         ctx.spec = dataclasses.replace(ctx.spec, experiments=[*ctx.spec.experiments, spec])
-        outcome = EXPERIMENTS[spec.type].run(ctx, spec)
-        key = f"{len(ctx.results)}:{spec.type}"
-        ctx.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings}
-        return ctx.results[key]
+        return ctx.run_experiment(spec)
 
     def fabric(self, label: str = "script", *, topo: Topology | None = None,
                routing: str | None = None, qos: QosConfig | None = None) -> LiveFabric:

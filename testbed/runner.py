@@ -24,7 +24,7 @@ from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
 from topologies.model import Topology, at_rate
 
-from .config.spec import Spec
+from .config.spec import ExperimentSpec, Spec
 from .experiments import EXPERIMENTS, csv_plots, dir_plots
 from .experiments.base import Outcome, slug
 from .measure import checks
@@ -78,6 +78,14 @@ class RunContext:
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
+
+    def run_experiment(self, exp: ExperimentSpec) -> dict:
+        """One experiment of the session's spec: its headline and warnings, kept for
+        summary.json under "<n>:<type>" (n: the experiments run before it)."""
+        outcome: Outcome = EXPERIMENTS[exp.type].run(self, exp)
+        key = f"{len(self.results)}:{exp.type}"
+        self.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings}
+        return self.results[key]
 
     def phase_slug(self, label: str) -> str:
         """The phase's name in file names, unique in the run: a second phase with the same
@@ -356,10 +364,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     with session(spec, topo, spec_text, out_dir, log, "`testbed run`", live_port) as ctx:
         for i, exp in enumerate(spec.experiments):
             log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
-            outcome: Outcome = EXPERIMENTS[exp.type].run(ctx, exp)
-            ctx.results[f"{i}:{exp.type}"] = {"headline": outcome.headline,
-                                              "warnings": outcome.warnings}
-            for w in outcome.warnings:
+            for w in ctx.run_experiment(exp)["warnings"]:
                 log(f"  warning: {w}")
     return ctx.out_dir
 
