@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterator
 
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLM_F_REQUEST, NLM_F_DUMP = 1, 0x300
@@ -27,26 +28,13 @@ class QdiscReader:
     def backlogs(self) -> dict[int, tuple[int, int]]:
         """{qdisc handle: (backlog bytes, qlen packets)} of every qdisc on the interface."""
         self.seq += 1
-        body = TCMSG.pack(0, 0, 0, self.ifindex, 0, 0, 0)
-        self.sock.send(struct.pack("IHHII", 16 + len(body), RTM_GETQDISC,
-                                   NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + body)
         out: dict[int, tuple[int, int]] = {}
-        while True:
-            data = self.sock.recv(65536)
-            off = 0
-            while off + 16 <= len(data):
-                length, mtype, _, seq, _ = struct.unpack_from("IHHII", data, off)
-                if length < 16:
-                    return out
-                if mtype in (NLMSG_DONE, NLMSG_ERROR):
-                    return out
-                if mtype == RTM_NEWQDISC and seq == self.seq:
-                    _, _, _, ifindex, handle, _, _ = TCMSG.unpack_from(data, off + 16)
-                    if ifindex == self.ifindex:
-                        q = _stats_queue(data, off + 16 + TCMSG.size, off + length)
-                        if q is not None:
-                            out[handle] = q[:2]
-                off += (length + 3) & ~3
+        for ifindex, handle, _, data, start, end in _dump(self.sock, self.seq, self.ifindex):
+            if ifindex == self.ifindex:
+                q = _stats_queue(data, start, end)
+                if q is not None:
+                    out[handle] = q[:2]
+        return out
 
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -55,23 +43,32 @@ TC_H_ROOT = 0xFFFFFFFF
 def root_queues(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int]]:
     """{ifindex: (backlog bytes, qlen packets, drops)} of every interface's root qdisc, from
     one dump (`sock`: a bound NETLINK_ROUTE socket; `seq`: a new sequence number)."""
-    body = TCMSG.pack(0, 0, 0, 0, 0, 0, 0)
+    out: dict[int, tuple[int, int, int]] = {}
+    for ifindex, _, parent, data, start, end in _dump(sock, seq):
+        if parent == TC_H_ROOT:
+            q = _stats_queue(data, start, end)
+            if q is not None:
+                out[ifindex] = q
+    return out
+
+
+def _dump(sock: socket.socket, seq: int,
+          ifindex: int = 0) -> Iterator[tuple[int, int, int, bytes, int, int]]:
+    """One RTM_GETQDISC dump: per qdisc message, its interface, handle and parent, and where
+    its attributes lie in the received data (parsed only by the callers that want them)."""
+    body = TCMSG.pack(0, 0, 0, ifindex, 0, 0, 0)
     sock.send(struct.pack("IHHII", 16 + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
                           seq, 0) + body)
-    out: dict[int, tuple[int, int, int]] = {}
     while True:
-        data = sock.recv(1 << 20)
+        data = sock.recv(65536)
         off = 0
         while off + 16 <= len(data):
             length, mtype, _, msg_seq, _ = struct.unpack_from("IHHII", data, off)
             if length < 16 or mtype in (NLMSG_DONE, NLMSG_ERROR):
-                return out
+                return
             if mtype == RTM_NEWQDISC and msg_seq == seq:
-                _, _, _, ifindex, _, parent, _ = TCMSG.unpack_from(data, off + 16)
-                if parent == TC_H_ROOT:
-                    q = _stats_queue(data, off + 16 + TCMSG.size, off + length)
-                    if q is not None:
-                        out[ifindex] = q
+                _, _, _, index, handle, parent, _ = TCMSG.unpack_from(data, off + 16)
+                yield index, handle, parent, data, off + 16 + TCMSG.size, off + length
             off += (length + 3) & ~3
 
 
