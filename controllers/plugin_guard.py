@@ -66,18 +66,13 @@ def flood_ports(topo: Topology) -> dict[int, tuple[int, ...]]:
     """Per switch (dpid), the ports a flood may leave by: its host ports and its links on a
     breadth-first spanning tree of the switches (from the best-connected switch, names
     breaking ties), so that no flood can come back to a switch it has left."""
-    adj: dict[str, list[tuple[str, int]]] = {s.name: [] for s in topo.switches}
-    tree: dict[str, set[int]] = {s.name: set() for s in topo.switches}
-    for link in topo.links:
-        for (node, port), (peer, _) in (link.ends(), link.ends()[::-1]):
-            if node not in adj:
-                continue
-            if peer in adj:
-                adj[node].append((peer, port))
-            else:
-                tree[node].add(port)  # a host port
-    for ports in adj.values():
-        ports.sort()
+    tree: dict[str, set[int]] = {}
+    adj: dict[str, list[tuple[str, int, int]]] = {}  # switch -> (peer switch, port, its port)
+    for sw in topo.switches:
+        ports = topo.ports_of(sw.name)
+        tree[sw.name] = {port for port, peer, _ in ports if topo.is_host(peer)}
+        adj[sw.name] = sorted((peer, port, peer_port) for port, peer, peer_port in ports
+                              if not topo.is_host(peer))
     seen: set[str] = set()
     for root in sorted(adj, key=lambda n: (-len(adj[n]), n)):
         if root in seen:
@@ -86,12 +81,12 @@ def flood_ports(topo: Topology) -> dict[int, tuple[int, ...]]:
         todo = deque([root])
         while todo:
             node = todo.popleft()
-            for peer, port in adj[node]:
+            for peer, port, peer_port in adj[node]:
                 if peer in seen:
                     continue
                 seen.add(peer)
                 tree[node].add(port)
-                tree[peer].add(next(p for n, p in adj[peer] if n == node))
+                tree[peer].add(peer_port)
                 todo.append(peer)
     return {s.dpid: tuple(sorted(tree[s.name])) for s in topo.switches}
 
