@@ -205,9 +205,8 @@ class LiveFabric:
                 continue
             for cls in range(n):
                 q = dp.queue(p["id"], cls)
-                # paused: the far end's ingress asks for a pause of this class (PFC XOFF)
                 out.append(PortClass(p["ifname"], cls, q.bytes, q.pkts, q.enq_pkts, q.drops,
-                                     q.marks, bool(dp.ingress(p["peer"], cls).paused)))
+                                     q.marks, dp.held(p["id"], cls)))
         return out
 
     def close(self) -> None:

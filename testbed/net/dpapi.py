@@ -199,6 +199,11 @@ class Dataplane:
         return IngressState(*qos.INGRESS.unpack_from(self._inq,
                                                      qos.slot(port, cls) * qos.INGRESS.size))
 
+    def held(self, port: int, cls: int) -> bool:
+        """Whether PFC holds this transmitter's class: the ingress at the other end of its
+        link asks for a pause (XOFF)."""
+        return bool(self.ingress(self.ports[port]["peer"], cls).paused)
+
     def clear_pause(self, port: int, cls: int) -> None:
         """Mark a switch ingress port's class as no longer asking for a pause (the BPF
         program's flag), when the executor ends a pause itself."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testbed.net.dpapi import Dataplane
 from testbed.net.nlqdisc import root_queues
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 from .frames import decision_name, link_loads, port_state, recent
 from .layout import layout
@@ -99,7 +99,7 @@ class LiveSource:
             return
         self.topo = Topology.from_json(Path(state["topology"]).read_text())
         self.layout = {**layout(self.topo), "phase": state["slug"], "label": state["label"]}
-        self.switch_ports = [f"{s.name}-eth{p}" for s in self.topo.switches
+        self.switch_ports = [ifname(s.name, p) for s in self.topo.switches
                              for p, _, _ in self.topo.ports_of(s.name)]
         if state.get("dataplane"):
             try:
@@ -120,7 +120,7 @@ class LiveSource:
                 for cls in range(n):
                     st = self.dp.queue(p["id"], cls)
                     q, marks, drops = q + st.bytes, marks + st.marks, drops + st.drops
-                    paused = paused or bool(self.dp.ingress(p["peer"], cls).paused)
+                    paused = paused or self.dp.held(p["id"], cls)
                 state = port_state(q, marks, drops, paused)
                 if state:
                     ports[p["ifname"]] = state
