@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.workloads.launch import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = """name: live-cost
 topology: {kind: fattree, params: {k: 4, rate_mbps: 20}}
@@ -56,12 +58,6 @@ def with_arg(arg: str) -> list[int]:
             except OSError:
                 continue
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rows(out: Path) -> list[dict]:

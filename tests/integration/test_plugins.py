@@ -4,13 +4,13 @@ over REST; the shipped monitoring example polls port counters. With the plugin g
 loop-free tree, REST entries sit below the router's and reach none of its entries, and the
 REST server answers on loopback only. The live view follows the script's fabric too."""
 import json
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 from testbed.api import Testbed
+from testbed.workloads.launch import free_port
 
 from .helpers import leftovers
 
@@ -59,9 +59,7 @@ def wait_for(probe, timeout: float = 5.0):
 
 def test_ryu_example_apps_as_plugins_on_a_fattree(tmp_path):
     out = tmp_path / "out"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        view_port = s.getsockname()[1]
+    view_port = free_port()
     with Testbed(SPEC, out=out, live_port=view_port) as tb:
         fab = tb.fabric()
         first = fab.ping_all()

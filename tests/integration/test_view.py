@@ -15,6 +15,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
+from testbed.workloads.launch import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SPEC = """name: it-view
 topology: {kind: dumbbell}
@@ -27,12 +29,6 @@ experiments:
 LOADS = "return [...document.querySelectorAll('line.link')].map(l => +l.dataset.load)"
 PAUSED = "return [...document.querySelectorAll('circle.port[data-paused=\"1\"]')]" \
          ".map(c => c.dataset.port)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
