@@ -173,13 +173,9 @@ class ClassQueueSampler(threading.Thread):
         while not self._halt.is_set():
             now = time.time()
             self.ticks += 1
-            if now >= next_load:
+            load_tick = now >= next_load
+            if load_tick:
                 next_load = now + LOAD_PERIOD_S
-                for port, cls in self.slots:
-                    enq = self.dp.queue(port, cls).enq_bytes
-                    if enqueued.get((port, cls)) != enq:
-                        enqueued[(port, cls)] = enq
-                        self.loads.append((now - self.t0, port, cls, enq))
             if reader is not None:
                 a = self.dp.queue(*self.paired)
                 real = reader.backlogs().get(handle, (0, 0))[0]
@@ -192,6 +188,9 @@ class ClassQueueSampler(threading.Thread):
                     last[(port, cls)] = key
                     self.samples.append(ClassSample(now - self.t0, port, cls, q.bytes, q.pkts,
                                                     q.marks, q.drops))
+                if load_tick and enqueued.get((port, cls)) != q.enq_bytes:
+                    enqueued[(port, cls)] = q.enq_bytes
+                    self.loads.append((now - self.t0, port, cls, q.enq_bytes))
             next_t += self.period
             delay = next_t - time.time()
             if delay > 0:
