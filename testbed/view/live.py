@@ -62,9 +62,9 @@ class Tail:
 class LiveSource:
     """One frame at a time from a run's directory (`out_dir`) while it runs."""
 
-    def __init__(self, out_dir: Path, t0: float | None = None):
+    def __init__(self, out_dir: Path):
         self.out_dir = out_dir
-        self.t0 = t0 if t0 is not None else time.time()
+        self.started = time.time()  # the clock's origin until the runner's is known
         self.state: dict = {}
         self.state_mtime = 0.0
         self.layout: dict | None = None
@@ -78,6 +78,12 @@ class LiveSource:
         self.decisions: list[dict] = []
         self.hedera: Tail | None = None
         self.progress: dict[Path, tuple[int, int]] = {}  # rank file -> (size, lines)
+
+    @property
+    def t0(self) -> float:
+        """The run's start (live.json's, once the first fabric is up): frames count from it,
+        as the timeline and the replay do."""
+        return self.state.get("t0_unix_s", self.started)
 
     def _phase(self) -> None:
         """Follows live.json: the fabric that is up now (or none)."""

@@ -37,7 +37,7 @@ class Live:
 
     def __init__(self, out_dir: Path):
         from .live import LiveSource  # reads sysfs, shared memory and netlink: live only
-        self.source = LiveSource(out_dir, t0=_run_t0(out_dir))
+        self.source = LiveSource(out_dir)
         self.listeners: set[asyncio.Queue] = set()
         self.task: asyncio.Task | None = None
         # one thread reads the counters (netlink's client runs an event loop of its own,
@@ -65,13 +65,6 @@ class Live:
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self.produce())
         return q
-
-
-def _run_t0(out_dir: Path) -> float | None:
-    try:
-        return json.loads((out_dir / "live.json").read_text())["t0_unix_s"]
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def app(out_dir: Path, mode: str) -> web.Application:
