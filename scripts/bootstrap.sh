@@ -2,7 +2,9 @@
 # Installs everything the testbed needs and starts Open vSwitch; safe to run again.
 #   apt:  openvswitch-switch mininet iperf3 ethtool iproute2 util-linux python3-venv
 #         clang-14 libbpf-dev bpftool (the BPF switch dataplane: classes, ECN, PFC);
-#         with --test also chromium chromium-driver (the live view's browser test)
+#         with --test also chromium chromium-driver (the live view's browser test) and
+#         openssh-server sudo (the second server the cluster tests build on this machine;
+#         its sshd is not started on the host)
 #   venv: .venv made from the system python3 with --system-site-packages (sees Debian's mininet)
 #   pip:  the pinned dependencies of setup.cfg (torch==2.13.0 among them) and the project itself
 # Open vSwitch is started with a socket send buffer large enough for the fabric's queues
@@ -14,7 +16,7 @@ VENV="$ROOT/.venv"
 APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool)
 # --test: what only the tests need too (the live view's page, driven in headless Chromium)
 if [ "${1:-}" = "--test" ]; then
-  APT_PACKAGES+=(chromium chromium-driver)
+  APT_PACKAGES+=(chromium chromium-driver openssh-server sudo)
 fi
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
@@ -30,7 +32,15 @@ if ((${#missing[@]})); then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # No service starts from these installs (openssh-server would start an sshd on the host):
+  # policy-rc.d 101 is Debian's "not now" to invoke-rc.d, kept only while installing.
+  policy=/usr/sbin/policy-rc.d
+  ours=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; ours=1
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ "$ours" = 0 ] || rm -f "$policy"; exit 1; }
+  [ "$ours" = 0 ] || rm -f "$policy"
 fi
 
 stamp="$VENV/.installed-$(sha1sum "$ROOT/setup.cfg" | cut -c1-12)"

@@ -1,0 +1,198 @@
+"""A second server on this machine, as Mininet's cluster edition sees a server: its own
+network, mount and PID namespaces, its own Open vSwitch (database and run directory on
+tmpfs), and an `sshd` listening on an address of a bridge in the initial namespace. The
+cluster tests build fabrics across the initial namespace ("localhost") and such servers;
+nothing distinguishes them from a VM reached over SSH except that they share this
+machine's kernel and CPU.
+
+What they share with the initial namespace, and what follows from it (docs/CLUSTER.md):
+- `net.core.{r,w}mem_*` are global and read-only inside: the runner raises them in the
+  initial namespace while any server's OVS creates its sockets.
+- The filesystem, except the tmpfs mounts: the same binaries, Mininet and the testbed.
+- When the namespace's first process ends, everything in it ends: OVS, sshd, the remote
+  node shells, its interfaces (the kernel deletes them with the network namespace).
+
+    python -m testbed.cluster.nsserver start DIR [INDEX]   # prints the ssh config to use
+"""
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.system import TestbedError, run
+
+BRIDGE = "tbclu0"  # the servers' network, in the initial namespace
+NET = "10.251.0"  # the bridge is .1, server i is .(i + 1)
+PREFIX = 24
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IP 20 + UDP 8 + VXLAN 8
+OUTER_MTU = 9216  # the servers' network: room for a jumbo inner frame and the VXLAN header
+
+# Run as the namespace's first process. The tmpfs mounts give it an OVS of its own; it
+# waits for its end of the veth, starts OVS and sshd, says "ready" and then only waits.
+IN_NAMESPACE = r"""
+set -euo pipefail
+for dir in /run /etc/openvswitch /var/lib/openvswitch /var/log/openvswitch; do
+  mount -t tmpfs tmpfs "$dir"
+done
+mkdir -p /run/sshd
+ip link set lo up
+for _ in $(seq 200); do ip link show "$IFACE" >/dev/null 2>&1 && break; sleep 0.05; done
+ip link set "$IFACE" mtu "$MTU" up
+ip addr add "$ADDR/$PREFIX" dev "$IFACE"
+/usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+/usr/sbin/sshd -f "$DIR/sshd_config" -E "$DIR/sshd.log"
+echo ready
+exec sleep infinity
+"""
+
+SSHD_CONFIG = """\
+ListenAddress {addr}
+HostKey {dir}/host_ed25519
+PidFile /run/sshd.pid
+AuthorizedKeysFile {dir}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PermitTunnel yes
+MaxSessions 200
+MaxStartups 200
+LogLevel ERROR
+"""
+
+
+@dataclass
+class NamespaceServer:
+    """Server `index` (1, 2, ...) of this machine's emulated cluster, its keys and
+    configuration in `workdir`."""
+    index: int
+    workdir: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{NET}.{self.index + 1}"
+
+    @property
+    def iface(self) -> str:
+        """Its end of the veth (inside it), and the initial namespace's end."""
+        return f"tbsv{self.index}"
+
+    @property
+    def peer(self) -> str:
+        return f"tbsv{self.index}p"
+
+    @property
+    def ssh_config(self) -> Path:
+        """An ssh client configuration that reaches this server as root (`ssh -F`)."""
+        return self.workdir / "ssh_config"
+
+    def _keys(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for key in ("host_ed25519", "id_ed25519"):
+            if not (self.workdir / key).exists():
+                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"testbed-{key}",
+                     "-f", str(self.workdir / key)])
+        (self.workdir / "authorized_keys").write_text(
+            (self.workdir / "id_ed25519.pub").read_text())
+        host_key = (self.workdir / "host_ed25519.pub").read_text().split()
+        (self.workdir / "known_hosts").write_text(f"{self.address} {host_key[0]} {host_key[1]}\n")
+        (self.workdir / "sshd_config").write_text(
+            SSHD_CONFIG.format(addr=self.address, dir=self.workdir))
+        self.ssh_config.write_text(
+            f"Host {self.address}\n"
+            f"  IdentityFile {self.workdir}/id_ed25519\n"
+            "  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {self.workdir}/known_hosts\n"
+            "  StrictHostKeyChecking yes\n"
+            "  LogLevel ERROR\n")
+
+    def start(self, timeout: float = 60.0) -> int:
+        """Starts the server; the PID of its `unshare` (whose death ends the server)."""
+        self._keys()
+        ensure_bridge()
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IFACE": self.iface,
+               "ADDR": self.address, "PREFIX": str(PREFIX), "MTU": str(OUTER_MTU),
+               "DIR": str(self.workdir)}
+        self.proc = subprocess.Popen(
+            ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc",
+             "--kill-child=SIGKILL", "bash", "-c", IN_NAMESPACE],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=open(self.workdir / "server.log", "w"), text=True)
+        try:
+            # unshare itself is in the new network namespace: its PID names it.
+            run(["ip", "link", "add", self.peer, "mtu", str(OUTER_MTU), "type", "veth",
+                 "peer", "name", self.iface, "mtu", str(OUTER_MTU), "netns",
+                 str(self.proc.pid)])
+            run(["ip", "link", "set", self.peer, "master", BRIDGE, "up"])
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self.proc.pid
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if select.select([self.proc.stdout], [], [], 0.05)[0] \
+                    and self.proc.stdout.readline().strip() == "ready":
+                return
+            if self.proc.poll() is not None:
+                raise TestbedError(f"server {self.address} did not start: "
+                                   f"{(self.workdir / 'server.log').read_text()[-500:]}")
+        raise TestbedError(f"server {self.address} did not start within {timeout:g} s")
+
+    def stop(self) -> None:
+        """Ends the server: everything in its namespaces goes with its first process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        run(["ip", "link", "del", self.peer], check=False)
+
+
+def ensure_bridge() -> None:
+    """The servers' network: a bridge with the initial namespace's address on it."""
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        return
+    run(["ip", "link", "add", BRIDGE, "mtu", str(OUTER_MTU), "type", "bridge"])
+    run(["ip", "addr", "add", f"{NET}.1/{PREFIX}", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def remove_bridge() -> None:
+    run(["ip", "link", "del", BRIDGE], check=False)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "start":
+        server = NamespaceServer(int(argv[2]) if len(argv) > 2 else 1, Path(argv[1]))
+        server.start()
+        print(f"server {server.address}: ssh -F {server.ssh_config} root@{server.address}; "
+              "Ctrl-C ends it", flush=True)
+        try:
+            assert server.proc is not None
+            server.proc.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
