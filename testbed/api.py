@@ -35,7 +35,6 @@ from .errors import TestbedError
 from .experiments import reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
-from .system import in_netns
 from .workloads.flows import FlowResult, assign_ports
 
 
@@ -53,9 +52,10 @@ class Host:
             check: bool = False) -> subprocess.CompletedProcess:
         """`argv` in the host's network namespace, to completion: its exit status and its
         output (text). `check`: a non-zero exit raises TestbedError with its stderr."""
-        pid = self.live.pid(self.name)
+        self.live.pid(self.name)  # a known host
         try:
-            done = subprocess.run(in_netns(pid, argv), capture_output=True, text=True,
+            done = subprocess.run(self.live.fabric.host_argv(self.name, argv),
+                                  capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired:
             raise TestbedError(f"{self.name}: {' '.join(argv)} still running after "

@@ -189,8 +189,13 @@ class RunContext:
         self.phases[key] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
                             "qos": dataclasses.asdict(qos) if qos else None,
                             "links": dataclasses.asdict(links)}
-        fab = Fabric(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
-                     qos=qos,
+        kind: Any = Fabric
+        extra: dict[str, Any] = {}
+        if self.spec.cluster is not None:
+            from testbed.cluster.fabric import ClusterFabric
+            kind, extra = ClusterFabric, {"cluster": self.spec.cluster}
+        fab = kind(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
+                     qos=qos, **extra,
                      out_dir=self.out_dir, record=self.record,
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
@@ -207,6 +212,8 @@ class RunContext:
         try:
             fab.start()
             t_up = time.time() - self.cpu.t0
+            if self.spec.cluster is not None:
+                self.phases[key]["cluster"] = fab.manifest()
             self.cpu.watch(set(fab.switch_ifaces()))
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)

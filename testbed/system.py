@@ -10,6 +10,9 @@ from pathlib import Path
 
 from .errors import TestbedError
 
+# the checkout the testbed runs from (a cluster's servers have it at the same path)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 def run(argv: list[str], check: bool = True, timeout: float = 60,
         input: str | None = None) -> subprocess.CompletedProcess:
@@ -28,11 +31,18 @@ def in_netns(pid: int, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv]
 
 
+IP_BATCH = ["ip", "-batch", "-"]
+
+
+def batch_input(lines: list[str]) -> str:
+    """`ip` commands (one per line, without the leading 'ip') as IP_BATCH's input."""
+    return "".join(line + "\n" for line in lines)
+
+
 def ip_batch(lines: list[str], netns_pid: int | None = None) -> None:
     """Run `ip` commands (one per line, without the leading 'ip') in one process."""
     if lines:
-        argv = ["ip", "-batch", "-"]
-        run(in_netns(netns_pid, argv) if netns_pid else argv, input="\n".join(lines) + "\n")
+        run(in_netns(netns_pid, IP_BATCH) if netns_pid else IP_BATCH, input=batch_input(lines))
 
 
 def is_root() -> bool:

@@ -8,6 +8,7 @@ own MAC. A host of a switched fabric gets its address as a /8, like Mininet's de
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,14 +68,18 @@ def mininet_plan(topo: Topology) -> MnPlan:
     return MnPlan(hosts, switches, links)
 
 
-def populate(target: Any, topo: Topology) -> MnPlan:
+def populate(target: Any, topo: Topology,
+             node_params: Callable[[str], dict[str, Any]] = lambda name: {},
+             link_params: Callable[[int], dict[str, Any]] = lambda index: {}) -> MnPlan:
     """Add `topo`'s hosts, switches and links to `target`: a Mininet `Topo` or a `Mininet`
-    network (both take addHost, addSwitch and addLink this way). Returns the plan."""
+    network (both take addHost, addSwitch and addLink this way), each with the extra
+    parameters `node_params(name)` and `link_params(index in topo.links)` give (a cluster's
+    servers and tunnel ids). Returns the plan."""
     plan = mininet_plan(topo)
     for h in plan.hosts:
-        target.addHost(h.name, ip=h.ip, mac=h.mac)
+        target.addHost(h.name, ip=h.ip, mac=h.mac, **node_params(h.name))
     for s in plan.switches:
-        target.addSwitch(s.name, dpid=s.dpid)
-    for link in plan.links:
-        target.addLink(link.a, link.b, **link.kwargs())
+        target.addSwitch(s.name, dpid=s.dpid, **node_params(s.name))
+    for i, link in enumerate(plan.links):
+        target.addLink(link.a, link.b, **link.kwargs(), **link_params(i))
     return plan

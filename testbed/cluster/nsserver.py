@@ -39,6 +39,7 @@ set -euo pipefail
 for dir in /run /etc/openvswitch /var/lib/openvswitch /var/log/openvswitch; do
   mount -t tmpfs tmpfs "$dir"
 done
+mount -t sysfs sysfs /sys  # this namespace's interfaces in /sys/class/net
 mkdir -p /run/sshd
 ip link set lo up
 for _ in $(seq 200); do ip link show "$IFACE" >/dev/null 2>&1 && break; sleep 0.05; done
@@ -179,9 +180,10 @@ def remove_bridge() -> None:
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "start":
         server = NamespaceServer(int(argv[2]) if len(argv) > 2 else 1, Path(argv[1]))
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
         server.start()
         print(f"server {server.address}: ssh -F {server.ssh_config} root@{server.address}; "
-              "Ctrl-C ends it", flush=True)
+              "Ctrl-C or SIGTERM ends it", flush=True)
         try:
             assert server.proc is not None
             server.proc.wait()

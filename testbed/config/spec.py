@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from topologies import TopologyError, build
 from topologies.model import Topology
 
+from .cluster import ClusterSpec
 from .controller import ControllerSpec
 from .limits import check_tree
 from .loader import SpecError, from_data, read_yaml
@@ -91,6 +92,8 @@ class Spec:
     # which Open vSwitch datapath forwards: user (measured), kernel or auto (config/datapath.py)
     datapath: Literal["user", "kernel", "auto"] = "user"
     experiments: list[ExperimentSpec] = field(default_factory=list)
+    # the fabric split across servers (config/cluster.py); None: this machine alone
+    cluster: ClusterSpec | None = None
 
     def build_topology(self) -> Topology:
         return build(self.topology.kind, **self.topology.params)
@@ -122,8 +125,33 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
             exp.check(path, spec, topo)
         except QosError as exc:
             raise SpecError(str(exc)) from None
+    if spec.cluster is not None:
+        check_cluster(spec, topo)
     check_tree(spec)
     return topo
+
+
+# What a fabric split across servers can run so far (docs/CLUSTER.md, "What works"): the
+# rest reads counters, queues or BPF maps on this machine only.
+CLUSTER_EXPERIMENTS = ("reachability", "permutation")
+
+
+def check_cluster(spec: Spec, topo: Topology) -> None:
+    from testbed.cluster.placement import place
+
+    assert spec.cluster is not None
+    spec.cluster.check()
+    place(topo, spec.cluster)
+    if spec.qos is not None:
+        raise SpecError("qos: traffic classes, ECN and PFC run on one machine only so far "
+                        "(their BPF maps are read by the controller); leave out qos or cluster")
+    if spec.datapath != "user":
+        raise SpecError(f"datapath: {spec.datapath}: a cluster runs the userspace datapath "
+                        "(the one measured; every server's OVS is started by the testbed)")
+    for i, exp in enumerate(spec.experiments):
+        if exp.type not in CLUSTER_EXPERIMENTS:
+            raise SpecError(f"experiments[{i}].type: {exp.type} does not run on a cluster yet "
+                            f"(it does: {', '.join(CLUSTER_EXPERIMENTS)})")
 
 
 def loads(data: Any, experiments_required: bool = True) -> tuple[Spec, Topology]:

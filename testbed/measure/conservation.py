@@ -3,7 +3,10 @@ against packets accounted for (egress qdiscs, to the controller, dropped by the 
 table). Anything left was lost inside OVS without being counted."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,31 +46,44 @@ _FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
 def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
     topo = fabric.topo
     ctrl_state = _controller_state_since(fabric, time.time())
+    snap = ConservationSnapshot(t=time.time())
+    snap.switches = fabric.switch_counters()
+    for name, b in _bpf_port_counters(fabric).items():
+        # The BPF dataplane drops before the qdisc (counted here, not by it, headroom
+        # overflows included); its resume kicks pass the qdisc, and at the far switch OVS
+        # drops them by a counted table-miss entry.
+        c = snap.switches[name.rsplit("-eth", 1)[0]]
+        c.enqueued += b["drops"] - b["kicks_sent"]
+        c.qdisc_drops += b["drops"]
+    for sw in topo.switches:
+        counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
+        plugins = ctrl_state.get("plugin_guard", {}).get("packet_outs", {})
+        snap.packet_out[sw.name] = (int(counters.get("packet_out", 0))
+                                    + int(plugins.get(str(sw.dpid), 0)))
+    return snap
+
+
+def switch_counters(ports: dict[str, list[str]], socket_drops: bool) -> dict[str, SwitchCounters]:
+    """The counters of these switches (name -> its ports' interfaces) on this machine: what
+    the ports received, what reached their egress qdiscs, what the flow tables sent to the
+    controller or dropped (and, with `socket_drops`, what OVS's receive sockets dropped). A
+    cluster's servers run this through `python -m testbed.measure.conservation`."""
     # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
     # kernel counters do not. Wait for a full round so both describe the same packets.
     run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
-    snap = ConservationSnapshot(t=time.time())
-    socket_drops = (ovs.port_socket_drops(set(fabric.switch_ifaces()))
-                    if fabric.traits.socket_drops else {})
-    bpf = _bpf_port_counters(fabric)
+    drops = (ovs.port_socket_drops({n for names in ports.values() for n in names})
+             if socket_drops else {})
+    out = {}
     with IPRoute() as ipr:
-        for sw in topo.switches:
+        for sw, names in ports.items():
             c = SwitchCounters()
-            for port, _, _ in topo.ports_of(sw.name):
-                name = f"{sw.name}-eth{port}"
+            for name in names:
                 c.rx += int(Path(f"/sys/class/net/{name}/statistics/rx_packets").read_text())
                 st = qdisc_stats(ipr, ipr.link_lookup(ifname=name)[0]) or {}
                 c.enqueued += st.get("packets", 0) + st.get("drops", 0) + st.get("qlen", 0)
                 c.qdisc_drops += st.get("drops", 0)
-                c.socket_drops += socket_drops.get(name, 0)
-                if name in bpf:
-                    # The BPF dataplane drops before the qdisc (counted here, not by it,
-                    # headroom overflows included); its resume kicks pass the qdisc, and at
-                    # the far switch OVS drops them by a counted table-miss entry.
-                    b = bpf[name]
-                    c.enqueued += b["drops"] - b["kicks_sent"]
-                    c.qdisc_drops += b["drops"]
-            flows = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw.name], check=False).stdout
+                c.socket_drops += drops.get(name, 0)
+            flows = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw], check=False).stdout
             for m in _FLOW_RE.finditer(flows):
                 if m.group(2).startswith("CONTROLLER"):
                     if "," in m.group(2):
@@ -75,12 +91,8 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
                     c.to_controller += int(m.group(1))
                 elif m.group(2) == "drop":
                     c.table_drops += int(m.group(1))
-            snap.switches[sw.name] = c
-            counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
-            plugins = ctrl_state.get("plugin_guard", {}).get("packet_outs", {})
-            snap.packet_out[sw.name] = (int(counters.get("packet_out", 0))
-                                        + int(plugins.get(str(sw.dpid), 0)))
-    return snap
+            out[sw] = c
+    return out
 
 
 def _bpf_port_counters(fabric: Fabric) -> dict[str, dict[str, int]]:
@@ -132,3 +144,16 @@ def conservation_report(before: ConservationSnapshot, after: ConservationSnapsho
             "qdisc_drops": sum(v["qdisc_drops"] for v in per_switch.values()),
             "socket_drops": sum(v["socket_drops"] for v in per_switch.values()),
             "per_switch": per_switch}
+
+
+def main() -> int:
+    """`switch_counters` for another machine: {"ports": {...}, "socket_drops": bool} on
+    stdin, {switch: counters} as JSON on stdout."""
+    args = json.load(sys.stdin)
+    counters = switch_counters(args["ports"], args["socket_drops"])
+    json.dump({sw: dataclasses.asdict(c) for sw, c in counters.items()}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

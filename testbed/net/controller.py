@@ -33,11 +33,12 @@ class ControllerLaunch:
     rest_port: int
     plugins: tuple[str, ...] = ()
     qos_apps: tuple[str, ...] = ()  # names of controllers/apps/<name>_app.py to load
+    host: str = "127.0.0.1"  # where switches reach it (a cluster's: this server's address)
 
     def argv(self) -> list[str]:
         routing_app = FLOW_APP if self.config.per_flow else BUILTIN_APP
         return [sys.executable, "-m", "controllers.launch",
-                "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.port),
+                "--ofp-listen-host", self.host, "--ofp-tcp-listen-port", str(self.port),
                 "--wsapi-host", "127.0.0.1", "--wsapi-port", str(self.rest_port),
                 routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
                 *self.plugins]
@@ -67,10 +68,10 @@ class ControllerProcess:
             if self.proc.poll() is not None:
                 raise TestbedError(f"the controller exited at start; see {self.log_path}")
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.launch.port)) == 0:
+                if s.connect_ex((self.launch.host, self.launch.port)) == 0:
                     return self.proc.pid
             time.sleep(0.1)
-        raise TestbedError(f"the controller did not listen on 127.0.0.1:{self.launch.port} "
+        raise TestbedError(f"the controller did not listen on {self.launch.host}:{self.launch.port} "
                            f"within {timeout:.0f} s; see {self.log_path}")
 
     def alive(self) -> bool:

@@ -10,7 +10,6 @@ network namespace.
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 
 from testbed.config.units import frame_bytes, htb_burst_bytes
@@ -91,15 +90,18 @@ def mtu_commands(ifnames: list[str], mtu_bytes: int) -> list[str]:
     return [f"link set dev {name} mtu {mtu_bytes}" for name in ifnames]
 
 
+TC_BATCH = ["tc", "-batch", "-"]
+
+
+def tc_lines(commands: list[list[str]]) -> str:
+    """tc commands as the input of `tc -batch -` (TC_BATCH)."""
+    return "".join(" ".join(c) + "\n" for c in commands)
+
+
 def apply_tc(commands: list[list[str]], netns_pid: int | None = None) -> None:
     """Run tc commands in one `tc -batch` (in the namespace of `netns_pid` if given)."""
-    if not commands:
-        return
-    with tempfile.NamedTemporaryFile("w", suffix=".tc", prefix="testbed-") as batch:
-        batch.write("".join(" ".join(c) + "\n" for c in commands))
-        batch.flush()
-        argv = ["tc", "-batch", batch.name]
-        run(in_netns(netns_pid, argv) if netns_pid else argv)
+    if commands:
+        run(in_netns(netns_pid, TC_BATCH) if netns_pid else TC_BATCH, input=tc_lines(commands))
 
 
 def check_mechanisms(queues: list[PortQueue], netem_available: bool) -> None:

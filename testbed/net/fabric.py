@@ -7,8 +7,10 @@ from the same translation (topologies/mnplan.py).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import shlex
 import statistics
 import subprocess
 import threading
@@ -25,13 +27,15 @@ from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
 from testbed.config.datapath import TRAITS, Traits
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
+from testbed.measure.conservation import SwitchCounters, switch_counters
 from testbed.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
 from testbed.resources import RunRecord
 from testbed.system import (
+    IP_BATCH,
     TestbedError,
+    batch_input,
     congestion_controls,
     in_netns,
-    ip_batch,
     is_root,
     qdisc_supported,
     run,
@@ -115,8 +119,43 @@ class Fabric:
                         mtu_bytes=self.links.mtu_bytes, burst_us=self.links.burst_us))
         return switch_q, host_q
 
-    def switch_ifaces(self) -> list[str]:
-        return [name for node, _, name in self.topo.interfaces() if not self.topo.is_host(node)]
+    def switch_ifaces(self, switches: list[str] | None = None) -> list[str]:
+        """The switch ports' interfaces (of `switches` only, if given)."""
+        return [name for node, _, name in self.topo.interfaces()
+                if not self.topo.is_host(node) and (switches is None or node in switches)]
+
+    # ---- where commands run: here, on this machine; a cluster's fabric runs them on the
+    # server that holds the node (testbed/cluster/fabric.py overrides these four) ----------
+    def host_argv(self, host: str, argv: list[str]) -> list[str]:
+        """argv that runs `argv` in host `host`'s network namespace."""
+        return in_netns(self.host_pid(host), argv)
+
+    def host_run(self, host: str, argv: list[str], input: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+        return run(self.host_argv(host, argv), input=input, check=check)
+
+    def switch_groups(self) -> list[list[str]]:
+        """The switches by the machine they run on (one group here)."""
+        return [[s.name for s in self.topo.switches]]
+
+    def root_run(self, switch: str, argv: list[str], input: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+        """`argv` in the root namespace of the machine that runs `switch`."""
+        return run(argv, input=input, check=check)
+
+    controller_host = "127.0.0.1"  # where the switches reach the controller
+
+    def _raised_buffers(self) -> contextlib.AbstractContextManager:
+        """The socket buffer defaults raised while OVS makes its sockets (ovs.py says why)."""
+        return ovs.raised_socket_defaults(self.needed_buffer_bytes, self.record.remember_sysctl)
+
+    def _quicken_reconnect(self, target: str) -> None:
+        ovs.quicken_reconnect(target)
+
+    def switch_counters(self) -> dict[str, SwitchCounters]:
+        """Every switch's packet counters now (measure/conservation.py)."""
+        return switch_counters({s.name: self.switch_ifaces([s.name]) for s in self.topo.switches},
+                               self.traits.socket_drops)
 
     # ---- life cycle ----------------------------------------------------------------
     def preflight(self) -> None:
@@ -183,19 +222,19 @@ class Fabric:
             ControllerLaunch(config=config,
                              config_path=self.out_dir / "controller" / f"{self.slug}.json",
                              port=free_port(), rest_port=free_port(), plugins=self.plugins,
-                             qos_apps=self.qos_apps),
+                             qos_apps=self.qos_apps, host=self.controller_host),
             self.out_dir / "controller.log")
         self.record.add_pid(self.controller.start(), "ryu controller")
         self._allow_congestion_control()
 
-        with ovs.raised_socket_defaults(self.needed_buffer_bytes, self.record.remember_sysctl):
+        with self._raised_buffers():
             self._build_net()
             self.times.net_up_s = time.time() - t0
             self._configure_hosts()
             t_queues = time.time()
             self._configure_queues()
             self._wait_connected(t0)
-            ovs.quicken_reconnect(f"tcp:127.0.0.1:{self.controller.launch.port}")
+            self._quicken_reconnect(f"tcp:{self.controller_host}:{self.controller.launch.port}")
             self.controller.wait_ready(len(self.topo.switches))
             if self.qos_plane is not None:
                 self.qos_status = self.qos_plane.wait_apps(
@@ -232,11 +271,24 @@ class Fabric:
                     except TestbedError as exc:
                         death["restart_error"] = str(exc)
 
-    def _build_net(self) -> None:
+    def _net_classes(self) -> tuple[Any, Any, Any]:
+        """Mininet's host, switch and link classes for this fabric."""
         from mininet.link import Link
+        from mininet.node import Host, OVSSwitch
+        return Host, OVSSwitch, Link
+
+    def _node_params(self, name: str) -> dict:
+        """Mininet's extra parameters of one node (a cluster's: its server)."""
+        return {}
+
+    def _link_params(self, index: int) -> dict:
+        """Mininet's extra parameters of the topology's link `index`."""
+        return {}
+
+    def _build_net(self) -> None:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
+        from mininet.node import RemoteController
 
         class _StartedController(RemoteController):
             # Our controller is listening already (ControllerProcess.start waits for it).
@@ -247,19 +299,23 @@ class Fabric:
                 pass
 
         setLogLevel("warning")
-        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13",
+        host_cls, switch_cls, link_cls = self._net_classes()
+        switch = partial(switch_cls, datapath=self.datapath, protocols="OpenFlow13",
                          failMode="secure", batch=True)
-        net = Mininet(switch=switch, controller=None, link=Link, build=False,
+        net = Mininet(host=host_cls, switch=switch, controller=None, link=link_cls, build=False,
                       autoSetMacs=False, autoStaticArp=False, ipBase=IP_BASE,
                       waitConnected=False)
         self.net = net
-        c0 = net.addController("c0", controller=_StartedController, ip="127.0.0.1",
+        c0 = net.addController("c0", controller=_StartedController, ip=self.controller_host,
                                port=self.controller.launch.port)
         self.record.add_pid(c0.pid, "mininet controller node shell")
-        populate(net, self.topo)
+        populate(net, self.topo, self._node_params, self._link_params)
         net.build()
         for host in net.hosts:
-            self.record.add_pid(host.pid, f"mininet host {host.name}")
+            if getattr(host, "isRemote", False):  # its shell here is the ssh to its server
+                self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")
+            else:
+                self.record.add_pid(host.pid, f"mininet host {host.name}")
         net.start()
 
     def host_pid(self, name: str) -> int:
@@ -279,7 +335,6 @@ class Fabric:
             h.relay for h in self.topo.hosts) else None
         self.relay_plan = relay_plan
         for host in self.topo.hosts:
-            pid = self.host_pid(host.name)
             settings = [f"net.ipv4.tcp_congestion_control={self.hosts.congestion_control}",
                         f"net.ipv4.tcp_ecn={1 if self.hosts.ecn else 0}",
                         "net.ipv6.conf.all.disable_ipv6=1",
@@ -290,24 +345,27 @@ class Fabric:
                 settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
                              "net.ipv4.conf.default.rp_filter=0",
                              "net.ipv4.fib_multipath_hash_policy=1"]
-            run(in_netns(pid, ["sysctl", "-q", "-w", *settings]))
-            for port in range(host.ports):
-                run(in_netns(pid, dataplane.offload_command(ifname(host.name, port))))
+            self.host_run(host.name, ["sh", "-c", " && ".join(
+                [shlex.join(["sysctl", "-q", "-w", *settings])]
+                + [shlex.join(dataplane.offload_command(ifname(host.name, port)))
+                   for port in range(host.ports)])])
             if host.relay:
-                self._relay_routes(host, pid, relay_plan)
-            self.host_cc[host.name] = run(in_netns(
-                pid, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])).stdout.strip()
+                self._relay_routes(host, relay_plan)
+            self.host_cc[host.name] = self.host_run(
+                host.name, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         wrong = {h: cc for h, cc in self.host_cc.items() if cc != self.hosts.congestion_control}
         if wrong:
             raise TestbedError(f"hosts did not take congestion control "
                                f"{self.hosts.congestion_control}: {wrong}")
         # IPv6 off on switch ports: the root namespace must not send ND/MLD out of them.
-        run(["sysctl", "-q", "-w", *(f"net.ipv6.conf.{name}.disable_ipv6=1"
-                                     for name in self.switch_ifaces())], check=False)
-        for name in self.switch_ifaces():
-            run(dataplane.offload_command(name))
+        for group in self.switch_groups():
+            names = self.switch_ifaces(group)
+            self.root_run(group[0], ["sysctl", "-q", "-w", *(
+                f"net.ipv6.conf.{name}.disable_ipv6=1" for name in names)], check=False)
+            self.root_run(group[0], ["sh", "-c", " && ".join(
+                shlex.join(dataplane.offload_command(name)) for name in names)])
 
-    def _relay_routes(self, host, pid: int, relay_plan) -> None:
+    def _relay_routes(self, host, relay_plan) -> None:
         """BCube servers: their address on every port, and a /32 route per destination."""
         lines = [f"addr replace {host.ip}/32 dev {ifname(host.name, p)}"
                  for p in range(1, host.ports)]
@@ -315,7 +373,7 @@ class Fabric:
             if route.host != host.name:
                 continue
             lines.append(host_route_line(route))
-        ip_batch(lines, pid)
+        self.host_run(host.name, IP_BATCH, input=batch_input(lines))
 
     @property
     def slug(self) -> str:
@@ -358,17 +416,22 @@ class Fabric:
         switch_q, host_q = self.port_queues()
         mtu = self.links.mtu_bytes
         if mtu != 1500:
-            ip_batch(dataplane.mtu_commands([q.ifname for q in switch_q], mtu))
+            for group in self.switch_groups():
+                self.root_run(group[0], IP_BATCH, input=batch_input(
+                    dataplane.mtu_commands(self.switch_ifaces(group), mtu)))
             for host, queues in host_q.items():
-                ip_batch(dataplane.mtu_commands([q.ifname for q in queues], mtu),
-                         self.host_pid(host))
+                self.host_run(host, IP_BATCH, input=batch_input(
+                    dataplane.mtu_commands([q.ifname for q in queues], mtu)))
         if self.qos_plane is not None:
             self.qos_plane.install(self.record)
             return
-        dataplane.apply_tc([c for q in switch_q for c in dataplane.htb_commands(q)])
+        for group in self.switch_groups():
+            names = set(self.switch_ifaces(group))
+            self.root_run(group[0], dataplane.TC_BATCH, input=dataplane.tc_lines(
+                [c for q in switch_q if q.ifname in names for c in dataplane.htb_commands(q)]))
         for host, queues in host_q.items():
-            dataplane.apply_tc([c for q in queues for c in dataplane.htb_commands(q)],
-                               netns_pid=self.host_pid(host))
+            self.host_run(host, dataplane.TC_BATCH, input=dataplane.tc_lines(
+                [c for q in queues for c in dataplane.htb_commands(q)]))
 
     def _wait_connected(self, t0: float, timeout: float = 60.0) -> None:
         deadline = time.time() + timeout
@@ -384,7 +447,7 @@ class Fabric:
         """Make OVS create its send socket now, while the raised buffer default is in force."""
         if len(self.topo.hosts) >= 2:
             a, b = self.topo.hosts[0], self.topo.hosts[1]
-            run(in_netns(self.host_pid(a.name), ["ping", "-c", "1", "-W", "2", b.ip]), check=False)
+            self.host_run(a.name, ["ping", "-c", "1", "-W", "2", b.ip], check=False)
 
     @property
     def traits(self) -> Traits:
@@ -404,8 +467,7 @@ class Fabric:
     # ---- what experiments do with a running fabric ---------------------------------------
     def popen(self, host: str, argv: list[str]) -> subprocess.Popen:
         """A short command in a host (its output piped, as text): pings and the like."""
-        return subprocess.Popen(in_netns(self.host_pid(host), argv), stdout=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(self.host_argv(host, argv), stdout=subprocess.PIPE, text=True)
 
     def run_flows(self, flows: list[Flow], tag: str) -> list[FlowResult]:
         """iperf3 flows (or finite transfers) at once; their results in order."""
@@ -428,7 +490,7 @@ class Fabric:
 
     def netstat(self, host: str, key: str) -> int:
         """A TcpExt counter of one host's namespace (/proc/net/netstat is per namespace)."""
-        text = run(in_netns(self.host_pid(host), ["cat", "/proc/net/netstat"])).stdout
+        text = self.host_run(host, ["cat", "/proc/net/netstat"]).stdout
         lines = text.splitlines()
         for names, values in zip(lines[::2], lines[1::2]):
             if names.startswith("TcpExt:"):
@@ -438,7 +500,7 @@ class Fabric:
     def ping_rtt_s(self, src: str, dst: str) -> float | None:
         """Median RTT of a few pings (after the first, which may wait for ARP)."""
         argv = ["ping", "-n", "-c", "6", "-i", "0.05", "-W", "2", self.topo.host(dst).ip]
-        out = subprocess.run(in_netns(self.host_pid(src), argv), capture_output=True,
+        out = subprocess.run(self.host_argv(src, argv), capture_output=True,
                              text=True, timeout=30).stdout
         rtts = [float(line.split("time=")[1].split()[0]) for line in out.splitlines()
                 if "time=" in line]
@@ -482,7 +544,8 @@ class Fabric:
         for node, port in ports:
             if self.topo.is_host(node):
                 raise TestbedError(f"{node} is a host: a fault sets switch ports down")
-            run(["ip", "link", "set", "dev", ifname(node, port), "up" if up else "down"])
+            self.root_run(node, ["ip", "link", "set", "dev", ifname(node, port),
+                                 "up" if up else "down"])
             (self.ports_down.discard if up else self.ports_down.add)((node, port))
         if self.relay_plan is not None:
             self._reroute_relays()
@@ -496,7 +559,7 @@ class Fabric:
         new = routing_plan(degraded(self.topo, self.ports_down), self.routing)
         changes = host_route_changes(self.relay_plan, new)
         for host, lines in changes.items():
-            ip_batch(lines, self.host_pid(host))
+            self.host_run(host, IP_BATCH, input=batch_input(lines))
         self.relay_plan = new
         self.relay_reroutes.append({"time": t0, "ports_down": len(self.ports_down),
                                     "hosts": len(changes),

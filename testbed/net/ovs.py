@@ -106,13 +106,19 @@ def bridges() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _packet_sockets(owner: str | None = "ovs-vswitchd",
-                    ifaces: set[str] | None = None) -> list[dict]:
+def packet_sockets_argv(owner: bool) -> list[str]:
+    return ["ss", "-0", "-m", *(["-p"] if owner else [])]
+
+
+def _packet_sockets(owner: str | None = "ovs-vswitchd", ifaces: set[str] | None = None,
+                    out: str | None = None) -> list[dict]:
     """AF_PACKET sockets: iface ('*' for the shared send socket), rcvbuf, sndbuf, drops and
     bytes queued, from `ss -0 -m`. With `owner`, only that program's sockets (`ss -p`, which
     scans every process's descriptors); with `ifaces` instead, the sockets bound to those
-    interfaces -- in a fabric only OVS binds to switch ports, and this is much cheaper."""
-    out = run(["ss", "-0", "-m", *(["-p"] if owner else [])], check=False).stdout
+    interfaces -- in a fabric only OVS binds to switch ports, and this is much cheaper.
+    `out`: the output of `packet_sockets_argv` run elsewhere (another server)."""
+    if out is None:
+        out = run(packet_sockets_argv(owner is not None), check=False).stdout
     socks = []
     for line in out.splitlines():
         if not line.startswith("p_") or (owner and owner not in line):
@@ -131,9 +137,10 @@ def _packet_sockets(owner: str | None = "ovs-vswitchd",
     return socks
 
 
-def send_socket_buffer() -> int | None:
-    """Send buffer (bytes) of OVS's shared AF_PACKET send socket; None before it exists."""
-    for sock in _packet_sockets():
+def send_socket_buffer(out: str | None = None) -> int | None:
+    """Send buffer (bytes) of OVS's shared AF_PACKET send socket; None before it exists.
+    `out`: `ss`'s output (packet_sockets_argv(True)) from another server."""
+    for sock in _packet_sockets(out=out):
         if sock["iface"] == "*":
             return sock["sndbuf"]
     return None

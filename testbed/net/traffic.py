@@ -12,10 +12,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.system import TestbedError, in_netns, run
+from testbed.system import REPO_ROOT, TestbedError, run
 from testbed.workloads.flows import BASE_PORT, Flow, FlowResult, parse_finite, parse_iperf3
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def host_env() -> dict[str, str]:
@@ -30,7 +28,7 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
     works there), its PID recorded in the run record."""
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
-    proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=out,
+    proc = subprocess.Popen(fabric.host_argv(host, argv), stdout=out,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=host_env())
     out.close()
     fabric.record.add_pid(proc.pid, what)
@@ -39,7 +37,7 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
 
 def run_in_host(fabric, host: str, argv: list[str], timeout: float) -> str:
     """Run a process in a host's namespace to completion; returns its stdout."""
-    proc = subprocess.Popen(in_netns(fabric.host_pid(host), argv), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(fabric.host_argv(host, argv), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=host_env(),
                             text=True)
     fabric.record.add_pid(proc.pid, f"workload in {host}")
@@ -61,7 +59,7 @@ def wait_listening(fabric, endpoints: list[tuple[str, int]], timeout: float = 10
     deadline = time.time() + timeout
     while pending and time.time() < deadline:
         for host, port in list(pending):
-            out = run(in_netns(fabric.host_pid(host), ["ss", "-ltnH", f"sport = :{port}"]),
+            out = run(fabric.host_argv(host, ["ss", "-ltnH", f"sport = :{port}"]),
                       check=False).stdout
             if out.strip():
                 pending.discard((host, port))

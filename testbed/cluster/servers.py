@@ -1,0 +1,197 @@
+"""The servers of a cluster run, as the runner reaches them: a command on a server (in its
+root namespace or in a host's), and the checks that must pass on every server before any
+fabric is built. Remote commands go over ssh with the cluster's options, as root (`sudo -E`
+for another user, as the cluster edition does); local ones run directly.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.config.cluster import LOCAL, ClusterSpec, Server
+from testbed.system import REPO_ROOT, TestbedError, in_netns
+
+SSH_TIMEOUT_S = 5
+# what every server needs (Debian packages: openvswitch-switch, mininet, iperf3, iputils-ping,
+# iproute2, ethtool; scripts/bootstrap.sh installs them)
+NEEDED = ("ovs-vsctl", "mnexec", "iperf3", "ping", "ip", "tc", "ethtool", "nsenter")
+
+
+def ssh_user(server: Server) -> str:
+    """The cluster edition's choice: the server's user, else the one who ran sudo."""
+    return server.user or os.environ.get("SUDO_USER") or "root"
+
+
+@dataclass(frozen=True)
+class Conn:
+    """How the runner runs commands on one server."""
+    server: Server
+    ssh_config: str | None = None
+    control_dir: Path | None = None  # one shared ssh connection per server (ControlMaster)
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+    @property
+    def local(self) -> bool:
+        return self.server.local
+
+    @property
+    def user(self) -> str:
+        return ssh_user(self.server)
+
+    def ssh_options(self, control: bool = True) -> list[str]:
+        opts = ["-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
+        if self.ssh_config:
+            opts = ["-F", self.ssh_config, *opts]
+        if control and self.control_dir is not None:
+            opts += ["-o", f"ControlPath={self.control_dir}/%r@%h:%p", "-o",
+                     "ControlMaster=auto", "-o", "ControlPersist=30"]
+        return opts
+
+    def ssh(self, control: bool = True) -> list[str]:
+        """The local argv prefix that runs a command line on the server."""
+        local_user = [] if self.user == "root" else ["sudo", "-E", "-u", self.user]
+        return [*local_user, "ssh", *self.ssh_options(control), f"{self.user}@{self.server.address}"]
+
+    def argv(self, argv: list[str], netns_pid: int | None = None) -> list[str]:
+        """argv that runs `argv` on this server (in the network namespace of its process
+        `netns_pid` if given), as root."""
+        inner = in_netns(netns_pid, argv) if netns_pid else argv
+        if self.local:
+            return inner
+        root = [] if self.user == "root" else ["sudo", "-E"]
+        return [*self.ssh(), "--", shlex.join([*root, *inner])]
+
+    def run(self, argv: list[str], netns_pid: int | None = None, input: str | None = None,
+            check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        done = subprocess.run(self.argv(argv, netns_pid), input=input, capture_output=True,
+                              text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise TestbedError(f"server {self.name}: {shlex.join(argv)[:200]} failed: "
+                               f"{(done.stderr or done.stdout).strip()[-400:]}")
+        return done
+
+    def close(self) -> None:
+        """Ends the shared ssh connection, if one is open."""
+        if not self.local and self.control_dir is not None:
+            subprocess.run([*self.ssh(), "-O", "exit"], capture_output=True, timeout=10)
+
+
+def conns(cluster: ClusterSpec, control_dir: Path | None) -> dict[str, Conn]:
+    if control_dir is not None:
+        control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {s.name: Conn(s, cluster.ssh_config, control_dir) for s in cluster.servers}
+
+
+def ssh_failure(conn: Conn, stderr: str, code: int) -> str:
+    """Why ssh to `conn`'s server failed, and the fix, from ssh's words."""
+    where = f"server {conn.name} ({conn.user}@{conn.server.address})"
+    text = stderr.strip()
+    if "Connection refused" in text:
+        return (f"{where}: SSH refused: no sshd listens there; install and start it "
+                "(apt install openssh-server)")
+    if re.search(r"timed out|No route to host|Network is unreachable|Could not resolve", text):
+        return f"{where}: unreachable ({text.splitlines()[-1]}); check the address and network"
+    if "Permission denied" in text:
+        return (f"{where}: SSH refused the key; add the runner's public key to "
+                f"{conn.user}'s authorized_keys there (ssh-copy-id)")
+    if "Host key verification failed" in text:
+        return (f"{where}: its host key is not known; connect once by hand "
+                f"(ssh {conn.user}@{conn.server.address}) or give cluster.ssh_config")
+    return f"{where}: ssh failed (exit {code}): {text[-300:] or 'no message'}"
+
+
+def check_server(conn: Conn, tunnel: str) -> dict:
+    """TestbedError naming the server and the fix unless it can carry its part of a fabric;
+    what was found (addresses, the outer MTU toward the others, versions). Creates nothing
+    that outlives the check (a tunnel is tried in a namespace of its own)."""
+    if not conn.local:
+        try:
+            done = subprocess.run([*conn.ssh(control=False), "--", "true"], capture_output=True,
+                                  text=True, timeout=SSH_TIMEOUT_S + 10,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise TestbedError(f"server {conn.name} ({conn.server.address}): unreachable (no "
+                               "answer to ssh); check the address and network") from None
+        if done.returncode != 0:
+            raise TestbedError(ssh_failure(conn, done.stderr, done.returncode))
+        if conn.user != "root":
+            done = subprocess.run([*conn.ssh(control=False), "--", "sudo -n true"],
+                                  capture_output=True, text=True, timeout=30)
+            if done.returncode != 0:
+                raise TestbedError(f"server {conn.name}: {conn.user} cannot run sudo without "
+                                   "a password there; allow it (sudoers NOPASSWD) or use root")
+    probe = conn.run(["sh", "-c", PROBE.format(repo=shlex.quote(str(REPO_ROOT)),
+                                               needed=" ".join(NEEDED), tunnel=tunnel)],
+                     check=False)
+    if probe.returncode == 255 and not conn.local:
+        raise TestbedError(ssh_failure(conn, probe.stderr, probe.returncode))
+    found = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
+    missing = found.get("missing", "").split()
+    if missing:
+        raise TestbedError(f"server {conn.name}: {' '.join(missing)} not installed; run "
+                           "scripts/bootstrap.sh there")
+    if found.get("repo") != "yes":
+        raise TestbedError(f"server {conn.name}: the testbed is not installed at {REPO_ROOT} "
+                           "(every server needs it at the same path); clone it there and "
+                           "run scripts/bootstrap.sh")
+    if found.get("ovs") != "yes":
+        raise TestbedError(f"server {conn.name}: Open vSwitch is not running; run "
+                           "scripts/bootstrap.sh there (it starts OVS)")
+    if found.get("tunnel") != "yes":
+        fix = "use tunnel: vxlan" if tunnel == "gre" else "load the vxlan module"
+        raise TestbedError(f"server {conn.name}: its kernel cannot make a {tunnel} tunnel "
+                           f"({found.get('tunnel_error', '').strip() or 'no error text'}); {fix}")
+    return found
+
+
+# One shell round trip per server: what is missing, whether the testbed and OVS are there,
+# and whether a tunnel of the asked type can be made (in a throwaway network namespace).
+PROBE = r"""
+missing=""
+for cmd in {needed}; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
+echo "missing=$missing"
+if [ -x {repo}/.venv/bin/python ]; then echo repo=yes; else echo repo=no; fi
+if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then echo ovs=yes; else echo ovs=no; fi
+case {tunnel} in
+  vxlan) args="type vxlan id 1 local 127.0.0.1 remote 127.0.0.2 dstport 4789";;
+  gre) args="type gretap local 127.0.0.1 remote 127.0.0.2 key 1";;
+esac
+if err=$(unshare -n ip link add tbprobe $args 2>&1); then echo tunnel=yes
+else echo tunnel=no; echo "tunnel_error=$err"; fi
+echo "bridges=$(ovs-vsctl --timeout=3 list-br 2>/dev/null | tr '\n' ' ')"
+"""
+
+
+def route_mtu(conn: Conn, toward: str) -> tuple[str, int]:
+    """(the device, its MTU) a server sends through toward address `toward`."""
+    out = conn.run(["ip", "-o", "route", "get", toward]).stdout
+    dev = out.split(" dev ")[1].split()[0]
+    mtu = int(conn.run(["cat", f"/sys/class/net/{dev}/mtu"]).stdout.strip())
+    return dev, mtu
+
+
+def address_of(server: Server, others: list[Server]) -> str:
+    """The IPv4 address others reach `server` at (a local server: the source address of its
+    route toward the first remote one)."""
+    if not server.local:
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", server.address):
+            return server.address
+        out = subprocess.run(["getent", "ahostsv4", server.address], capture_output=True,
+                             text=True).stdout.split()
+        if not out:
+            raise TestbedError(f"server {server.name}: cannot resolve {server.address}; give "
+                               "an IPv4 address or fix name resolution")
+        return out[0]
+    remote = next((s for s in others if s.address != LOCAL), None)
+    if remote is None:
+        return "127.0.0.1"
+    out = subprocess.run(["ip", "-o", "route", "get", address_of(remote, [])],
+                         capture_output=True, text=True).stdout
+    return out.split(" src ")[1].split()[0]
