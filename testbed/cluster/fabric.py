@@ -205,8 +205,9 @@ class ClusterFabric(Fabric):
                 "there with larger net.core.wmem_default (docs/FIDELITY.md)")
 
     # ---- where commands run -------------------------------------------------------------
-    def host_argv(self, host: str, argv: list[str]) -> list[str]:
-        return self.conns[self.where[host]].argv(argv, netns_pid=self.host_pid(host))
+    def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:
+        return self.conns[self.where[host]].argv(argv, netns_pid=self.host_pid(host),
+                                                 tty=hangup)
 
     def switch_groups(self) -> list[list[str]]:
         groups: dict[str, list[str]] = {}

@@ -33,7 +33,7 @@ VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IP 20 + UDP 8 + VXLAN 8
 OUTER_MTU = 9216  # the servers' network: room for a jumbo inner frame and the VXLAN header
 
 # Run as the namespace's first process. The tmpfs mounts give it an OVS of its own; it
-# waits for its end of the veth, starts OVS and sshd, says "ready" and then only waits.
+# waits for its end of the veth, starts OVS and sshd, says "ready" and then reaps orphans.
 IN_NAMESPACE = r"""
 set -euo pipefail
 for dir in /run /etc/openvswitch /var/lib/openvswitch /var/log/openvswitch; do
@@ -48,7 +48,16 @@ ip addr add "$ADDR/$PREFIX" dev "$IFACE"
 /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
 /usr/sbin/sshd -f "$DIR/sshd_config" -E "$DIR/sshd.log"
 echo ready
-exec sleep infinity
+# the namespace's init: it adopts every orphan (the node shells' sudo, when their ssh ends)
+# and must reap them, as a server's init does
+exec python3 -c '
+import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(1)
+'
 """
 
 SSHD_CONFIG = """\
@@ -117,6 +126,9 @@ class NamespaceServer:
 
     def start(self, timeout: float = 60.0) -> int:
         """Starts the server; the PID of its `unshare` (whose death ends the server)."""
+        if Path(f"/sys/class/net/{self.peer}").exists():
+            raise TestbedError(f"server {self.index} ({self.address}) exists already "
+                               f"({self.peer} is there): stop it or use another index")
         self._keys()
         ensure_bridge()
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IFACE": self.iface,
@@ -153,15 +165,15 @@ class NamespaceServer:
 
     def stop(self) -> None:
         """Ends the server: everything in its namespaces goes with its first process."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            # unshare ignores SIGTERM while it waits; its death SIGKILLs the namespace's
+            # first process (--kill-child), and the kernel then ends every other one in it
+            self.proc.kill()
+            self.proc.wait()
         self.proc = None
-        run(["ip", "link", "del", self.peer], check=False)
+        run(["ip", "link", "del", self.peer], check=False)  # gone with the namespace, normally
 
 
 def ensure_bridge() -> None:

@@ -59,14 +59,16 @@ class Conn:
         local_user = [] if self.user == "root" else ["sudo", "-E", "-u", self.user]
         return [*local_user, "ssh", *self.ssh_options(control), f"{self.user}@{self.server.address}"]
 
-    def argv(self, argv: list[str], netns_pid: int | None = None) -> list[str]:
+    def argv(self, argv: list[str], netns_pid: int | None = None,
+             tty: bool = False) -> list[str]:
         """argv that runs `argv` on this server (in the network namespace of its process
-        `netns_pid` if given), as root."""
+        `netns_pid` if given), as root. `tty`: on a terminal (ssh -tt), so that it gets a
+        hangup and ends when the ssh here ends (its output then has CRLF line ends)."""
         inner = in_netns(netns_pid, argv) if netns_pid else argv
         if self.local:
             return inner
         root = [] if self.user == "root" else ["sudo", "-E"]
-        return [*self.ssh(), "--", shlex.join([*root, *inner])]
+        return [*self.ssh(), *(["-tt"] if tty else []), "--", shlex.join([*root, *inner])]
 
     def run(self, argv: list[str], netns_pid: int | None = None, input: str | None = None,
             check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:

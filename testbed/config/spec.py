@@ -132,7 +132,8 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
 
 
 # What a fabric split across servers can run so far (docs/CLUSTER.md, "What works"): the
-# rest reads counters, queues or BPF maps on this machine only.
+# others run on the class dataplane (training samples every queue from its BPF maps in
+# shared memory, which the runner and controller read on this machine only).
 CLUSTER_EXPERIMENTS = ("reachability", "permutation")
 
 

@@ -126,8 +126,10 @@ class Fabric:
 
     # ---- where commands run: here, on this machine; a cluster's fabric runs them on the
     # server that holds the node (testbed/cluster/fabric.py overrides these four) ----------
-    def host_argv(self, host: str, argv: list[str]) -> list[str]:
-        """argv that runs `argv` in host `host`'s network namespace."""
+    def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:
+        """argv that runs `argv` in host `host`'s network namespace. `hangup`: a long-lived
+        process, which must end when the process running argv here is stopped (on another
+        server: it runs on a terminal that hangs up when its ssh ends)."""
         return in_netns(self.host_pid(host), argv)
 
     def host_run(self, host: str, argv: list[str], input: str | None = None,

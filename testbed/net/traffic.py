@@ -28,7 +28,7 @@ def start_in_host(fabric, host: str, argv: list[str], what: str, log: Path) -> s
     works there), its PID recorded in the run record."""
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
-    proc = subprocess.Popen(fabric.host_argv(host, argv), stdout=out,
+    proc = subprocess.Popen(fabric.host_argv(host, argv, hangup=True), stdout=out,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=host_env())
     out.close()
     fabric.record.add_pid(proc.pid, what)
