@@ -52,6 +52,9 @@ class RunRecord:
     pids: list[dict] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)  # name -> value to restore
     bpf_pins: list[str] = field(default_factory=list)  # directories under /sys/fs/bpf/testbed
+    # a cluster's other servers: how to reach each and what the run makes there
+    # (testbed/cluster/servers.py: name, address, user, ssh_config, bridges, ifaces, sysctls)
+    servers: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
@@ -171,6 +174,9 @@ def release_record(rec: RunRecord) -> list[str]:
             sysctl_set(name, value)
         except OSError:
             pass
+    if rec.servers:
+        from testbed.cluster.servers import release_remote
+        removed += release_remote(rec.servers, STATE_DIR / "ssh" / rec.run_id)
     mark_killed(rec)
     rec.path.unlink(missing_ok=True)
     return removed

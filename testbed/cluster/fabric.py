@@ -83,6 +83,13 @@ class ClusterFabric(Fabric):
                                    "(an interrupted run?); run `testbed clean` and retry")
         super().preflight()
         self._fit_mtu()
+        # what `testbed clean` must remove on each remote server if this run is interrupted
+        self.record.servers = [srv.remote_entry(
+            conn, [s.name for s in self.topo.switches if self.where[s.name] == name],
+            self.switch_ifaces([s.name for s in self.topo.switches
+                                if self.where[s.name] == name]))
+            for name, conn in self.conns.items() if not conn.local]
+        self.record.save()
 
     def _fit_mtu(self) -> None:
         assert self.cluster is not None
@@ -148,7 +155,7 @@ class ClusterFabric(Fabric):
         (a server in a namespace of this machine shares them: `net.core` is global)."""
         with super()._raised_buffers():
             remote = [c for c in self.conns.values() if not c.local]
-            saved = on_servers(remote, lambda c: self._raise_remote(c))
+            saved = [self._raise_remote(c) for c in remote]
             try:
                 yield
             finally:
@@ -164,6 +171,9 @@ class ClusterFabric(Fabric):
         text = conn.run(["sysctl", "-n", *SYSCTLS]).stdout.split()
         low = {k: v for k, v in zip(SYSCTLS, text) if int(v) < need}
         if low:
+            entry = next(e for e in self.record.servers if e["name"] == conn.name)
+            entry["sysctls"] = low
+            self.record.save()
             conn.run(["sysctl", "-q", "-w", *(f"{k}={need}" for k in low)], check=False)
         return low
 

@@ -197,3 +197,56 @@ def address_of(server: Server, others: list[Server]) -> str:
     out = subprocess.run(["ip", "-o", "route", "get", address_of(remote, [])],
                          capture_output=True, text=True).stdout
     return out.split(" src ")[1].split()[0]
+
+
+def remote_entry(conn: Conn, bridges: list[str], ifaces: list[str]) -> dict:
+    """What a run's record keeps of a remote server, for `testbed clean`."""
+    return {"name": conn.name, "address": conn.server.address, "user": conn.server.user,
+            "ssh_config": conn.ssh_config, "bridges": bridges, "ifaces": ifaces,
+            "sysctls": {}}
+
+
+# Removes, on a server, the bridges and interfaces a run made (those still there), and puts
+# back the buffer sysctls it raised; prints what it removed.
+RELEASE = r"""
+for b in {bridges}; do
+  if ovs-vsctl --timeout=5 br-exists "$b" 2>/dev/null; then
+    ovs-vsctl --timeout=20 --if-exists del-br "$b" && echo "bridge $b"
+  fi
+done
+for i in {ifaces}; do
+  if [ -e "/sys/class/net/$i" ]; then ip link del "$i" 2>/dev/null && echo "interface $i"; fi
+done
+{sysctls}
+"""
+
+
+def release_remote(entries: list[dict], control_dir: Path) -> list[str]:
+    """`testbed clean` on a run's remote servers: what it removed on each (an unreachable
+    server is reported, not skipped silently)."""
+    removed = []
+    for entry in entries:
+        server = Server(name=entry["name"], address=entry["address"], user=entry.get("user"))
+        conn = Conn(server, entry.get("ssh_config"), None)
+        script = RELEASE.format(
+            bridges=" ".join(shlex.quote(b) for b in entry["bridges"]),
+            ifaces=" ".join(shlex.quote(i) for i in entry["ifaces"]),
+            sysctls=(shlex.join(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in
+                                                         entry["sysctls"].items())])
+                     if entry.get("sysctls") else ""))
+        try:
+            done = conn.run(["sh", "-c", script], check=False, timeout=120)
+        except subprocess.TimeoutExpired:
+            removed.append(f"server {conn.name}: not cleaned (no answer within 120 s)")
+            continue
+        if done.returncode == 255:
+            removed.append(f"server {conn.name}: not cleaned ({ssh_failure(conn, done.stderr, 255)})")
+            continue
+        removed += [f"{line} on server {conn.name}" for line in done.stdout.splitlines()
+                    if line.strip()]
+        Conn(server, entry.get("ssh_config"), control_dir).close()
+    if control_dir.exists():
+        for sock in control_dir.iterdir():
+            sock.unlink(missing_ok=True)
+        control_dir.rmdir()
+    return removed
