@@ -214,6 +214,7 @@ class RunContext:
             t_up = time.time() - self.cpu.t0
             if self.spec.cluster is not None:
                 self.phases[key]["cluster"] = fab.manifest()
+                self.warnings.extend(w for w in fab.warnings if w not in self.warnings)
             self.cpu.watch(set(fab.switch_ifaces()))
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)

@@ -23,6 +23,9 @@ from testbed.system import REPO_ROOT, TestbedError
 from . import servers as srv
 from .placement import Crossing, crossings, inner_mtu, place
 
+TUNNEL_HEADROOM = 0.95  # a tunnel's links may use this share of the underlay's goodput
+_UNDERLAY: dict[tuple[str, str, str], dict] = {}  # (run id, from, to): measured once per run
+
 SYSCTLS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
            "net.core.rmem_default")
 
@@ -57,6 +60,8 @@ class ClusterFabric(Fabric):
     links_crossing: list[Crossing] = field(default_factory=list)
     servers_found: dict[str, dict] = field(default_factory=dict)
     mtu_report: dict = field(default_factory=dict)
+    underlay: dict[tuple[str, str], dict] = field(default_factory=dict)  # (from, to) -> ...
+    warnings: list[str] = field(default_factory=list)  # fidelity warnings for the summary
 
     def __post_init__(self) -> None:
         assert self.cluster is not None
@@ -83,6 +88,7 @@ class ClusterFabric(Fabric):
                                    "(an interrupted run?); run `testbed clean` and retry")
         super().preflight()
         self._fit_mtu()
+        self._measure_underlay()
         # what `testbed clean` must remove on each remote server if this run is interrupted
         self.record.servers = [srv.remote_entry(
             conn, [s.name for s in self.topo.switches if self.where[s.name] == name],
@@ -106,9 +112,11 @@ class ClusterFabric(Fabric):
                            "outer": {s: {"dev": d, "mtu": m} for s, (d, m) in outer.items()},
                            "mode": self.cluster.tunnel_mtu}
         if mtu != self.links.mtu_bytes:
-            self.log(f"cluster: the servers' network carries {worst} bytes; the fabric's MTU "
-                     f"is lowered from {self.links.mtu_bytes} to {mtu} for the "
-                     f"{self.cluster.tunnel} header ({self.cluster.overhead} bytes)")
+            said = (f"cluster: the servers' network carries {worst} bytes; the fabric's MTU "
+                    f"is lowered from {self.links.mtu_bytes} to {mtu} for the "
+                    f"{self.cluster.tunnel} header ({self.cluster.overhead} bytes)")
+            self.log(said)
+            self.warnings.append(said)
             self.links = replace(self.links, mtu_bytes=mtu)
         if needed > worst:
             raise TestbedError(
@@ -116,6 +124,27 @@ class ClusterFabric(Fabric):
                 f"network (it carries {worst}); raise it on every server's "
                 + ", ".join(f"{s}:{d}" for s, (d, _) in sorted(outer.items()))
                 + " or use lower_inner")
+
+    def _measure_underlay(self) -> None:
+        """Each direction between two servers that tunnels join: its round trip and TCP
+        goodput (once per run), the extra delay it adds to each link it carries, and a
+        warning when it cannot carry all those links at their rate at once."""
+        pairs = sorted({(c.a_server, c.b_server) for c in self.links_crossing}
+                       | {(c.b_server, c.a_server) for c in self.links_crossing})
+        for a, b in pairs:
+            key = (self.record.run_id, a, b)
+            if key not in _UNDERLAY:
+                _UNDERLAY[key] = srv.underlay(self.conns[a], self.conns[b], self.addresses[b])
+            self.underlay[(a, b)] = _UNDERLAY[key]
+            need = sum(c.rate_mbps for c in self.links_crossing
+                       if {c.a_server, c.b_server} == {a, b})
+            got = _UNDERLAY[key]["goodput_mbps"]
+            if got is None or need > TUNNEL_HEADROOM * got:
+                self.warnings.append(
+                    f"cluster: the {sum(1 for c in self.links_crossing if {c.a_server, c.b_server} == {a, b})} "
+                    f"links from server {a} to {b} carry up to {need:g} Mb/s at once; the "
+                    f"servers' network carried {got} Mb/s that way: a tunnel cannot carry its "
+                    "link's rate when they are busy together")
 
     # ---- building -----------------------------------------------------------------------
     @property
@@ -272,6 +301,14 @@ class ClusterFabric(Fabric):
                             for s in self.cluster.servers},
                 "placement": self.cluster.placement, "tunnel": self.cluster.tunnel,
                 "mtu": self.mtu_report,
+                "underlay": {f"{a}->{b}": u for (a, b), u in self.underlay.items()},
                 "crossing_links": [{"link": c.name, "servers": [c.a_server, c.b_server],
-                                    "vni": c.vni, "rate_mbps": c.rate_mbps}
+                                    "vni": c.vni, "rate_mbps": c.rate_mbps,
+                                    "extra_delay_ms": self._extra_delay_ms(c)}
                                    for c in self.links_crossing]}
+
+    def _extra_delay_ms(self, c: Crossing) -> float | None:
+        """What a tunnel adds to its link's one-way delay: half the servers' minimum
+        round trip over their own network."""
+        u = self.underlay.get((c.a_server, c.b_server)) or {}
+        return round(u["rtt_min_ms"] / 2, 4) if u.get("rtt_min_ms") is not None else None

@@ -5,10 +5,12 @@ for another user, as the cluster edition does); local ones run directly.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,3 +252,38 @@ def release_remote(entries: list[dict], control_dir: Path) -> list[str]:
             sock.unlink(missing_ok=True)
         control_dir.rmdir()
     return removed
+
+
+UNDERLAY_PORT = 5299  # the underlay goodput test's iperf3 port on the receiving server
+
+
+def underlay(sender: Conn, receiver: Conn, receiver_address: str,
+             seconds: float = 2.0) -> dict:
+    """The servers' own network between two servers, which a tunnel rides on: the round trip
+    (5 pings) and the TCP goodput one way (iperf3, `seconds`), measured from `sender`."""
+    ping = sender.run(["ping", "-n", "-q", "-c", "5", "-i", "0.2", "-W", "2",
+                       receiver_address], check=False).stdout
+    rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)", ping)
+    server = subprocess.Popen(receiver.argv(["iperf3", "-s", "-1", "-p", str(UNDERLAY_PORT)],
+                                            tty=True),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL)
+    try:
+        mbps = None
+        for _ in range(20):  # until the server listens
+            done = sender.run(["iperf3", "-c", receiver_address, "-p", str(UNDERLAY_PORT),
+                               "-t", f"{seconds:g}", "-J"], check=False, timeout=seconds + 30)
+            try:
+                end = json.loads(done.stdout)["end"]  # iperf 3.12 -J: exit 0 and an "error"
+            except (ValueError, KeyError):            # when it could not connect
+                end = {}
+            if "sum_received" in end:
+                mbps = end["sum_received"]["bits_per_second"] / 1e6
+                break
+            time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(5)
+    return {"rtt_min_ms": float(rtt.group(1)) if rtt else None,
+            "rtt_avg_ms": float(rtt.group(2)) if rtt else None,
+            "goodput_mbps": round(mbps, 1) if mbps is not None else None}

@@ -23,13 +23,16 @@ PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.flow
         "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",
         "testbed.workloads.parallel.job",
         # the live view's drawing of a fabric
-        "testbed.view.layout")
+        "testbed.view.layout",
+        # where a cluster's nodes run and which links cross servers
+        "testbed.cluster.placement")
 # what the pure layers may not reach
 RUNTIME = ("testbed.net", "testbed.measure", "testbed.runner", "testbed.experiments",
            "testbed.results", "testbed.cli", "testbed.doctor", "testbed.resources",
            "testbed.system", "testbed.workloads", "controllers.apps", "controllers.compat",
            "controllers.ofmsgs", "controllers.launch", "mininet", "pyroute2", "torch", "ryu",
-           "eventlet", "matplotlib")
+           "eventlet", "matplotlib", "testbed.cluster.fabric", "testbed.cluster.servers",
+           "testbed.cluster.engine", "testbed.cluster.nsserver")
 
 
 # what an offline check must never load: the emulator, the controller, the workers' torch,
@@ -38,7 +41,8 @@ VALIDATE_NEVER = ("mininet", "pyroute2", "torch", "ryu", "eventlet", "matplotlib
                   "testbed.net", "testbed.measure", "testbed.runner", "testbed.resources",
                   "testbed.workloads.train", "testbed.workloads.models",
                   "testbed.workloads.ps", "testbed.workloads.layerwise",
-                  "testbed.workloads.compression", "controllers.apps", "controllers.compat")
+                  "testbed.workloads.compression", "controllers.apps", "controllers.compat",
+                  "testbed.cluster.fabric", "testbed.cluster.servers", "testbed.cluster.engine")
 
 
 def module_name(path: Path) -> str:
