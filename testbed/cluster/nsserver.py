@@ -45,7 +45,7 @@ ip link set lo up
 for _ in $(seq 200); do ip link show "$IFACE" >/dev/null 2>&1 && break; sleep 0.05; done
 ip link set "$IFACE" mtu "$MTU" up
 ip addr add "$ADDR/$PREFIX" dev "$IFACE"
-/usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+if [ "$OVS" = 1 ]; then /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null; fi
 /usr/sbin/sshd -f "$DIR/sshd_config" -E "$DIR/sshd.log"
 echo ready
 # the namespace's init: it adopts every orphan (the node shells' sudo, when their ssh ends)
@@ -84,6 +84,7 @@ class NamespaceServer:
     configuration in `workdir`."""
     index: int
     workdir: Path
+    ovs: bool = True  # start Open vSwitch (False: a server the runner must refuse)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -133,7 +134,7 @@ class NamespaceServer:
         ensure_bridge()
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IFACE": self.iface,
                "ADDR": self.address, "PREFIX": str(PREFIX), "MTU": str(OUTER_MTU),
-               "DIR": str(self.workdir)}
+               "DIR": str(self.workdir), "OVS": "1" if self.ovs else "0"}
         self.proc = subprocess.Popen(
             ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc",
              "--kill-child=SIGKILL", "bash", "-c", IN_NAMESPACE],

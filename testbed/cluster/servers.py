@@ -48,7 +48,9 @@ class Conn:
         return ssh_user(self.server)
 
     def ssh_options(self, control: bool = True) -> list[str]:
-        opts = ["-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
+        # LogLevel ERROR, not -q: -q also silences why a connection failed (ssh_failure)
+        opts = ["-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o",
+                f"ConnectTimeout={SSH_TIMEOUT_S}"]
         if self.ssh_config:
             opts = ["-F", self.ssh_config, *opts]
         if control and self.control_dir is not None:

@@ -1,0 +1,179 @@
+"""A fabric split across two servers (issue 16). The second server is built on this machine
+the way the cluster edition sees one: network, mount and PID namespaces of its own, its own
+Open vSwitch and sshd, reached over a bridge (testbed/cluster/nsserver.py). Numbers are
+compared with the same spec on one server; tolerances are stated per assertion."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.cluster.nsserver import NamespaceServer, remove_bridge
+from testbed.net import ovs
+from testbed.resources import records
+from testbed.system import TestbedError
+
+from .helpers import rows, run
+
+REPO = Path(__file__).resolve().parents[2]
+FATTREE = {"kind": "fattree", "params": {"k": 4, "rate_mbps": 20}}
+LINKS = {"mtu_bytes": 9000}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = NamespaceServer(1, tmp_path_factory.mktemp("server1"))
+    srv.start()
+    yield srv
+    srv.stop()
+    remove_bridge()
+
+
+def on(srv: NamespaceServer, command: str) -> str:
+    return subprocess.run(["ssh", "-F", str(srv.ssh_config), f"root@{srv.address}", command],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def cluster(srv: NamespaceServer, **extra) -> dict:
+    return {"servers": [{"name": "a", "address": "localhost"},
+                        {"name": "b", "address": srv.address, "user": "root"}],
+            "ssh_config": str(srv.ssh_config), **extra}
+
+
+def server_state(srv: NamespaceServer) -> dict:
+    """What a run may leave on the other server: bridges, interfaces, processes."""
+    return {"bridges": on(srv, "ovs-vsctl list-br").split(),
+            "links": sorted(line.split("@")[0].split()[0]
+                            for line in on(srv, "ip -br link").splitlines()),
+            "processes": sorted(on(srv, "ps -e -o comm=").split())}
+
+
+def test_a_fattree_split_over_two_servers_matches_one_server(tmp_path, server):
+    before = server_state(server)
+    permutation = {"type": "permutation", "patterns": ["stride:8"], "routings": ["single"],
+                   "duration_s": 8, "omit_s": 2}
+    data = {"topology": FATTREE, "links": LINKS, "controller": {"routing": "single"}}
+    one, one_sum = run(tmp_path / "one", {"name": "it-one-server", **data,
+                                          "experiments": [permutation]})
+    two, two_sum = run(tmp_path / "two", {
+        "name": "it-two-servers", **data, "cluster": cluster(server),
+        "experiments": [permutation, {"type": "reachability", "count": 2}]})
+    assert one_sum["status"] == two_sum["status"] == "ok", two_sum.get("error")
+    reach = two_sum["experiments"]["1:reachability"]["headline"]
+    assert reach["pairs"] == 240 and reach["loss_pct"] == 0.0, reach
+    perm = {s: x["experiments"]["0:permutation"]["headline"] for s, x in
+            (("one", one_sum), ("two", two_sum))}
+    key = "stride:8_single_normalised"
+    # single-path routing puts every flow on the same path in both runs: the same number
+    # within 5% (the issue's bound), when neither run was CPU-bound
+    flows = {s: rows(o, "permutation.csv") for s, o in (("one", one), ("two", two))}
+    assert not any(r.get("cpu_bound") == "True" for r in flows["two"])
+    assert perm["two"][key] == pytest.approx(perm["one"][key], rel=0.05), perm
+    manifest = json.loads((two / "manifest.json").read_text())
+    phases = list(manifest["phases"].values())
+    placed = phases[0]["cluster"]
+    assert len(placed["crossing_links"]) == 8 and placed["placement"] == "pods"
+    assert placed["servers"]["b"]["nodes"][:3] == ["a5", "a6", "a7"]
+    assert all(c["extra_delay_ms"] is not None and c["extra_delay_ms"] < 1
+               for c in placed["crossing_links"])
+    assert placed["underlay"]["a->b"]["goodput_mbps"] > 160  # carries all 8 at 20 Mb/s
+    events = [json.loads(line) for line in (two / "events.jsonl").read_text().splitlines()]
+    conservation = [e["conservation"] for e in events if "conservation" in e]
+    # every switch's packets accounted for, on both servers
+    assert conservation and all(c["lost_in_switches"] == 0 for c in conservation)
+    assert {"a1", "a5"} <= set(conservation[0]["per_switch"])
+    assert server_state(server) == before  # nothing of the run left on the other server
+    assert records() == []
+
+
+def test_a_cross_server_link_carries_its_rate(tmp_path, server):
+    """h1 - l1 - sp1 on this server, l2 - h2 on the other: sp1-l2 is a VXLAN tunnel."""
+    out, summary = run(tmp_path, {
+        "name": "it-cross-link",
+        "topology": {"kind": "leafspine", "params": {"spines": 1, "leaves": 2,
+                                                     "hosts_per_leaf": 1, "host_rate": 10,
+                                                     "uplink_rate": 10}},
+        "links": LINKS,
+        "experiments": [{"type": "permutation", "patterns": ["stride:1"],
+                         "routings": ["single"], "duration_s": 8, "omit_s": 2}],
+        "cluster": cluster(server, placement="explicit", nodes={"b": ["l2", "h2"]})})
+    assert summary["status"] == "ok", summary.get("error")
+    placed = list(json.loads((out / "manifest.json").read_text())["phases"].values())[0]
+    assert [c["link"] for c in placed["cluster"]["crossing_links"]] == ["l2-eth2-sp1-eth2"]
+    # both directions across the tunnel at the link's rate: the benchmark's 93-101%
+    got = summary["experiments"]["0:permutation"]["headline"]["stride:1_single_normalised"]
+    assert 0.93 <= got <= 1.01, summary["experiments"]
+
+
+@pytest.mark.parametrize("case", ["unreachable", "refused", "gre", "no-ovs"])
+def test_a_server_that_cannot_take_part_is_refused_before_anything_is_built(
+        tmp_path, server, case):
+    before = server_state(server)
+    data = {"name": f"it-bad-{case}", "topology": FATTREE, "links": LINKS,
+            "experiments": [{"type": "reachability", "count": 1}],
+            "cluster": cluster(server)}
+    other = None
+    if case == "unreachable":  # nothing answers at this address on the servers' bridge
+        data["cluster"]["servers"][1]["address"] = "10.251.0.200"
+        says = "server b (root@10.251.0.200): unreachable"
+    elif case == "refused":  # this machine's own address there: no sshd listens
+        data["cluster"]["servers"][1]["address"] = "10.251.0.1"
+        says = "server b (root@10.251.0.1): SSH refused: no sshd listens there"
+    elif case == "gre":
+        data["cluster"]["tunnel"] = "gre"
+        says = "server a: its kernel cannot make a gre tunnel"
+    else:
+        other = NamespaceServer(2, tmp_path / "server2", ovs=False)
+        other.start()
+        data["cluster"]["servers"][1].update(address=other.address)
+        data["cluster"]["ssh_config"] = str(other.ssh_config)
+        says = "server b: Open vSwitch is not running; run scripts/bootstrap.sh there"
+    t0 = time.time()
+    try:
+        with pytest.raises(TestbedError) as refused:
+            run(tmp_path, data)
+    finally:
+        if other is not None:
+            other.stop()
+    assert says in str(refused.value), str(refused.value)
+    if case == "gre":
+        assert "use tunnel: vxlan" in str(refused.value)
+    assert time.time() - t0 < 30  # refused at the checks, not after a build
+    assert not set(ovs.bridges()) & {"c1", "e1", "a1"}
+    assert server_state(server) == before
+    assert records() == []
+
+
+def test_an_interrupted_two_server_run_is_cleaned_on_both(tmp_path, server):
+    before = server_state(server)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({
+        "name": "it-cluster-kill", "topology": FATTREE, "links": LINKS,
+        "experiments": [{"type": "permutation", "patterns": ["stride:8"],
+                         "routings": ["ecmp"], "duration_s": 60, "omit_s": 1}],
+        "cluster": cluster(server)}))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
+                             str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    while time.time() < deadline and not list((out / "flows").glob("*client.json")):
+        time.sleep(0.2)
+    assert list((out / "flows").glob("*client.json")), "the run never started its flows"
+    time.sleep(1)
+    assert "c2" in on(server, "ovs-vsctl list-br").split()
+    proc.kill()
+    proc.wait(timeout=30)
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "removed bridge c2 on server b" in done.stdout, done.stdout
+    time.sleep(1)  # the remote node shells end with their ssh
+    assert server_state(server) == before
+    assert not set(ovs.bridges()) & {"c1", "c2", "e1"}
+    assert records() == []
+    assert json.loads((out / "summary.json").read_text())["status"] == "killed"
