@@ -1,0 +1,113 @@
+"""A fabric on one server and the same fabric split across two (issue 16), on a quiet
+machine: the second server is a namespace server on this machine (testbed/cluster/
+nsserver.py), so both share its two cores. Reachability and permutation on a Fat-Tree k=4
+at 20 Mb/s, and a single VXLAN-carried link at 10 and 50 Mb/s (leaf-spine 1-2-1 with one
+leaf and its host on the other server).
+
+    sudo .venv/bin/python scripts/bench_cluster.py OUTDIR
+
+Prints Markdown tables (docs/BENCHMARKS.md, "Beyond one machine") and writes every run's
+results under OUTDIR.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from testbed.cluster.nsserver import NamespaceServer, remove_bridge
+from testbed.runner import run_spec
+from testbed.spec import loads
+
+FATTREE = {"kind": "fattree", "params": {"k": 4, "rate_mbps": 20}}
+LINKS = {"buffer_pkts": 100, "mtu_bytes": 9000}
+
+
+def leafspine(rate: float) -> dict:
+    return {"kind": "leafspine", "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1,
+                                            "host_rate": rate, "uplink_rate": rate}}
+
+
+def run(out: Path, data: dict) -> tuple[Path, dict]:
+    spec, topo = loads(data)
+    done = run_spec(spec, topo, json.dumps(data), out, log=lambda m: None)
+    return done, json.loads((done / "summary.json").read_text())
+
+
+def cluster(srv: NamespaceServer, **extra) -> dict:
+    return {"servers": [{"name": "a", "address": "localhost"},
+                        {"name": "b", "address": srv.address, "user": "root"}],
+            "ssh_config": str(srv.ssh_config), **extra}
+
+
+def cpu_bound(summary: dict) -> bool:
+    return any("CPU-bound" in w for w in summary.get("warnings", []))
+
+
+def main(out_dir: Path) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    srv = NamespaceServer(1, out_dir / "server1")
+    srv.start()
+    results: dict = {}
+    try:
+        for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(srv)})):
+            slug = where.replace(" ", "-")
+            _, reach = run(out_dir / f"reach-{slug}", {
+                "name": f"bench-reach-{slug}", "topology": FATTREE, "links": LINKS,
+                "experiments": [{"type": "reachability", "count": 3}], **extra})
+            _, perm = run(out_dir / f"perm-{slug}", {
+                "name": f"bench-perm-{slug}", "topology": FATTREE, "links": LINKS,
+                "experiments": [{"type": "permutation", "patterns": ["stride:8", "randbij"],
+                                 "routings": ["single", "ecmp"], "duration_s": 20,
+                                 "omit_s": 3, "repeats": 2}], **extra})
+            results[where] = {"reach": reach["experiments"]["0:reachability"]["headline"],
+                              "perm": perm["experiments"]["0:permutation"]["headline"],
+                              "cpu_bound": cpu_bound(reach) or cpu_bound(perm)}
+        for rate in (10, 50):
+            for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(
+                    srv, placement="explicit", nodes={"b": ["l2", "h2"]})})):
+                slug = f"{rate}-{where.replace(' ', '-')}"
+                out, link = run(out_dir / f"link-{slug}", {
+                    "name": f"bench-link-{slug}", "topology": leafspine(rate), "links": LINKS,
+                    "experiments": [
+                        {"type": "reachability", "count": 10},
+                        {"type": "permutation", "patterns": ["stride:1"],
+                         "routings": ["single"], "duration_s": 15, "omit_s": 3,
+                         "repeats": 2}], **extra})
+                phases = json.loads((out / "manifest.json").read_text())["phases"]
+                crossing = [c for p in phases.values() if "cluster" in p
+                            for c in p["cluster"]["crossing_links"]]
+                results[f"link {rate} {where}"] = {
+                    "normalised": link["experiments"]["1:permutation"]["headline"][
+                        "stride:1_single_normalised"],
+                    "idle_rtt_min_ms": link["experiments"]["0:reachability"]["headline"][
+                        "idle_rtt_min_ms"],
+                    "extra_delay_ms": crossing[0]["extra_delay_ms"] if crossing else None,
+                    "cpu_bound": cpu_bound(link)}
+    finally:
+        srv.stop()
+        remove_bridge()
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
+    print("| | one server | two servers |\n|---|---|---|")
+    one, two = results["one server"], results["two servers"]
+    for key in ("loss_pct", "rtt_min_median_ms", "idle_rtt_min_ms"):
+        print(f"| reachability {key} | {one['reach'][key]} | {two['reach'][key]} |")
+    for key in sorted(one["perm"]):
+        if key.endswith("_normalised"):
+            print(f"| {key} | {one['perm'][key]} | {two['perm'][key]} |")
+    print(f"| CPU-bound | {one['cpu_bound']} | {two['cpu_bound']} |\n")
+    print("| link | where | goodput / rate | idle RTT h1-h2 (ms) | tunnel's extra one-way "
+          "delay (ms) | CPU-bound |\n|---|---|---|---|---|---|")
+    for rate in (10, 50):
+        for where in ("one server", "two servers"):
+            r = results[f"link {rate} {where}"]
+            print(f"| {rate} Mb/s | {where} | {r['normalised']} | {r['idle_rtt_min_ms']} | "
+                  f"{r['extra_delay_ms']} | {r['cpu_bound']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(Path(sys.argv[1])))
