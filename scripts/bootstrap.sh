@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs and starts Open vSwitch; safe to run again.
 #   apt:  openvswitch-switch mininet iperf3 ethtool iproute2 util-linux python3-venv
-#         clang-14 libbpf-dev bpftool (the BPF switch dataplane: classes, ECN, PFC);
+#         clang-14 libbpf-dev bpftool (the BPF switch dataplane: classes, ECN, PFC),
+#         openssh-client sudo (Mininet's cluster edition: fabrics across servers);
 #         with --test also chromium chromium-driver (the live view's browser test) and
-#         openssh-server sudo (the second server the cluster tests build on this machine;
-#         its sshd is not started on the host)
+#         openssh-server (the second server the cluster tests build on this machine; no
+#         sshd is started on the machine itself)
 #   venv: .venv made from the system python3 with --system-site-packages (sees Debian's mininet)
 #   pip:  the pinned dependencies of setup.cfg (torch==2.13.0 among them) and the project itself
 # Open vSwitch is started with a socket send buffer large enough for the fabric's queues
@@ -13,10 +14,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV="$ROOT/.venv"
-APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool)
+APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool openssh-client sudo)
 # --test: what only the tests need too (the live view's page, driven in headless Chromium)
 if [ "${1:-}" = "--test" ]; then
-  APT_PACKAGES+=(chromium chromium-driver openssh-server sudo)
+  APT_PACKAGES+=(chromium chromium-driver openssh-server)
 fi
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }

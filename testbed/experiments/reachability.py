@@ -65,22 +65,40 @@ def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us:
     return round(2 * one_way * 1000, 4)
 
 
+# A source's pings, all at once, from one shell in the host: one process started per source
+# instead of one per pair (on another server each start is an ssh session, and their cost
+# showed as round-trip time: docs/FIDELITY.md, "A fabric across servers").
+PING_MANY = 'for ip in "$@"; do ping -n -q -c "$C" -i "$I" -W 2 "$ip" & done; wait'
+
+
 def ping_all(fab: Phase, count: int = 3, interval_s: float = 0.2) -> list[list]:
     """Every host pings every other host (a source's pings all at once, one source after
     another): the rows of reachability.csv (HEADER)."""
     rows = []
     hosts = fab.topo.hosts
     for src in hosts:
-        procs = []
-        for dst in hosts:
-            if dst is not src:
-                argv = ["ping", "-n", "-q", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2",
-                        dst.ip]
-                procs.append((dst, fab.popen(src.name, argv)))
-        for dst, proc in procs:
-            text = proc.communicate(timeout=60)[0]
-            rows.append([src.name, dst.name, *parse_ping(text, count)])
+        dsts = [dst for dst in hosts if dst is not src]
+        argv = ["env", f"C={count}", f"I={interval_s:g}", "sh", "-c", PING_MANY, "sh",
+                *(dst.ip for dst in dsts)]
+        blocks = ping_blocks(fab.popen(src.name, argv).communicate(timeout=60)[0])
+        for dst in dsts:
+            rows.append([src.name, dst.name, *parse_ping(blocks.get(dst.ip, ""), count)])
     return rows
+
+
+def ping_blocks(text: str) -> dict[str, str]:
+    """Concurrent pings' output, by destination: each one's summary ("--- IP ping
+    statistics ---" and the lines after it, which ping writes at once when it ends)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("--- ") and line.endswith(" ping statistics ---"):
+            current = blocks.setdefault(line.split()[1], [])
+        elif line.startswith("PING ") or not line.strip():
+            current = None
+        if current is not None:
+            current.append(line)
+    return {ip: "\n".join(lines) for ip, lines in blocks.items()}
 
 
 def run(ctx: Context, exp: Reachability) -> Outcome:

@@ -102,6 +102,21 @@ def test_parse_ping_summary():
     assert _parse_ping("", 3) == [3, 0, 100.0, None, None, None]
 
 
+def test_concurrent_pings_are_told_apart_by_their_summaries():
+    from testbed.experiments.reachability import parse_ping, ping_blocks
+    text = ("PING 10.0.0.3 (10.0.0.3) 56(84) bytes of data.\n"
+            "PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.\n\n"
+            "--- 10.0.0.2 ping statistics ---\n"
+            "3 packets transmitted, 3 received, 0% packet loss, time 403ms\n"
+            "rtt min/avg/max/mdev = 0.5/1.0/2.0/0.1 ms\n\n"
+            "--- 10.0.0.3 ping statistics ---\n"
+            "3 packets transmitted, 0 received, 100% packet loss, time 2040ms\n\n")
+    blocks = ping_blocks(text)
+    assert parse_ping(blocks["10.0.0.2"], 3) == [3, 3, 0.0, 1.0, 2.0, 0.5]
+    assert parse_ping(blocks["10.0.0.3"], 3) == [3, 0, 100.0, None, None, None]
+    assert parse_ping(blocks.get("10.0.0.4", ""), 3)[1] == 0  # never started: all lost
+
+
 def test_finite_flows_report_their_completion_time():
     from testbed.workloads.flows import Flow, parse_finite
     f = Flow(src="h1", dst="h2", duration_s=30, nbytes=2_000_000)
