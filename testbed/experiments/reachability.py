@@ -66,8 +66,7 @@ def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us:
 
 
 # A source's pings, all at once, from one shell in the host: one process started per source
-# instead of one per pair (on another server each start is an ssh session, and their cost
-# showed as round-trip time: docs/FIDELITY.md, "A fabric across servers").
+# instead of one per pair (on another server each start is an ssh session).
 PING_MANY = 'for ip in "$@"; do ping -n -q -c "$C" -i "$I" -W 2 "$ip" & done; wait'
 
 
