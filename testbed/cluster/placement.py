@@ -35,11 +35,10 @@ def groups(topo: Topology) -> tuple[list[list[str]], list[str]]:
             spread.append(sw.name)
     for host in topo.hosts:
         peer = topo.peer(host.name, 0)
-        first = host.label("pod")
-        key = ("pod", first) if first is not None else None
-        if key is None and peer is not None:
-            role = topo.switch(peer[0]).role
-            key = (role, peer[0])
+        pod = host.label("pod")
+        key: tuple | None = ("pod", pod) if pod is not None else None
+        if key is None and peer is not None:  # a leaf's or a level-0 cell's host
+            key = (topo.switch(peer[0]).role, peer[0])
         if key not in keyed:
             raise SpecError(f"cluster.placement: pods: host {host.name} is in no group of "
                             f"this {topo.kind} topology; use switch_bin or explicit")

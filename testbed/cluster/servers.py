@@ -198,9 +198,12 @@ def address_of(server: Server, others: list[Server]) -> str:
     remote = next((s for s in others if s.address != LOCAL), None)
     if remote is None:
         return "127.0.0.1"
-    out = subprocess.run(["ip", "-o", "route", "get", address_of(remote, [])],
-                         capture_output=True, text=True).stdout
-    return out.split(" src ")[1].split()[0]
+    route = subprocess.run(["ip", "-o", "route", "get", address_of(remote, [])],
+                           capture_output=True, text=True).stdout
+    if " src " not in route:
+        raise TestbedError(f"server {server.name}: no route from this machine to "
+                           f"{remote.name} ({remote.address})")
+    return route.split(" src ")[1].split()[0]
 
 
 def remote_entry(conn: Conn, bridges: list[str], ifaces: list[str]) -> dict:
