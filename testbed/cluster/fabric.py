@@ -30,18 +30,19 @@ SYSCTLS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
            "net.core.rmem_default")
 
 
-def on_servers(conns: list[srv.Conn], fn: Any) -> list[Any]:
-    """`fn(conn)` on every server at once; the results in order (the first error raised)."""
-    results: list[Any] = [None] * len(conns)
+def on_servers(items: list[Any], fn: Any) -> list[Any]:
+    """`fn(item)` for every item (a server, or a server's switches) at once, each in a
+    thread; the results in order (the first error is raised here)."""
+    results: list[Any] = [None] * len(items)
     errors: list[BaseException] = []
 
-    def one(i: int, conn: srv.Conn) -> None:
+    def one(i: int, item: Any) -> None:
         try:
-            results[i] = fn(conn)
+            results[i] = fn(item)
         except BaseException as exc:  # re-raised below, in the caller's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(conns)]
+    threads = [threading.Thread(target=one, args=(i, x)) for i, x in enumerate(items)]
     for t in threads:
         t.start()
     for t in threads:
@@ -273,15 +274,8 @@ class ClusterFabric(Fabric):
             return {sw: SwitchCounters(**c) for sw, c in json.loads(out).items()}
 
         counters: dict[str, SwitchCounters] = {}
-        results: list[dict] = [{} for _ in groups]
-        threads = [threading.Thread(target=lambda i=i, g=g: results.__setitem__(i, read(g)))
-                   for i, g in enumerate(groups)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in results:
-            counters.update(r)
+        for part in on_servers(groups, read):
+            counters.update(part)
         return counters
 
     def stop(self) -> None:

@@ -52,7 +52,9 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
         # The BPF dataplane drops before the qdisc (counted here, not by it, headroom
         # overflows included); its resume kicks pass the qdisc, and at the far switch OVS
         # drops them by a counted table-miss entry.
-        c = snap.switches[name.rsplit("-eth", 1)[0]]
+        c = snap.switches.get(name.rsplit("-eth", 1)[0])
+        if c is None:  # a host's port: conservation is per switch
+            continue
         c.enqueued += b["drops"] - b["kicks_sent"]
         c.qdisc_drops += b["drops"]
     for sw in topo.switches:
