@@ -18,7 +18,7 @@ from testbed.measure.conservation import SwitchCounters, switch_counters
 from testbed.net import ovs
 from testbed.net.fabric import Fabric
 from testbed.resources import STATE_DIR
-from testbed.system import REPO_ROOT, TestbedError
+from testbed.system import TestbedError
 
 from . import servers as srv
 from .placement import Crossing, crossings, inner_mtu, place
@@ -26,8 +26,6 @@ from .placement import Crossing, crossings, inner_mtu, place
 TUNNEL_HEADROOM = 0.95  # a tunnel's links may use this share of the underlay's goodput
 _UNDERLAY: dict[tuple[str, str, str], dict] = {}  # (run id, from, to): measured once per run
 
-SYSCTLS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
-           "net.core.rmem_default")
 
 
 def on_servers(items: list[Any], fn: Any) -> list[Any]:
@@ -198,8 +196,8 @@ class ClusterFabric(Fabric):
         """Raises a server's buffer defaults that are below what the fabric needs; the old
         values of those it raised."""
         need = min(self.needed_buffer_bytes, 2**31 - 1)
-        text = conn.run(["sysctl", "-n", *SYSCTLS]).stdout.split()
-        low = {k: v for k, v in zip(SYSCTLS, text) if int(v) < need}
+        text = conn.run(["sysctl", "-n", *ovs.BUFFER_SYSCTLS]).stdout.split()
+        low = {k: v for k, v in zip(ovs.BUFFER_SYSCTLS, text) if int(v) < need}
         if low:
             entry = next(e for e in self.record.servers if e["name"] == conn.name)
             entry["sysctls"] = low
@@ -211,21 +209,10 @@ class ClusterFabric(Fabric):
         """Every server's OVS makes its send socket now (first host there pings another)."""
         for server in self.conns:
             mine = [h for h in self.topo.hosts if self.where[h.name] == server]
-            other = next((h for h in self.topo.hosts if h is not (mine[0] if mine else None)),
-                         None)
-            if mine and other is not None:
+            other = next((h for h in self.topo.hosts if mine and h is not mine[0]), None)
+            if other is not None:
                 self.host_run(mine[0].name, ["ping", "-c", "1", "-W", "2", other.ip],
                               check=False)
-
-    def _quicken_reconnect(self, target: str) -> None:
-        for group in self.switch_groups():
-            conn = self.conns[self.where[group[0]]]
-            uuids = conn.run(["ovs-vsctl", "--bare", "--columns=_uuid", "find", "controller",
-                              f'target="{target}"']).stdout.split()
-            if uuids:
-                conn.run(["ovs-vsctl", *(a for u in uuids for a in (
-                    "--", "set", "controller", u,
-                    f"max_backoff={ovs.RECONNECT_MAX_BACKOFF_MS}"))])
 
     def _check_send_buffer(self) -> None:
         if not self.traits.send_socket:
@@ -267,7 +254,7 @@ class ClusterFabric(Fabric):
             conn = self.conns[self.where[group[0]]]
             if conn.local:
                 return switch_counters(ports, self.traits.socket_drops)
-            out = conn.run([str(REPO_ROOT / ".venv" / "bin" / "python"), "-m",
+            out = conn.run([str(srv.PYTHON), "-m",
                             "testbed.measure.conservation"],
                            input=json.dumps({"ports": ports,
                                              "socket_drops": self.traits.socket_drops})).stdout

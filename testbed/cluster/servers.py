@@ -18,6 +18,7 @@ from testbed.config.cluster import LOCAL, ClusterSpec, Server
 from testbed.system import REPO_ROOT, TestbedError, in_netns
 
 SSH_TIMEOUT_S = 5
+PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the testbed's, at the same path everywhere
 # what every server needs (Debian packages: openvswitch-switch, mininet, iperf3, iputils-ping,
 # iproute2, ethtool; scripts/bootstrap.sh installs them)
 NEEDED = ("ovs-vsctl", "mnexec", "iperf3", "ping", "ip", "tc", "ethtool", "nsenter")
@@ -133,7 +134,7 @@ def check_server(conn: Conn, tunnel: str) -> dict:
             if done.returncode != 0:
                 raise TestbedError(f"server {conn.name}: {conn.user} cannot run sudo without "
                                    "a password there; allow it (sudoers NOPASSWD) or use root")
-    probe = conn.run(["sh", "-c", PROBE.format(repo=shlex.quote(str(REPO_ROOT)),
+    probe = conn.run(["sh", "-c", PROBE.format(python=shlex.quote(str(PYTHON)),
                                                needed=" ".join(NEEDED), tunnel=tunnel)],
                      check=False)
     if probe.returncode == 255 and not conn.local:
@@ -163,7 +164,7 @@ PROBE = r"""
 missing=""
 for cmd in {needed}; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
 echo "missing=$missing"
-if [ -x {repo}/.venv/bin/python ]; then echo repo=yes; else echo repo=no; fi
+if [ -x {python} ]; then echo repo=yes; else echo repo=no; fi
 if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then echo ovs=yes; else echo ovs=no; fi
 case {tunnel} in
   vxlan) args="type vxlan id 1 local 127.0.0.1 remote 127.0.0.2 dstport 4789";;

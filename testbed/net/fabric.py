@@ -152,7 +152,8 @@ class Fabric:
         return ovs.raised_socket_defaults(self.needed_buffer_bytes, self.record.remember_sysctl)
 
     def _quicken_reconnect(self, target: str) -> None:
-        ovs.quicken_reconnect(target)
+        for group in self.switch_groups():
+            ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
 
     def switch_counters(self) -> dict[str, SwitchCounters]:
         """Every switch's packet counters now (measure/conservation.py)."""

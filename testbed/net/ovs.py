@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from testbed.config.datapath import Traits
 from testbed.config.datapath import choose as choose_datapath
@@ -68,14 +69,17 @@ def kernel_datapath_available() -> bool:
 RECONNECT_MAX_BACKOFF_MS = 1000
 
 
-def quicken_reconnect(target: str, max_backoff_ms: int = RECONNECT_MAX_BACKOFF_MS) -> int:
+def quicken_reconnect(target: str, max_backoff_ms: int = RECONNECT_MAX_BACKOFF_MS,
+                      runner: Callable[[list[str]], Any] = run) -> int:
     """Every bridge's connection to the controller at `target` ("tcp:127.0.0.1:6653") retries
-    at least every `max_backoff_ms`; how many connections that was."""
-    uuids = run(["ovs-vsctl", "--bare", "--columns=_uuid", "find", "controller",
-                 f'target="{target}"']).stdout.split()
+    at least every `max_backoff_ms`; how many connections that was. `runner(argv)` runs the
+    commands (another server's OVS: that server's)."""
+    uuids = runner(["ovs-vsctl", "--bare", "--columns=_uuid", "find", "controller",
+                    f'target="{target}"']).stdout.split()
     if uuids:
-        run(["ovs-vsctl", *(arg for uuid in uuids for arg in
-                            ("--", "set", "controller", uuid, f"max_backoff={max_backoff_ms}"))])
+        runner(["ovs-vsctl", *(arg for uuid in uuids for arg in
+                               ("--", "set", "controller", uuid,
+                                f"max_backoff={max_backoff_ms}"))])
     return len(uuids)
 
 
@@ -168,13 +172,17 @@ def needed_buffer_bytes(buffers_pkts: list[int], buffers_bytes: list[int],
     return max(need + 4 * 1024 * 1024, 8 * 1024 * 1024)
 
 
+# the socket buffer defaults and limits OVS's sockets take when they are made
+BUFFER_SYSCTLS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
+                  "net.core.rmem_default")
+
+
 @contextlib.contextmanager
 def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | None = None):
     """Raise the default/max socket buffers while OVS creates its sockets, then restore.
     `remember(name, old value)` is called before each change (a run's record, so that
     `testbed clean` restores them after a SIGKILL that skips the `finally`)."""
-    names = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
-             "net.core.rmem_default")
+    names = BUFFER_SYSCTLS
     saved = {name: sysctl_get(name) for name in names}
     nbytes = min(nbytes, 2**31 - 1)
     try:
