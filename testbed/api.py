@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,9 +136,10 @@ class LiveFabric:
 
     def controller_state(self) -> dict:
         """The controller's state: connected switches, packet counters, reroutes, and what
-        the plugin guard changed of each plugin's messages (`plugin_guard`)."""
+        the plugin guard changed of each plugin's messages (`plugin_guard`), as the
+        controller wrote it after this call (it writes every 0.5 s)."""
         self._alive("its controller")
-        return self.fabric.controller_state()
+        return self.fabric.controller_state(since=time.time())
 
     def ping_all(self, count: int = 1, interval_s: float = 0.2) -> dict:
         """Every host pings every other (Mininet's pingAll): pairs, pings sent and received,

@@ -229,7 +229,8 @@ class RunContext:
                 self.events.append({"phase_down": label, "slug": phase, "time": time.time()})
                 self._live_state(label, phase, fab, up=False)
             self.cpu.watch(set())
-            guard = fab.controller_state().get("plugin_guard", {}).get("plugins", {})
+            guard = fab.controller_state(since=time.time()).get("plugin_guard", {}).get(
+                "plugins", {})
             if guard:  # what the plugins did, and what the guard changed of it
                 self.phases[key]["plugins"] = guard
                 self.warnings.extend(plugin_warnings(label, guard))

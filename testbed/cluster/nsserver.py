@@ -16,6 +16,7 @@ What they share with the initial namespace, and what follows from it (docs/CLUST
 """
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -141,7 +142,9 @@ class NamespaceServer:
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=open(self.workdir / "server.log", "w"), text=True)
         try:
-            # unshare itself is in the new network namespace: its PID names it.
+            # unshare itself enters the new network namespace (then forks): once it has, its
+            # PID names the namespace. Before, `netns PID` would leave the veth here.
+            self._wait_unshared(timeout)
             run(["ip", "link", "add", self.peer, "mtu", str(OUTER_MTU), "type", "veth",
                  "peer", "name", self.iface, "mtu", str(OUTER_MTU), "netns",
                  str(self.proc.pid)])
@@ -151,6 +154,21 @@ class NamespaceServer:
             self.stop()
             raise
         return self.proc.pid
+
+    def _wait_unshared(self, timeout: float) -> None:
+        assert self.proc is not None
+        ours = os.readlink("/proc/self/ns/net")
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            try:
+                if os.readlink(f"/proc/{self.proc.pid}/ns/net") != ours:
+                    return
+            except OSError:  # it is starting, or has ended (poll says which)
+                pass
+            time.sleep(0.01)
+        raise TestbedError(f"server {self.address}: unshare did not make a network namespace "
+                           f"within {timeout:g} s: "
+                           f"{(self.workdir / 'server.log').read_text()[-500:]}")
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None and self.proc.stdout is not None

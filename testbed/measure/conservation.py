@@ -45,7 +45,7 @@ _FLOW_RE = re.compile(r"n_packets=(\d+).*actions=(\S+)")
 
 def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
     topo = fabric.topo
-    ctrl_state = _controller_state_since(fabric, time.time())
+    ctrl_state = fabric.controller_state(since=time.time())
     snap = ConservationSnapshot(t=time.time())
     snap.switches = fabric.switch_counters()
     for name, b in _bpf_port_counters(fabric).items():
@@ -111,17 +111,6 @@ def _bpf_port_counters(fabric: Fabric) -> dict[str, dict[str, int]]:
             for p in dp.ports}
     finally:
         dp.close()
-
-
-def _controller_state_since(fabric: Fabric, t: float, timeout: float = 2.0) -> dict:
-    """The controller's state as written at or after `t`, so that every packet-out it sent
-    before `t` is counted (it writes on each packet-out and every 0.5 s)."""
-    deadline = time.time() + timeout
-    state = fabric.controller_state()
-    while state.get("time", 0) < t and time.time() < deadline:
-        time.sleep(0.05)
-        state = fabric.controller_state()
-    return state
 
 
 def conservation_report(before: ConservationSnapshot, after: ConservationSnapshot) -> dict:

@@ -606,10 +606,13 @@ class Fabric:
                                "took_s_max": max((r["took_s"] for r in resyncs),
                                                  default=None)}}
 
-    def controller_state(self) -> dict:
+    def controller_state(self, since: float | None = None, timeout: float = 2.0) -> dict:
         """The controller's state file, its packet counters and reroutes added to those of
-        the controllers it replaced (a restart starts them from zero)."""
-        state = self.controller.state() if self.controller is not None else {}
+        the controllers it replaced (a restart starts them from zero). With `since`: as
+        written at or after that time (it writes every 0.5 s and on each packet-out), so
+        that what it did before then is in it; a controller that has ended is not waited
+        for."""
+        state = self._controller_state_since(since, timeout)
         if not self.past_controllers:
             return state
         counters: dict[str, dict[str, int]] = {}
@@ -620,6 +623,17 @@ class Fabric:
                     mine[key] = mine.get(key, 0) + n
         reroutes = [r for s in [*self.past_controllers, state] for r in s.get("reroutes", [])]
         return {**state, "counters": counters, "reroutes": reroutes}
+
+    def _controller_state_since(self, since: float | None, timeout: float) -> dict:
+        if self.controller is None:
+            return {}
+        deadline = time.time() + timeout
+        state = self.controller.state()
+        while since is not None and state.get("time", 0) < since and time.time() < deadline \
+                and self.controller.returncode() is None:
+            time.sleep(0.05)
+            state = self.controller.state()
+        return state
 
     def flow_tables(self) -> dict[str, list[str]]:
         """Every switch's OpenFlow entries and groups, without counters (`ovs.tables`)."""
