@@ -60,7 +60,8 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
             f"{label}: CPU-bound (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "
             f"of queueing (median), machine idle {verdict['machine_idle_mean']:.0%} on average); "
             "its numbers are not faithful")
-    events.append({"phase": label, "conservation": report, "cpu": verdict})
+    events.append({"phase": label, "seconds": round(t_end - t_start, 3),
+                   "conservation": report, "cpu": verdict})
     checks.update(conservation=report, cpu=verdict)
     if unasked and fab.on_death == "fail":
         raise TestbedError(f"{label}: {unasked[0]} (controller.on_death: fail)")
