@@ -1,14 +1,18 @@
 """What one core of this machine carries (issue 16, part 4), on a quiet machine: the
 constants of `testbed plan` (testbed/plan.py, CAPACITY).
 
-1. Forwarding: a Fat-Tree k=4, single path, every host sending across the core (stride:8:
-   5 switches per path), at several link rates and MTUs. Per phase, from the run's own
+1. Forwarding: a Fat-Tree k=4 under ECMP, every host sending across the core (stride:8:
+   5 switches per path), at link rates that take OVS's forwarding thread up to and past
+   what it carries, at MTU 9000 and 1500. Per phase, from the run's own
    checks (events.jsonl): packets that entered a switch per second (packet conservation's
    packets_in, ACKs included), OVS's forwarding thread (a share of one core) and the whole
    machine's busy cores, and whether the phase was CPU-bound.
 2. Trainers: the training worker with real compute (the small CNN), 1, 2 and 4 workers at
    once on one switch at 1 Gb/s: the compute time of an iteration against one worker's,
-   i.e. how many computing trainers a core holds.
+   i.e. how many computing trainers a core holds (`compute_cores`).
+3. A trainer's CPU per iteration (its threads' run time, schedstat) in the ring jobs the
+   shipped specs run, fitted to its bare step, the bytes it sends and the ring's steps;
+   and a parallel rank's (emulated compute, eight data-parallel ranks) per MB it sends.
 
     sudo .venv/bin/python scripts/bench_capacity.py OUTDIR
 
@@ -27,7 +31,7 @@ from pathlib import Path
 from testbed.runner import run_spec
 from testbed.spec import loads
 
-FORWARDING = [(9000, r) for r in (10, 20, 40, 80)] + [(1500, r) for r in (5, 10, 20)]
+FORWARDING = [(9000, r) for r in (40, 80, 120, 160)] + [(1500, r) for r in (5, 10, 15, 20)]
 TRAINERS = (1, 2, 4)
 
 
@@ -48,11 +52,14 @@ def forwarding(out_dir: Path, mtu: int, rate: float, duration: float = 12.0) -> 
         "topology": {"kind": "fattree", "params": {"k": 4, "rate_mbps": rate}},
         "links": {"buffer_pkts": 100, "mtu_bytes": mtu},
         "experiments": [{"type": "permutation", "patterns": ["stride:8"],
-                         "routings": ["single"], "duration_s": duration, "omit_s": 2}]})
+                         "routings": ["ecmp"], "duration_s": duration, "omit_s": 2}]})
     (phase,) = phases(done)
+    summary = json.loads((done / "summary.json").read_text())
+    normalised = summary["experiments"]["0:permutation"]["headline"]["stride:8_ecmp_normalised"]
     seconds = phase["seconds"]
     cpu = phase["cpu"]
     return {"mtu": mtu, "rate_mbps": rate, "seconds": round(seconds, 2),
+            "normalised": normalised,
             "pps": round(phase["conservation"]["packets_in"] / seconds),
             "ovs_thread_mean": cpu["ovs_thread_mean"], "ovs_thread_p90": cpu["ovs_thread_p90"],
             "machine_busy_cores": round((1 - cpu["machine_idle_mean"]) * os.cpu_count(), 3),
@@ -61,15 +68,16 @@ def forwarding(out_dir: Path, mtu: int, rate: float, duration: float = 12.0) -> 
 
 
 def trainers(out_dir: Path, workers: int) -> dict:
-    done = run(out_dir / f"train-{workers}", {
-        "name": f"bench-capacity-train-{workers}",
+    """Compute alone: the small CNN's ring on one switch at 1 Gb/s, its traffic a few
+    thousand packets; how much longer an iteration computes with `workers` at once."""
+    done = run(out_dir / f"compute-{workers}", {
+        "name": f"bench-capacity-compute-{workers}",
         "topology": {"kind": "nonblocking", "params": {"hosts": 4, "rate_mbps": 1000}},
         "links": {"mtu_bytes": 9000},
         "experiments": [{"type": "training", "model": "cnn", "width": 32, "depth": 2,
                          "batch": 64, "iters": 12, "warmup_iters": 2,
                          "jobs": [{"sync": "ring", "workers": workers}]}]})
-    rows = list(csv.DictReader((done / "metrics" / "training_iterations.csv").open()))
-    steady = [r for r in rows if int(r["iteration"]) >= 2]
+    steady = iterations(done)
     return {"workers": workers,
             "compute_s": round(statistics.median(float(r["compute_s"]) for r in steady), 4),
             "cpu_wait_s": round(statistics.median(float(r["cpu_wait_s"]) for r in steady), 4),
@@ -77,13 +85,84 @@ def trainers(out_dir: Path, workers: int) -> dict:
                                         * os.cpu_count(), 3)}
 
 
-def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares y = a + b x."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return my - b * mx, b
+def iterations(done: Path) -> list[dict]:
+    rows = list(csv.DictReader((done / "metrics" / "training_iterations.csv").open()))
+    return [r for r in rows if int(r["iteration"]) >= 2]
+
+
+# (model, width, depth, batch, workers, link rate): ring jobs as the shipped specs run them
+RINGS = [("mlp", 256, 2, 32, 4, 20), ("mlp", 256, 2, 32, 8, 20), ("mlp", 256, 2, 32, 16, 20),
+         ("cnn", 32, 2, 16, 16, 100)]
+
+
+def ring_cpu(out_dir: Path, model: str, width: int, depth: int, batch: int, workers: int,
+             rate: float) -> dict:
+    """A trainer's CPU per iteration in a ring job on the Fat-Tree (MTU 1500), against its
+    bare step's compute, the bytes it sends and the ring's steps."""
+    from testbed.workloads.models import step_seconds
+    step, _ = step_seconds(model, width, depth, batch)
+    done = run(out_dir / f"ring-{model}-{workers}-{rate:g}", {
+        "name": f"bench-capacity-ring-{model}-{workers}",
+        "topology": {"kind": "fattree", "params": {"k": 4}},
+        "experiments": [{"type": "training", "model": model, "width": width, "depth": depth,
+                         "batch": batch, "iters": 12, "warmup_iters": 2,
+                         "rates_mbps": [rate], "jobs": [{"sync": "ring", "workers": workers}]}]})
+    steady = iterations(done)
+    summary = list(csv.DictReader((done / "metrics" / "training.csv").open()))[0]
+
+    def median(key: str) -> float:
+        return statistics.median(float(r[key]) for r in steady)
+    return {"model": model, "workers": workers, "rate_mbps": rate, "step_s": round(step, 5),
+            "cpu_s": round(median("cpu_s"), 5), "sent_mb": round(median("tx_bytes") / 1e6, 4),
+            "ring_steps": 2 * (workers - 1), "iter_s": round(median("iter_s"), 4),
+            "wait_share": float(summary["worker_cpu_wait_share"]),
+            "cpu_bound": summary["cpu_bound"] == "True"}
+
+
+def parallel_cpu(out_dir: Path, rate: float = 20) -> dict:
+    """A parallel rank's CPU per iteration (emulated compute: its tensors, Gloo's
+    reductions and copies), against the bytes it sends: eight data-parallel ranks of the
+    shrunk GPT-2 small, as parallel_fsdp.yaml runs them."""
+    done = run(out_dir / f"parallel-dp8-{rate:g}", {
+        "name": "bench-capacity-parallel",
+        "topology": {"kind": "fattree", "params": {"k": 4}},
+        "experiments": [{"type": "parallel", "model": "gpt2-small", "scale": 0.01,
+                         "device_tflops": 150, "reference_link_gbps": 100, "iters": 4,
+                         "warmup_iters": 1, "sample_hz": 50, "rates_mbps": [rate],
+                         "jobs": [{"dp": 8}]}]})
+    rows = [r for r in csv.DictReader((done / "metrics" / "parallel_iterations.csv").open())
+            if int(r["iteration"]) >= 1]
+    summary = list(csv.DictReader((done / "metrics" / "parallel.csv").open()))[0]
+    cpu = statistics.median(float(r["cpu_s"]) for r in rows)
+    sent = statistics.median(float(r["tx_bytes"]) for r in rows) / 1e6
+    return {"ranks": 8, "rate_mbps": rate, "cpu_s": round(cpu, 4), "sent_mb": round(sent, 3),
+            "iter_s": round(statistics.median(float(r["iter_s"]) for r in rows), 3),
+            "wait_share": float(summary["worker_cpu_wait_share"]),
+            "cpu_bound": summary["cpu_bound"] == "True"}
+
+
+def fit_trainer_cpu(rings: list[dict], overhead: float, compute_cores: float) -> dict:
+    """cpu_s - overhead x step = base + per_mb x MB sent + per_step x ring steps (least
+    squares over the ring runs); and the share of the `max(0, n / compute_cores - 1) x
+    cpu_s` a trainer would wait if all wanted their CPU at once that they did wait (least
+    squares through 0)."""
+    import numpy as np
+    a = np.array([[1.0, r["sent_mb"], r["ring_steps"]] for r in rings])
+    y = np.array([r["cpu_s"] - overhead * r["step_s"] for r in rings])
+    (base, per_mb, per_step), *_ = np.linalg.lstsq(a, y, rcond=None)
+    x = [max(0.0, r["workers"] / compute_cores - 1) * r["cpu_s"] for r in rings]
+    w = [r["wait_share"] * r["iter_s"] for r in rings]
+    factor = sum(p * q for p, q in zip(x, w)) / sum(p * p for p in x)
+    return {"base_s": float(base), "per_mb_s": float(per_mb), "per_step_s": float(per_step),
+            "wait_factor": factor}
+
+
+def packets_per_segment(fwd: list[dict]) -> float:
+    """Packets entering switches per data segment per switch crossed (ACKs, ARP, ...): the
+    measured rate over the segments the measured goodput makes on stride:8's 5 switches."""
+    ratios = [r["pps"] / (r["normalised"] * 16 * r["rate_mbps"] * 1e6 * 5 / 8 / r["mtu"])
+              for r in fwd if not r["cpu_bound"]]
+    return statistics.median(ratios)
 
 
 def main(out_dir: Path) -> int:
@@ -91,29 +170,61 @@ def main(out_dir: Path) -> int:
     forwarding(out_dir / "warm-up", 9000, 10, duration=4)  # the first run after OVS starts
     fwd = [forwarding(out_dir, mtu, rate) for mtu, rate in FORWARDING]
     train = [trainers(out_dir, n) for n in TRAINERS]
-    honest = [r for r in fwd if not r["cpu_bound"]]
-    ovs = fit([(r["pps"], r["ovs_thread_mean"]) for r in honest])
-    machine = fit([(r["pps"], r["machine_busy_cores"]) for r in honest])
-    results = {"forwarding": fwd, "trainers": train,
-               "ovs_thread_fit": {"base": ovs[0], "us_per_packet": ovs[1] * 1e6},
-               "machine_fit": {"base_cores": machine[0], "us_per_packet": machine[1] * 1e6}}
+    rings = [ring_cpu(out_dir, *ring) for ring in RINGS]
+    from testbed.workloads.models import step_seconds
+    overhead = train[0]["compute_s"] / step_seconds("cnn", 32, 2, 64)[0]
+    compute_cores = TRAINERS[-1] * train[0]["compute_s"] / train[-1]["compute_s"]
+    cpu_fit = fit_trainer_cpu(rings, overhead, compute_cores)
+    par = parallel_cpu(out_dir)
+    cpu_fit["rank_per_mb_s"] = (par["cpu_s"] - cpu_fit["base_s"]) / par["sent_mb"]
+    limits = {}
+    for mtu in sorted({m for m, _ in FORWARDING}):
+        ok = [r["pps"] for r in fwd if r["mtu"] == mtu and not r["cpu_bound"]]
+        bound = [r["pps"] for r in fwd if r["mtu"] == mtu and r["cpu_bound"]]
+        limits[mtu] = {"carried_max_pps": max(ok, default=None),
+                       "cpu_bound_min_pps": min(bound, default=None)}
+    results = {"forwarding": fwd, "trainers": train, "limits": limits, "rings": rings,
+               "step_overhead": overhead, "compute_cores": compute_cores,
+               "trainer_cpu": cpu_fit, "packets_per_segment": packets_per_segment(fwd),
+               "parallel": par}
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
-    print("| MTU | rate (Mb/s) | packets into switches /s | OVS thread (mean, p90) | "
-          "machine busy (cores) | OVS added delay p50 (ms) | CPU-bound |\n"
-          "|---|---|---|---|---|---|---|")
+    print("| MTU | rate (Mb/s) | normalised | packets into switches /s | OVS thread (mean, "
+          "p90) | machine busy (cores) | OVS added delay p50 (ms) | CPU-bound |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in fwd:
-        print(f"| {r['mtu']} | {r['rate_mbps']:g} | {r['pps']} | {r['ovs_thread_mean']}, "
+        print(f"| {r['mtu']} | {r['rate_mbps']:g} | {r['normalised']} | {r['pps']} | "
+              f"{r['ovs_thread_mean']}, "
               f"{r['ovs_thread_p90']} | {r['machine_busy_cores']} | "
               f"{r['ovs_added_delay_p50_ms']} | {r['cpu_bound']} |")
-    print(f"\nOVS thread = {ovs[0]:.3f} + {ovs[1] * 1e6:.2f} us x packets/s; machine = "
-          f"{machine[0]:.3f} cores + {machine[1] * 1e6:.2f} us x packets/s "
-          f"(fitted on the {len(honest)} phases not CPU-bound)\n")
+    for mtu, lim in limits.items():
+        print(f"\nMTU {mtu}: carried {lim['carried_max_pps']} packets/s into switches "
+              f"without being CPU-bound; CPU-bound from {lim['cpu_bound_min_pps']}")
+    print()
     print("| trainers computing at once | compute per iteration (median, s) | x one's | "
           "CPU wait (s) | machine busy (cores) |\n|---|---|---|---|---|")
     for r in train:
         print(f"| {r['workers']} | {r['compute_s']} | "
               f"{r['compute_s'] / train[0]['compute_s']:.2f} | {r['cpu_wait_s']} | "
               f"{r['machine_busy_cores']} |")
+    print(f"\ncompute cores (trainers computing at once / stretch): "
+          f"{results['compute_cores']:.2f}; a trainer's iteration computes "
+          f"{overhead:.2f}x its bare step\n")
+    print("| ring job | link | trainer CPU / iteration | bare step | MB sent | ring steps | "
+          "iteration | wait share | CPU-bound |\n|---|---|---|---|---|---|---|---|---|")
+    for r in rings:
+        print(f"| {r['model']} {r['workers']}w | {r['rate_mbps']:g} Mb/s | "
+              f"{r['cpu_s'] * 1000:.2f} ms | {r['step_s'] * 1000:.2f} ms | {r['sent_mb']} | "
+              f"{r['ring_steps']} | {r['iter_s']} s | {r['wait_share']:.0%} | "
+              f"{r['cpu_bound']} |")
+    print(f"\ntrainer CPU per iteration = {overhead:.2f} x step + {cpu_fit['base_s'] * 1000:.2f} "
+          f"ms + {cpu_fit['per_mb_s'] * 1000:.2f} ms/MB sent + "
+          f"{cpu_fit['per_step_s'] * 1000:.3f} ms/ring step; waited "
+          f"{cpu_fit['wait_factor']:.2f} of the all-at-once wait; "
+          f"{results['packets_per_segment']:.2f} packets per segment per switch")
+    print(f"\nparallel: 8 DP ranks of GPT-2 small x0.01 at {par['rate_mbps']:g} Mb/s: "
+          f"{par['cpu_s'] * 1000:.0f} ms of CPU per rank-iteration, {par['sent_mb']} MB sent, "
+          f"iteration {par['iter_s']} s, waited {par['wait_share']:.0%} (CPU-bound: "
+          f"{par['cpu_bound']}): {cpu_fit['rank_per_mb_s'] * 1000:.1f} ms per MB sent")
     return 0
 
 

@@ -74,6 +74,29 @@ def validate(spec: Path) -> None:
                f"{len(s.experiments)} experiment(s))")
 
 
+@main.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--cores", type=click.IntRange(1), help="cores of each server (default: the "
+              "reference machine's, on which the costs were measured)")
+def plan(spec: Path, cores: int | None) -> None:
+    """The CPU SPEC needs at its link rates and MTU, whether one machine is enough, and how
+    many servers it would take (offline, from costs measured on the reference machine)."""
+    import dataclasses
+
+    from .config.capacity import REFERENCE
+    from .plan import plan as make_plan
+    from .plan import render
+    from .spec import SpecError, load
+    try:
+        s, t = load(spec)
+    except SpecError as exc:
+        _fail(f"{spec}: {exc}")
+    # another server size: the cores the fabric leaves trainers grow with it
+    cap = dataclasses.replace(REFERENCE, cores=cores, compute_cores=REFERENCE.compute_cores
+                              + cores - REFERENCE.cores) if cores else REFERENCE
+    click.echo(render(make_plan(s, t, cap)))
+
+
 LIVE_PORT = 8088
 
 live_option = click.option("--live", is_flag=True,

@@ -121,3 +121,27 @@ def loss_and_correct(model: nn.Module, name: str, x, y):
     loss = nn.functional.cross_entropy(logits, target)
     correct = (logits.argmax(dim=1) == target).sum().item()
     return loss, correct, target.numel()
+
+
+def step_seconds(name: str, width: int, depth: int, batch: int, data: str = "digits",
+                 repeats: int = 5) -> tuple[float, int]:
+    """One training step's compute (forward and backward of a batch) on one core of this
+    machine, as the training worker runs it (one torch thread), the fastest of `repeats`;
+    and the gradient's bytes. What `testbed plan` charges a trainer with real compute."""
+    import time
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = build(name, width, depth)
+        xtr, ytr, _, _ = dataset(data, name)
+        x, y = xtr[:batch], ytr[:batch]
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first warms the allocator up
+            t0 = time.perf_counter()
+            loss, _, _ = loss_and_correct(model, name, x, y)
+            loss.backward()
+            best = min(best, time.perf_counter() - t0)
+            model.zero_grad()
+        return best, param_bytes(model)
+    finally:
+        torch.set_num_threads(threads)

@@ -60,23 +60,26 @@ def iface_bytes(ifname: str | None) -> tuple[int, int]:
     return rx, tx
 
 
-def cpu_wait_s() -> float:
-    """Seconds this process's threads (the trainer and Gloo's) have spent runnable but
-    waiting for a CPU, from the scheduler's /proc/<pid>/task/<tid>/schedstat (second field,
-    nanoseconds). Time a worker waits for a core stretches its iteration; on a 2-core machine
-    with many workers this is what makes a run CPU-bound rather than network-bound."""
-    total = 0
+def cpu_times() -> tuple[float, float]:
+    """Seconds this process's threads (the trainer and Gloo's) have run on a CPU, and spent
+    runnable but waiting for one, from the scheduler's /proc/<pid>/task/<tid>/schedstat
+    (first and second fields, nanoseconds). Time a worker waits for a core stretches its
+    iteration; on a 2-core machine with many workers this is what makes a run CPU-bound
+    rather than network-bound. The run time is what `testbed plan` charges a trainer."""
+    run = wait = 0
     for task in Path("/proc/self/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[1])
+            fields = (task / "schedstat").read_text().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
         except (OSError, IndexError, ValueError):  # a thread that just exited
             continue
-    return total / 1e9
+    return run / 1e9, wait / 1e9
 
 
-def counters(ifname: str | None) -> tuple[int, int, float]:
-    """(rx bytes, tx bytes, CPU wait seconds) now; an iteration's row is the difference."""
-    return (*iface_bytes(ifname), cpu_wait_s())
+def counters(ifname: str | None) -> tuple[int, int, float, float]:
+    """(rx bytes, tx bytes, CPU run and wait seconds) now; an iteration's row is the
+    difference."""
+    return (*iface_bytes(ifname), *cpu_times())
 
 
 class Timeline:
@@ -294,12 +297,13 @@ def _row(w: Worker, it: int, t0: float, t1: float, comm_spans, exposed: float, b
          loss: float, acc: float, gate_wait: float = 0.0, **extra) -> dict:
     """An iteration's row; its synchronisation starts with its first communication (none:
     the iteration has no synchronisation phase, which starts and ends at its end)."""
-    (rx0, tx0, wait0), (rx1, tx1, wait1) = base, counters(w.args.ifname)
+    (rx0, tx0, run0, wait0), (rx1, tx1, run1, wait1) = base, counters(w.args.ifname)
     row = {"iteration": it, "t_end": time.time(), "iter_s": t1 - t0,
            "compute_s": max(0.0, (t1 - t0) - exposed),
            "comm_s": union_s(comm_spans), "comm_exposed_s": max(0.0, exposed),
            "messages": len(comm_spans), "grad_bytes": w.grad_bytes,
            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": wait1 - wait0,
+           "cpu_s": run1 - run0,
            "sent_bytes": w.sent(), "t_start": t0, "cwnd_segs": w.window[0],
            "ssthresh_segs": w.window[1],
            "t_sync_start": min((s for s, *_ in comm_spans), default=t1), "t_sync_end": t1,

@@ -201,3 +201,24 @@ def test_validate_loads_no_runtime(spec):
     bad = [m for m in loaded if within(m, VALIDATE_NEVER)]
     assert not bad, f"validate loaded runtime modules: {bad}"
     assert "testbed.config.spec" in loaded  # it did load the spec (the check is not empty)
+
+
+@pytest.mark.parametrize("name", ["permutation_fattree", "parallel_16", "incast"])
+def test_plan_loads_no_runtime(name):
+    """`testbed plan SPEC` is offline like validate: it builds nothing and, unless a spec's
+    trainers have real compute to time, loads no torch either."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from testbed import cli\n"
+        f"r = CliRunner().invoke(cli.main, ['plan', 'experiments/{name}.yaml'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "assert 'one machine is' in r.output, r.output\n"
+        "print('\\n'.join(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = out.stdout.split()
+    bad = [m for m in loaded if within(m, VALIDATE_NEVER)]
+    assert not bad, f"plan loaded runtime modules: {bad}"
+    assert "testbed.plan" in loaded

@@ -14,7 +14,7 @@ from ..training.model import cpu_bound_verdict
 from .model import wire_factor
 
 ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "compute_s",
-                "comm_s", "cpu_wait_s", "tx_bytes", "rx_bytes", "loss"]
+                "comm_s", "cpu_wait_s", "cpu_s", "tx_bytes", "rx_bytes", "loss"]
                + [f"{k}_{f}" for k in KINDS for f in ("s", "bytes", "wire_bytes")])
 KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_bytes_per_rank",
                "bytes_over_model", "wire_bytes_per_rank", "model_wire_bytes_per_rank",

@@ -13,8 +13,8 @@ from testbed.results.stats import median_or_none, percentile
 from .model import Placement, cpu_bound_verdict, job_with, predict
 from .spec import Training, TrainingJob
 
-ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "cpu_wait_s", "tx_bytes",
-               "rx_bytes", "payload_bytes", "loss", "train_acc", "test_acc"]
+ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "cpu_wait_s", "cpu_s",
+               "tx_bytes", "rx_bytes", "payload_bytes", "loss", "train_acc", "test_acc"]
 
 
 def queue_stats(samples: list[Any], names: dict[int, str], sink_port: str,

@@ -603,14 +603,14 @@ class Runner:
         compute0 = self.compute_spans_now()
         row = self.iteration(it)
         sent1 = self.sent_mark = self.comm.sent()
-        (rx0, tx0, w0), (rx1, tx1, w1) = base, counters(self.ifname)
+        (rx0, tx0, r0, w0), (rx1, tx1, r1, w1) = base, counters(self.ifname)
         spans = self.comm.spans
         row.update({
             "t_end": time.time(), "stage": self.stage, "dp_index": self.dpi,
             "compute_s": self.compute_spans_now() - compute0 if not self.real
             else None,
             "comm_s": union_s([(s, e) for s, e, _ in spans]),
-            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": w1 - w0,
+            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": w1 - w0, "cpu_s": r1 - r0,
             "gate_wait_s": gate_wait})
         for k in KINDS:
             row[f"{k}_s"] = union_s([(s, e) for s, e, a in spans if a == k])
