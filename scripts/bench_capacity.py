@@ -14,10 +14,13 @@ constants of `testbed plan` (testbed/plan.py, CAPACITY).
    shipped specs run, fitted to its bare step, the bytes it sends and the ring's steps;
    and a parallel rank's (emulated compute, eight data-parallel ranks) per MB it sends.
 
-    sudo .venv/bin/python scripts/bench_capacity.py OUTDIR
+    sudo .venv/bin/python scripts/bench_capacity.py OUTDIR [EARLIER_OUTDIR...]
 
 Prints Markdown tables and the fitted constants (docs/BENCHMARKS.md, "Capacity of one
-machine"), and writes every run's results and bench.json under OUTDIR.
+machine"), and writes every run's results and bench.json under OUTDIR. With earlier runs'
+directories, also the constants of all runs together (testbed/config/capacity.py): near
+OVS's limit one run's verdict is a coin toss, so the limits are the least packet rate any
+run was CPU-bound at and the most any carried below it, the rest the runs' means.
 """
 from __future__ import annotations
 
@@ -121,8 +124,8 @@ def ring_cpu(out_dir: Path, model: str, width: int, depth: int, batch: int, work
 
 def parallel_cpu(out_dir: Path, rate: float = 20) -> dict:
     """A parallel rank's CPU per iteration (emulated compute: its tensors, Gloo's
-    reductions and copies), against the bytes it sends: eight data-parallel ranks of the
-    shrunk GPT-2 small, as parallel_fsdp.yaml runs them."""
+    reductions and copies) and the bytes it sends: eight data-parallel ranks of the shrunk
+    GPT-2 small, as parallel_fsdp.yaml runs them."""
     done = run(out_dir / f"parallel-dp8-{rate:g}", {
         "name": "bench-capacity-parallel",
         "topology": {"kind": "fattree", "params": {"k": 4}},
@@ -139,6 +142,13 @@ def parallel_cpu(out_dir: Path, rate: float = 20) -> dict:
             "iter_s": round(statistics.median(float(r["iter_s"]) for r in rows), 3),
             "wait_share": float(summary["worker_cpu_wait_share"]),
             "cpu_bound": summary["cpu_bound"] == "True"}
+
+
+def rank_per_mb(par: dict, fit: dict) -> float:
+    """A parallel rank's CPU per MB it sends: what its iteration took besides the training
+    worker's base and per-step costs (its ring's 2 (n - 1) steps)."""
+    steps = 2 * (par["ranks"] - 1)
+    return (par["cpu_s"] - fit["base_s"] - fit["per_step_s"] * steps) / par["sent_mb"]
 
 
 def fit_trainer_cpu(rings: list[dict], overhead: float, compute_cores: float) -> dict:
@@ -165,7 +175,29 @@ def packets_per_segment(fwd: list[dict]) -> float:
     return statistics.median(ratios)
 
 
-def main(out_dir: Path) -> int:
+def combine(runs: list[dict]) -> dict:
+    """The constants of several runs of this benchmark."""
+    fwd = [r for run in runs for r in run["forwarding"]]
+    limits = {}
+    for mtu in sorted({r["mtu"] for r in fwd}):
+        bound = min((r["pps"] for r in fwd if r["mtu"] == mtu and r["cpu_bound"]),
+                    default=None)
+        fits = max(r["pps"] for r in fwd if r["mtu"] == mtu and not r["cpu_bound"]
+                   and (bound is None or r["pps"] < bound))
+        limits[mtu] = {"fits": fits, "bound": bound}
+
+    def mean(get) -> float:
+        return statistics.mean(get(run) for run in runs)
+    return {"ovs_fits_pps": {m: v["fits"] for m, v in limits.items()},
+            "ovs_bound_pps": {m: v["bound"] for m, v in limits.items()},
+            "packets_per_segment": mean(lambda r: r["packets_per_segment"]),
+            "compute_cores": mean(lambda r: r["compute_cores"]),
+            "step_overhead": mean(lambda r: r["step_overhead"]),
+            **{f"trainer_{k}": mean(lambda r, k=k: r["trainer_cpu"][k])
+               for k in ("base_s", "per_mb_s", "per_step_s", "wait_factor", "rank_per_mb_s")}}
+
+
+def main(out_dir: Path, earlier: list[Path]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     forwarding(out_dir / "warm-up", 9000, 10, duration=4)  # the first run after OVS starts
     fwd = [forwarding(out_dir, mtu, rate) for mtu, rate in FORWARDING]
@@ -176,7 +208,7 @@ def main(out_dir: Path) -> int:
     compute_cores = TRAINERS[-1] * train[0]["compute_s"] / train[-1]["compute_s"]
     cpu_fit = fit_trainer_cpu(rings, overhead, compute_cores)
     par = parallel_cpu(out_dir)
-    cpu_fit["rank_per_mb_s"] = (par["cpu_s"] - cpu_fit["base_s"]) / par["sent_mb"]
+    cpu_fit["rank_per_mb_s"] = rank_per_mb(par, cpu_fit)
     limits = {}
     for mtu in sorted({m for m, _ in FORWARDING}):
         ok = [r["pps"] for r in fwd if r["mtu"] == mtu and not r["cpu_bound"]]
@@ -229,7 +261,7 @@ def main(out_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), [Path(a) for a in sys.argv[2:]]))

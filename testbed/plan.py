@@ -11,16 +11,19 @@ which makes data segments per second through each switch on the path and, with t
 the packets entering switches per second. The runner's CPU verdict is then predicted:
 
 - Open vSwitch forwards all of a server's switches in one thread: past the packet rate at
-  which the reference machine's runs became CPU-bound, its queues grow (in a training job,
-  only while it communicates: flagged when that is most of the iteration);
-- trainers with real compute share the cores the fabric leaves them: when more compute at
-  once than there are such cores, each waits, and past 10% of an iteration waiting the job
-  is CPU-bound (the training verdict's limit);
+  which the reference machine's permutations became CPU-bound, its queues grow. Training,
+  jobs and parallel runs are not held to it (their phases are mostly the workers' start,
+  their bursts short: docs/FIDELITY.md);
+- trainers (training processes, parameter servers, parallel ranks) share the cores the
+  fabric leaves them: their CPU per iteration is their compute, the bytes they send and
+  their collectives' steps; when more want a core at once than there are, each waits, and
+  past 10% of an iteration waiting the job is CPU-bound (the runner's limit; from 5%:
+  marginal);
 - the machine's mean busy cores against the runner's 10% idle floor.
 
-The packet rates are compared with the reference machine's as this planner estimates them
-for the benchmark's runs (scripts/bench_capacity.py), so the fluid view's optimism about
-ECMP cancels. Servers: the smallest count over which the load, split evenly (a placement by
+The packet rate is an upper bound (ECMP's hashing carried 0.44-0.70 of the fluid view in
+the benchmark's permutations), held against the rates the reference machine carried
+(scripts/bench_capacity.py): the plan errs towards more servers. Servers: the smallest count over which the load, split evenly (a placement by
 pods does that on the symmetric fabrics), meets every limit on each. The tunnels'
 encapsulation and the one controller are not in it (docs/CLUSTER.md, "Capacity").
 """
@@ -46,7 +49,7 @@ from testbed.experiments.training.model import (
     spread,
 )
 from testbed.experiments.training.spec import job_hosts_needed, training_topologies
-from testbed.workloads.parallel.cost import KINDS, sent_bytes
+from testbed.workloads.parallel.cost import KINDS, Network, sent_bytes
 from topologies import patterns
 from topologies.builders import dumbbell, nonblocking
 from topologies.graph import shortest_paths
@@ -72,6 +75,7 @@ class Load:
     sent_mb: float = 0.0                               # a trainer sends per iteration
     steps: int = 0                                     # steps of its collectives
     parallel: bool = False                             # ranks of the parallel worker
+    links_judged: bool = False  # the runner forgives waits behind busy links (training rings)
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class Demand:
     flows: int
     goodput_mbps: float       # what the flows carry together (fluid max-min)
     packets_per_s: float      # entering switches while they run, ACKs included (estimate)
-    ovs: str                  # OVS's forwarding thread: fits | marginal | CPU-bound
+    ovs: str                  # OVS's thread: fits | marginal | CPU-bound | - (iterations)
     comm_share: float         # of an iteration the flows run (1: throughout)
     trainers: int
     wait_share: float         # of an iteration a trainer waits for a core
@@ -147,12 +151,12 @@ def _verdict(load: Load, pps: float, cap: Capacity, servers: int
              ) -> tuple[str, str, float, float, float]:
     """(verdict, OVS's, communication share, wait share, busy cores) on each of `servers`
     servers sharing the load evenly."""
-    fits, bound = cap.ovs_pps(load.mtu)
-    per_server = pps / servers
-    ovs = "CPU-bound" if per_server >= bound else "marginal" if per_server > fits \
-        else "fits"
     usable = cap.cores * (1 - MACHINE_IDLE_MEAN_MIN)
     if load.comm_s is None:  # flows throughout: OVS's queueing decides
+        fits, bound = cap.ovs_pps(load.mtu)
+        per_server = pps / servers
+        ovs = "CPU-bound" if per_server >= bound else "marginal" if per_server > fits \
+            else "fits"
         cores = cap.network_cores if load.flows else 0.0
         verdict = "CPU-bound" if ovs == "CPU-bound" or cores > usable else ovs
         return verdict, ovs, 1.0, 0.0, cores
@@ -164,7 +168,6 @@ def _verdict(load: Load, pps: float, cap: Capacity, servers: int
     # beyond the cores they get each would wait for the others'; they wait a measured share
     # of that.
     comm = load.comm_s
-    ovs = "-"
     trainers = load.trainers / servers
     cpu = trainer_cpu_s(load, cap)
     wait = cap.wait_factor * max(0.0, trainers / cap.compute_cores - 1) * cpu
@@ -174,14 +177,14 @@ def _verdict(load: Load, pps: float, cap: Capacity, servers: int
     link_busy = comm / (comm + wait) if comm + wait > 0 else 1.0
     cores = (cap.network_cores * comm_share if load.flows else 0.0) \
         + (trainers * cpu / iteration if iteration > 0 else 0.0)
-    network_bound = link_busy >= LINK_BUSY_BOTTLENECK
+    network_bound = load.links_judged and link_busy >= LINK_BUSY_BOTTLENECK
     if cores > usable or (wait_share > CPU_WAIT_SHARE_LIMIT and not network_bound):
         verdict = "CPU-bound"
     elif wait_share > CPU_WAIT_SHARE_LIMIT / 2 and not network_bound:
         verdict = "marginal"
     else:
         verdict = "fits"
-    return verdict, ovs, comm_share, wait_share, cores
+    return verdict, "-", comm_share, wait_share, cores
 
 
 # ---- each experiment's load -------------------------------------------------------------
@@ -335,13 +338,14 @@ def _training_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[
                     yield Load(f"{where.kind} {job_n.label()}"
                                f"{f' at {rate:g} Mb/s' if rate else ''}", where, mtu,
                                _training_flows(job_n, hosts), trainers=_processes(job_n),
-                               step_s=step, comm_s=comm, sent_mb=sent, steps=steps)
+                               step_s=step, comm_s=comm, sent_mb=sent, steps=steps,
+                               links_judged=job.sync != "ps")
 
 
 def _parallel_timing(exp, job, where: Topology, hosts: list[str], mtu: int,
-                     cap: Capacity) -> tuple[float, float, float]:
-    """(communication, emulated compute, MB the busiest rank sends) of an iteration in the
-    parallel model."""
+                     cap: Capacity) -> tuple[float, float, float, int]:
+    """(communication, emulated compute, MB the busiest rank sends, its collectives' steps)
+    of an iteration in the parallel model."""
     rate = min(host_link(where, h).rate_mbps for h in hosts)
     cfg = job_config(exp, job, rate)
     net, _ = network(where, job.layout, hosts, rate, mtu,
@@ -350,7 +354,12 @@ def _parallel_timing(exp, job, where: Topology, hosts: list[str], mtu: int,
     pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
     compute = pred["compute_s"] if exp.compute == "emulated" else 0.0
     sent = max(sum(sent_bytes(plan, r).values()) for r in range(len(hosts)))
-    return max(0.0, pred["iteration_s"] - pred["compute_s"]), compute, sent / 1e6
+    # the steps of its collectives on the critical path: the model's communication on a
+    # network of infinite bandwidth and one second per step
+    counted = prediction(plan, Network(dict.fromkeys(KINDS, float("inf")),
+                                       dict.fromkeys(KINDS, 1.0)), 0.0, {})
+    steps = round(sum(counted["comm_s"].values()))
+    return max(0.0, pred["iteration_s"] - pred["compute_s"]), compute, sent / 1e6, steps
 
 
 def _parallel_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[Load]:
@@ -360,7 +369,7 @@ def _parallel_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[
             where = at_rate(fabric, rate) if rate else fabric
             for job in exp.jobs:
                 hosts = job_hosts(job, where)
-                comm, idle, sent = _parallel_timing(exp, job, where, hosts, mtu, cap)
+                comm, idle, sent, steps = _parallel_timing(exp, job, where, hosts, mtu, cap)
                 real = exp.compute == "real"
                 step = _step("mlp", exp.real.width, exp.real.depth, exp.real.batch,
                              exp.real.data)[0] / max(1, job.layout.tp * job.layout.pp) \
@@ -369,7 +378,7 @@ def _parallel_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[
                            f"{f' at {rate:g} Mb/s' if rate else ''}", where, mtu,
                            _parallel_flows(job.layout, hosts), trainers=len(hosts),
                            step_s=step, comm_s=comm, idle_s=idle, sent_mb=sent,
-                           parallel=True)
+                           steps=steps, parallel=True)
 
 
 def _layout(layout) -> str:
@@ -405,9 +414,9 @@ def _jobs_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[Load
                                        device_tflops=job.device_tflops, real=job.real,
                                        layer_fwd_s=job.layer_fwd_s,
                                        layer_bwd_s=job.layer_bwd_s, jobs=[])
-                job_comm, job_idle, job_sent = _parallel_timing(as_parallel, job, fabric,
-                                                                hosts, mtu, cap)
-                sent = max(sent, job_sent)
+                job_comm, job_idle, job_sent, job_steps = _parallel_timing(
+                    as_parallel, job, fabric, hosts, mtu, cap)
+                sent, steps = max(sent, job_sent), max(steps, job_steps)
                 flows += _parallel_flows(job.layout, hosts)
                 trainers += len(hosts)
                 comm, idle = max(comm, job_comm), max(idle, job_idle)
@@ -423,6 +432,7 @@ class Plan:
     spec: str
     capacity: Capacity
     experiments: list[tuple[str, list[Demand]]]
+    cluster_servers: int | None = None  # the spec's `cluster`, if it has one
 
     @property
     def demands(self) -> list[Demand]:
@@ -444,7 +454,8 @@ VERDICTS = ("fits", "marginal", "CPU-bound")
 def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE) -> Plan:
     return Plan(spec.name, cap, [(f"{i}:{exp.type}", [demand(load, cap) for load in
                                                      loads(spec, topo, exp, cap)])
-                                 for i, exp in enumerate(spec.experiments)])
+                                 for i, exp in enumerate(spec.experiments)],
+                len(spec.cluster.servers) if spec.cluster is not None else None)
 
 
 def render(p: Plan) -> str:
@@ -464,4 +475,9 @@ def render(p: Plan) -> str:
                    "marginal": "one machine is at its limit: some phases may be flagged "
                                f"CPU-bound; {p.servers} servers leave headroom",
                    "CPU-bound": f"one machine is not enough: {p.servers} servers"}[p.verdict]]
+    if p.cluster_servers is not None:
+        lines.append(f"the spec's cluster has {p.cluster_servers} servers: "
+                     + ("enough" if p.cluster_servers >= p.servers else
+                        f"{p.servers - p.cluster_servers} short (if they are like the "
+                        "reference machine)"))
     return "\n".join(lines)

@@ -66,6 +66,7 @@ class ClusterFabric(Fabric):
         assert self.cluster is not None
         self.where = place(self.topo, self.cluster)
         self.links_crossing = crossings(self.topo, self.where, self.links.rate_mbps)
+        self._vnis = {(c.a, c.a_port, c.b, c.b_port): c.vni for c in self.links_crossing}
         control = STATE_DIR / "ssh" / self.record.run_id
         self.conns = srv.conns(self.cluster, control)
 
@@ -172,10 +173,8 @@ class ClusterFabric(Fabric):
 
     def _link_params(self, index: int) -> dict:
         link = self.topo.links[index]
-        for c in self.links_crossing:
-            if (c.a, c.a_port, c.b, c.b_port) == (link.a, link.a_port, link.b, link.b_port):
-                return {"vni": c.vni}
-        return {}
+        vni = self._vnis.get((link.a, link.a_port, link.b, link.b_port))
+        return {"vni": vni} if vni is not None else {}
 
     @contextlib.contextmanager
     def _raised_buffers(self) -> Iterator[None]:
@@ -214,22 +213,11 @@ class ClusterFabric(Fabric):
                 self.host_run(mine[0].name, ["ping", "-c", "1", "-W", "2", other.ip],
                               check=False)
 
-    def _check_send_buffer(self) -> None:
-        if not self.traits.send_socket:
-            return
-        sizes = {}
-        for name, conn in self.conns.items():
-            if any(self.where[s.name] == name for s in self.topo.switches):
-                out = conn.run(ovs.packet_sockets_argv(True), check=False).stdout
-                sizes[name] = ovs.send_socket_buffer(out)
-        self.send_buffer_bytes = min((v for v in sizes.values() if v is not None), default=None)
-        short = {n: v for n, v in sizes.items() if v is None or v < self.needed_buffer_bytes}
-        if short:
-            name, size = next(iter(short.items()))
-            raise TestbedError(
-                f"server {name}: OVS's send socket buffer is {size} bytes, below the "
-                f"{self.needed_buffer_bytes} bytes this fabric's queues need; restart OVS "
-                "there with larger net.core.wmem_default (docs/FIDELITY.md)")
+    def send_buffers(self) -> dict[str, int | None]:
+        return {name: ovs.send_socket_buffer(
+                    conn.run(ovs.packet_sockets_argv(True), check=False).stdout)
+                for name, conn in self.conns.items()
+                if any(self.where[s.name] == name for s in self.topo.switches)}
 
     # ---- where commands run -------------------------------------------------------------
     def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:

@@ -47,20 +47,22 @@ class Capacity:
         return at(self.ovs_fits_pps), at(self.ovs_bound_pps)
 
 
-# The reference machine: 2 cores, Debian 12, Open vSwitch 3.1's userspace datapath;
-# scripts/bench_capacity.py on a quiet machine (docs/BENCHMARKS.md, "Capacity of one
-# machine"). A Fat-Tree k=4 under ECMP at MTU 1500 carried 55,855 packets/s into its
-# switches (OVS added 0.70 ms) and was CPU-bound at 82,461 (1.6 ms); at MTU 9000 65,966
-# (0.58 ms) and 86,448 (18.6 ms); 1.39 packets per data segment per switch. The machine was
-# 1.04-1.13 cores busy at every load. Four trainers computing at once took 2.70x one's
-# compute (1.48 cores between them); an iteration computes 1.07x the bare step. A ring
-# trainer's CPU per iteration: 0.64 ms + 2.97 ms per MB it sends + 0.22 ms per ring step
-# (4-16 workers, 4.3-10.7 ms), and trainers waited 0.48 of the all-at-once estimate. A
-# parallel rank (emulated compute; 8 data-parallel ranks of GPT-2 small x0.01 at 20 Mb/s)
-# took 41 ms per iteration sending 3.27 MB: 12.3 ms per MB, its tensors' work included.
-REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 55855, 9000: 65966},
+# The reference machine: 2 cores, Debian 12, Open vSwitch 3.1's userspace datapath; two
+# runs of scripts/bench_capacity.py on a quiet machine, 2026-11-24 (docs/BENCHMARKS.md,
+# "Capacity of one machine"). A Fat-Tree k=4 under ECMP carried up to 67,034 packets/s into
+# its switches at MTU 1500 and 79,491 at MTU 9000 without OVS adding 1 ms, and one run was
+# CPU-bound from 82,461 and 86,448 (the other carried 88,067 at MTU 1500 at 0.94 ms: near
+# the limit a run's verdict is a coin toss); 1.39 packets per data segment per switch. The
+# machine was 1.04-1.20 cores busy at every load. Four trainers computing at once took
+# 2.47-2.70x one's compute (1.55 cores between them); an iteration computes 1.20x its bare
+# step. A ring trainer's CPU per iteration: 0.94 ms + 3.12 ms per MB it sends + 0.19 ms per
+# ring step (4-16 workers: 4.2-10.7 ms), and trainers waited 0.55 of the all-at-once
+# estimate. A parallel rank (emulated compute, 8 data-parallel ranks of GPT-2 small x0.01
+# at 20 Mb/s) spent 35-41 ms per iteration sending 3.28 MB: 10.5 ms per MB besides the base
+# and its 14 ring steps, its tensors' work included.
+REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
-                     network_cores=1.1, compute_cores=1.48, step_overhead=1.07,
-                     trainer_base_s=0.00064, trainer_per_mb_s=0.00297,
-                     trainer_per_step_s=0.000223, rank_per_mb_s=0.0123, wait_factor=0.48,
+                     network_cores=1.1, compute_cores=1.55, step_overhead=1.2,
+                     trainer_base_s=0.00094, trainer_per_mb_s=0.00312,
+                     trainer_per_step_s=0.000185, rank_per_mb_s=0.0105, wait_factor=0.55,
                      latency_s=0.0005)

@@ -457,15 +457,23 @@ class Fabric:
         """What the chosen datapath changes (config/datapath.py)."""
         return TRAITS[self.datapath]
 
+    def send_buffers(self) -> dict[str, int | None]:
+        """OVS's send socket buffer where switches run, by server ('': this machine)."""
+        return {"": ovs.send_socket_buffer()}
+
     def _check_send_buffer(self) -> None:
         if not self.traits.send_socket:
             return
-        self.send_buffer_bytes = ovs.send_socket_buffer()
-        if self.send_buffer_bytes is None or self.send_buffer_bytes < self.needed_buffer_bytes:
-            raise TestbedError(
-                f"OVS's send socket buffer is {self.send_buffer_bytes} bytes, below the "
-                f"{self.needed_buffer_bytes} bytes this fabric's queues need; packets would be "
-                "lost silently. Run `testbed clean` and retry (OVS is restarted when idle)")
+        sizes = self.send_buffers()
+        self.send_buffer_bytes = min((v for v in sizes.values() if v is not None), default=None)
+        for where, size in sizes.items():
+            if size is None or size < self.needed_buffer_bytes:
+                fix = (f"restart OVS on server {where} with a larger net.core.wmem_default"
+                       if where else "Run `testbed clean` and retry (OVS is restarted when idle)")
+                raise TestbedError(
+                    f"OVS's send socket buffer is {size} bytes, below the "
+                    f"{self.needed_buffer_bytes} bytes this fabric's queues need; packets "
+                    f"would be lost silently. {fix} (docs/FIDELITY.md)")
 
     # ---- what experiments do with a running fabric ---------------------------------------
     def popen(self, host: str, argv: list[str]) -> subprocess.Popen:

@@ -184,20 +184,27 @@ def test_the_run_and_its_fabric_offer_what_experiments_use():
 SPECS = sorted((ROOT / "experiments").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
-def test_validate_loads_no_runtime(spec):
-    """`testbed validate SPEC`, run as a user runs it, leaves no runtime module loaded."""
+def modules_after(args: list[str], says: str) -> list[str]:
+    """The modules loaded after `testbed ARGS`, run as a user runs it (its output must hold
+    `says`)."""
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from testbed import cli\n"
-        f"r = CliRunner().invoke(cli.main, ['validate', {str(spec)!r}])\n"
+        f"r = CliRunner().invoke(cli.main, {args!r})\n"
         "assert r.exit_code == 0, r.output\n"
+        f"assert {says!r} in r.output, r.output\n"
         "print('\\n'.join(sorted(sys.modules)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    loaded = out.stdout.split()
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
+def test_validate_loads_no_runtime(spec):
+    """`testbed validate SPEC`, run as a user runs it, leaves no runtime module loaded."""
+    loaded = modules_after(["validate", str(spec)], ": ok")
     bad = [m for m in loaded if within(m, VALIDATE_NEVER)]
     assert not bad, f"validate loaded runtime modules: {bad}"
     assert "testbed.config.spec" in loaded  # it did load the spec (the check is not empty)
@@ -207,18 +214,7 @@ def test_validate_loads_no_runtime(spec):
 def test_plan_loads_no_runtime(name):
     """`testbed plan SPEC` is offline like validate: it builds nothing and, unless a spec's
     trainers have real compute to time, loads no torch either."""
-    code = (
-        "import sys\n"
-        "from click.testing import CliRunner\n"
-        "from testbed import cli\n"
-        f"r = CliRunner().invoke(cli.main, ['plan', 'experiments/{name}.yaml'])\n"
-        "assert r.exit_code == 0, r.output\n"
-        "assert 'one machine is' in r.output, r.output\n"
-        "print('\\n'.join(sorted(sys.modules)))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = out.stdout.split()
+    loaded = modules_after(["plan", f"experiments/{name}.yaml"], "one machine is")
     bad = [m for m in loaded if within(m, VALIDATE_NEVER)]
     assert not bad, f"plan loaded runtime modules: {bad}"
     assert "testbed.plan" in loaded
