@@ -23,9 +23,10 @@ the packets entering switches per second. The runner's CPU verdict is then predi
 
 The packet rate is an upper bound (ECMP's hashing carried 0.44-0.70 of the fluid view in
 the benchmark's permutations), held against the rates the reference machine carried
-(scripts/bench_capacity.py): the plan errs towards more servers. Servers: the smallest count over which the load, split evenly (a placement by
-pods does that on the symmetric fabrics), meets every limit on each. The tunnels'
-encapsulation and the one controller are not in it (docs/CLUSTER.md, "Capacity").
+(scripts/bench_capacity.py): the plan errs towards more servers. Servers: the smallest
+count over which the load, split evenly (a placement by pods does that on the symmetric
+fabrics), meets every limit on each. The tunnels' encapsulation and the one controller
+are not in it (docs/CLUSTER.md, "Capacity").
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from dataclasses import dataclass, field
 from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, REFERENCE, Capacity
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
-from testbed.experiments.jobs.spec import placements
+from testbed.experiments.jobs.spec import JOB_DSCPS, placements
 from testbed.experiments.parallel.model import job_config, kind_flows, network, prediction
-from testbed.experiments.parallel.spec import Parallel, job_hosts
+from testbed.experiments.parallel.spec import job_hosts
 from testbed.experiments.training.model import (
     CPU_WAIT_SHARE_LIMIT,
     LINK_BUSY_BOTTLENECK,
@@ -51,7 +52,7 @@ from testbed.experiments.training.model import (
 from testbed.experiments.training.spec import job_hosts_needed, training_topologies
 from testbed.workloads.parallel.cost import KINDS, Network, sent_bytes
 from topologies import patterns
-from topologies.builders import dumbbell, nonblocking
+from topologies.builders import nonblocking
 from topologies.graph import shortest_paths
 from topologies.model import Topology, at_rate
 
@@ -261,21 +262,13 @@ def _dumbbell_loads(spec: Spec, topo: Topology, exp) -> Iterator[Load]:
         flows = [(s, leaf1[0]) for s in leaf2[:exp.incast_senders]] + [(leaf2[-1], leaf3[0])]
         yield Load("incast and victim", fabric, mtu, flows)
         return
-    if exp.type == "queue_calibration":
-        rate = exp.rate_mbps
-        fabric = _queue_fabric(exp)
-        hosts = [h.name for h in fabric.hosts]
-        yield Load(f"{rate:g} Mb/s", fabric, mtu, [(hosts[0], hosts[-1])])
+    if exp.type == "queue_calibration":  # one flow into the bottleneck
+        yield Load(f"{exp.rate_mbps:g} Mb/s", fabric, mtu, [(hosts[0], hosts[-1])])
         return
     senders = getattr(exp, "senders", 2)  # priority: a high and a low class sender
     senders = max(senders) if isinstance(senders, list) else senders
     receiver = hosts[-1]
     yield Load(f"{senders} senders", fabric, mtu, [(h, receiver) for h in hosts[:senders]])
-
-
-def _queue_fabric(exp) -> Topology:
-    return dumbbell(senders=1, receivers=1, access_rate_mbps=exp.access_rate_mbps,
-                    bottleneck_rate_mbps=exp.rate_mbps)
 
 
 _STEPS: dict[tuple, tuple[float, int]] = {}
@@ -290,8 +283,14 @@ def _step(model: str, width: int, depth: int, batch: int, data: str) -> tuple[fl
     return _STEPS[key]
 
 
-# the bytes a compressed gradient takes, per byte of the fp32 gradient (workloads/compression)
-COMPRESSED = {"none": 1.0, "fp16": 0.5, "qsgd": 0.25, "sign": 1 / 32}
+def _payload(job, grad: int) -> int:
+    """The bytes a worker's gradient takes on the wire, compressed as the job says (torch is
+    loaded already: the step was timed)."""
+    if job.compression == "none":
+        return grad
+    from testbed.workloads.compression import make
+    return make(job.compression, ratio=job.topk_ratio,
+                levels=job.qsgd_levels).expected_nbytes(grad // 4)
 
 
 def _training_comm(job, n: int, grad: int, where: Topology, hosts: list[str], mtu: int,
@@ -302,8 +301,7 @@ def _training_comm(job, n: int, grad: int, where: Topology, hosts: list[str], mt
     pl = place_on(job, hosts)
     rate = min(host_link(where, h).rate_mbps for h in hosts)
     server_rate = min((host_link(where, h).rate_mbps for h in pl.servers), default=rate)
-    payload = grad * (2 * job.topk_ratio if job.compression == "topk"
-                      else COMPRESSED.get(job.compression, 1.0))
+    payload = _payload(job, grad)
     fraction = tcp_payload_fraction(mtu)
     bandwidth = rate * 1e6 * fraction / ring_link_load(where, pl.workers)
     messages = max(1.0, grad / (job.bucket_mb * 1e6))
@@ -395,7 +393,7 @@ def _jobs_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[Load
         flows: list[Flow] = []
         trainers = steps = 0
         step = comm = idle = sent = 0.0
-        for job, hosts in zip(exp.jobs, placements(exp, fabric, placement)):
+        for j, (job, hosts) in enumerate(zip(exp.jobs, placements(exp, fabric, placement))):
             t = job.training
             if t is not None:
                 n = job.worker_count
@@ -409,13 +407,9 @@ def _jobs_loads(spec: Spec, topo: Topology, exp, cap: Capacity) -> Iterator[Load
                 steps = max(steps, job_steps)
                 idle = max(idle, t.compute_ms / 1000)
             else:
-                as_parallel = Parallel(compute=job.compute, model=job.model,
-                                       model_desc=job.model_desc, scale=job.scale,
-                                       device_tflops=job.device_tflops, real=job.real,
-                                       layer_fwd_s=job.layer_fwd_s,
-                                       layer_bwd_s=job.layer_bwd_s, jobs=[])
+                pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
                 job_comm, job_idle, job_sent, job_steps = _parallel_timing(
-                    as_parallel, job, fabric, hosts, mtu, cap)
+                    pexp, pjob, fabric, hosts, mtu, cap)
                 sent, steps = max(sent, job_sent), max(steps, job_steps)
                 flows += _parallel_flows(job.layout, hosts)
                 trainers += len(hosts)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# the runner's verdict (testbed/measure/cpu.py): a phase is CPU-bound when OVS's forwarding
-# added more than this much queueing at the median, or the machine was idle less than this
-# on average
+# The runner's verdict (testbed/measure/cpu.py): a phase is CPU-bound when OVS's forwarding
+# thread has fallen behind so far that it adds more than this much queueing delay (median)
+# to every packet -- about what one 20 Mb/s hop adds by serialization -- or when the machine
+# has no idle time left for the hosts (less than this on average). (The thread's busy share
+# is no verdict: with steady traffic its poll loop never idles, keeping up or not;
+# measurements in docs/FIDELITY.md.)
 OVS_DELAY_LIMIT_MS = 1.0
 MACHINE_IDLE_MEAN_MIN = 0.10
 
@@ -34,7 +37,7 @@ class Capacity:
     trainer_per_step_s: float        # ... and per step of a ring collective
     rank_per_mb_s: float             # a parallel rank's CPU per MB it sends (its tensors)
     wait_factor: float               # the share of the all-at-once wait trainers wait
-    latency_s: float                 # one way through a path of the emulated fabric
+    latency_s: float                 # a message's one-way latency through the fabric
 
     def ovs_pps(self, mtu: int) -> tuple[float, float]:
         """(fits, bound) at this MTU: linear in per-packet time between the measured MTUs,
@@ -59,7 +62,8 @@ class Capacity:
 # ring step (4-16 workers: 4.2-10.7 ms), and trainers waited 0.55 of the all-at-once
 # estimate. A parallel rank (emulated compute, 8 data-parallel ranks of GPT-2 small x0.01
 # at 20 Mb/s) spent 35-41 ms per iteration sending 3.28 MB: 10.5 ms per MB besides the base
-# and its 14 ring steps, its tensors' work included.
+# and its 14 ring steps, its tensors' work included. The latency is not the bench's: half
+# the idle Leaf-Spine path RTT of the reachability table (0.99 ms).
 REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
                      network_cores=1.1, compute_cores=1.55, step_overhead=1.2,

@@ -42,6 +42,10 @@ class QueueCalibration(ExperimentSpec):
     duration_s: float = 15.0
     sample_hz: float = 200.0
 
+    def fabric(self) -> Topology:
+        return dumbbell(senders=1, receivers=1, access_rate_mbps=self.access_rate_mbps,
+                        bottleneck_rate_mbps=self.rate_mbps)
+
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         positive(self.buffer_pkts, f"{path}.buffer_pkts")
         if self.access_rate_mbps <= self.rate_mbps:
@@ -96,8 +100,7 @@ def plot_links(rows: list[dict], plots: Path) -> Path:
 
 def run_queue(ctx: Context, exp: QueueCalibration) -> Outcome:
     out = Outcome()
-    topo = dumbbell(senders=1, receivers=1, access_rate_mbps=exp.access_rate_mbps,
-                    bottleneck_rate_mbps=exp.rate_mbps)
+    topo = exp.fabric()
     bottleneck = "s1-eth2"  # s1's egress toward s2
     with ctx.fabric(topo, "single", "queue calibration",
                     buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:

@@ -9,17 +9,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
 from testbed.net import ovs
 from testbed.results.stats import percentile
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-# A phase is CPU-bound when OVS's forwarding thread has fallen behind so far that it adds
-# more than this much queueing delay (median) to every packet -- about what one 20 Mb/s hop
-# adds by serialization -- or when the machine has no idle time left for the hosts.
-# (The thread's busy share is no verdict: with steady traffic its poll loop never idles,
-# keeping up or not; measurements in docs/FIDELITY.md.)
-OVS_DELAY_LIMIT_MS = 1.0
-MACHINE_IDLE_MEAN_MIN = 0.10
 
 
 def _proc_cpu_seconds(path: str) -> float:
