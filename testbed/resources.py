@@ -176,7 +176,7 @@ def release_record(rec: RunRecord) -> list[str]:
             pass
     if rec.servers:
         from testbed.cluster.servers import release_remote
-        removed += release_remote(rec.servers, STATE_DIR / "ssh" / rec.run_id)
+        removed += release_remote(rec.servers, STATE_DIR / "ssh" / rec.run_id, BPF_PIN_ROOT)
     mark_killed(rec)
     rec.path.unlink(missing_ok=True)
     return removed

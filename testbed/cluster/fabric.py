@@ -5,24 +5,36 @@ and VXLAN links (cluster/engine.py), and every command on a node run on the node
 """
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import json
+import shlex
+import shutil
 import subprocess
+import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from testbed.config.cluster import ClusterSpec
 from testbed.measure.conservation import SwitchCounters, switch_counters
 from testbed.net import ovs
 from testbed.net.fabric import Fabric
+from testbed.net.qosplane import QosPlane
 from testbed.resources import STATE_DIR
 from testbed.system import TestbedError
+from topologies.model import ifname
 
 from . import servers as srv
 from .placement import Crossing, crossings, inner_mtu, place
 
+# makes directory $1 and prints the outermost directory it made (empty if it existed)
+MAKE_DIR = 'd=$1; top=; while [ ! -e "$d" ]; do top=$d; d=$(dirname "$d"); done; ' \
+           'mkdir -p "$1" && echo "$top"'
 TUNNEL_HEADROOM = 0.95  # a tunnel's links may use this share of the underlay's goodput
 _UNDERLAY: dict[tuple[str, str, str], dict] = {}  # (run id, from, to): measured once per run
 
@@ -61,6 +73,8 @@ class ClusterFabric(Fabric):
     mtu_report: dict = field(default_factory=dict)
     underlay: dict[tuple[str, str], dict] = field(default_factory=dict)  # (from, to) -> ...
     warnings: list[str] = field(default_factory=list)  # fidelity warnings for the summary
+    underlay_devs: dict[str, set[str]] = field(default_factory=dict)  # server -> its devices
+    _shared: dict[str, bool] = field(default_factory=dict)  # server -> sees our files
 
     def __post_init__(self) -> None:
         assert self.cluster is not None
@@ -86,16 +100,42 @@ class ClusterFabric(Fabric):
             if left:
                 raise TestbedError(f"server {name}: bridge {sorted(left)[0]} already exists "
                                    "(an interrupted run?); run `testbed clean` and retry")
+        if self.qos is not None:
+            self._check_bpf_tools()
+        self._fit_mtu()  # first: the class dataplane is sized for the fabric's MTU
         super().preflight()
-        self._fit_mtu()
         self._measure_underlay()
         # what `testbed clean` must remove on each remote server if this run is interrupted
+        # (this server's entry holds only what the class dataplane adds to its own device)
         self.record.servers = [srv.remote_entry(
             conn, [s.name for s in self.topo.switches if self.where[s.name] == name],
             self.switch_ifaces([s.name for s in self.topo.switches
-                                if self.where[s.name] == name]))
-            for name, conn in self.conns.items() if not conn.local]
+                                if self.where[s.name] == name])) if not conn.local
+            else srv.remote_entry(conn, [], [])
+            for name, conn in self.conns.items()]
         self.record.save()
+
+    def _ready_ovs(self, conn: srv.Conn) -> None:
+        """A server's OVS whose send socket, if it has one already, is as large as its part
+        of the fabric needs (an ovs-vswitchd that carries no bridges is restarted for it, as
+        on this machine; a new socket takes the raised defaults)."""
+        done = conn.run([str(srv.PYTHON), "-m", "testbed.net.ovs", "ensure-started",
+                         str(self.needed_buffer_bytes)], check=False, timeout=180)
+        if done.returncode != 0:
+            raise TestbedError(f"server {conn.name}: "
+                               + done.stderr.strip().removeprefix("error: ")[-400:])
+
+    def _check_bpf_tools(self) -> None:
+        """Every server compiles and loads the class dataplane's BPF programs itself."""
+        def missing(conn: srv.Conn) -> list[str]:
+            return conn.run(["sh", "-c", "command -v bpftool >/dev/null || echo bpftool; "
+                             "command -v clang-14 >/dev/null || command -v clang >/dev/null "
+                             "|| echo clang"], check=False).stdout.split()
+        for name, lacks in zip(self.conns, on_servers(list(self.conns.values()), missing)):
+            if lacks:
+                raise TestbedError(f"server {name}: {' '.join(lacks)} not installed (the class "
+                                   "dataplane's BPF programs are built and loaded on every "
+                                   "server); run scripts/bootstrap.sh there")
 
     def _fit_mtu(self) -> None:
         assert self.cluster is not None
@@ -104,6 +144,7 @@ class ClusterFabric(Fabric):
         for a, b in pairs:
             for here, there in ((a, b), (b, a)):
                 outer[here] = srv.route_mtu(self.conns[here], self.addresses[there])
+                self.underlay_devs.setdefault(here, set()).add(outer[here][0])
         worst = min((mtu for _, mtu in outer.values()), default=9216)
         mtu, needed = inner_mtu(self.links.mtu_bytes, worst, self.cluster.overhead,
                                 self.cluster.tunnel_mtu)
@@ -184,6 +225,7 @@ class ClusterFabric(Fabric):
             remote = [c for c in self.conns.values() if not c.local]
             saved = [self._raise_remote(c) for c in remote]
             try:
+                on_servers(remote, self._ready_ovs)
                 yield
             finally:
                 for conn, old in zip(remote, saved):
@@ -213,11 +255,128 @@ class ClusterFabric(Fabric):
                 self.host_run(mine[0].name, ["ping", "-c", "1", "-W", "2", other.ip],
                               check=False)
 
+    # ---- the class dataplane, one map set per server ----------------------------------
+    def _pin_dir(self, plane: QosPlane, server: str) -> Path:
+        return plane.pin_dir.with_name(f"{plane.pin_dir.name}-{server}")
+
+    def _install_qos(self, plane: QosPlane) -> None:
+        """Each server loads the programs into its own kernel and installs its own ports
+        (a remote one through its dataplane agent), with the program that counts the
+        dequeues of its links to other servers on its own devices; dataplane.json then
+        says where each port is and how to reach each server's agent."""
+        server_of = {p.node: self.where[p.node] for p in plane.ports}
+        port_id = {p.ifname: p.id for p in plane.ports}
+        vnis: dict[str, dict[int, int]] = {}
+        for c in self.links_crossing:
+            vnis.setdefault(c.a_server, {})[port_id[ifname(c.a, c.a_port)]] = c.vni
+            vnis.setdefault(c.b_server, {})[port_id[ifname(c.b, c.b_port)]] = c.vni
+        servers: dict[str, dict] = {}
+        for name, conn in self.conns.items():
+            if name in server_of.values():
+                pins = self._pin_dir(plane, name)
+                servers[name] = {"map_dir": str(pins / "maps"), "prog_dir": str(pins / "progs"),
+                                 "agent": None if conn.local else srv.agent_argv(conn)}
+
+        saving = threading.Lock()  # the servers install at once; one record
+
+        def install(name: str) -> dict[int, int]:
+            conn = self.conns[name]
+            pins = self._pin_dir(plane, name)
+            ports = [p for p in plane.ports if server_of[p.node] == name]
+            devs = tuple(sorted(self.underlay_devs.get(name, ()))) if vnis.get(name) else ()
+            entry = next(e for e in self.record.servers if e["name"] == name)
+            entry["underlay"] = [{"dev": d, "clsact_added": False} for d in devs]
+            if conn.local:
+                with saving:
+                    plane.pin(self.record, pins)
+                ifindex = plane.install_ports(ports, pins, vnis.get(name), devs)
+                added = plane.clsact_added
+            else:
+                with saving:
+                    entry["bpf_pins"].append(str(pins))
+                    self.record.save()
+                pids = {p.node: self.host_pid(p.node) for p in ports if p.is_host}
+                request = {"install": plane.to_data(pids), "ports": [p.id for p in ports],
+                           "pin_dir": str(pins), "vnis": vnis.get(name, {}),
+                           "underlay": list(devs)}
+                out = conn.run([str(srv.PYTHON), "-m", "testbed.net.dpagent"],
+                               input=json.dumps(request) + "\n", timeout=120).stdout
+                reply = json.loads(out.strip().splitlines()[-1])
+                if "error" in reply:
+                    raise TestbedError(f"server {name}: installing the class dataplane "
+                                       f"failed: {reply['error']}")
+                ifindex = {int(k): v for k, v in reply["result"]["ifindex"].items()}
+                added = reply["result"]["clsact_added"]
+            with saving:
+                entry["underlay"] = [{"dev": d, "clsact_added": d in added} for d in devs]
+                self.record.save()
+            return ifindex
+
+        ifindex: dict[int, int] = {}
+        for part in on_servers(list(servers), install):
+            ifindex.update(part)
+        local = next(c.name for c in self.conns.values() if c.local)
+        plane.write_description(ifindex, servers, server_of, local)
+
+    def _remove_qos(self, plane: QosPlane) -> None:
+        """Every server's pins, and its program on its own devices."""
+        for entry in self.record.servers:
+            conn = self.conns[entry["name"]]
+            conn.run(["sh", "-c", srv.underlay_script(entry)], check=False)
+            entry["underlay"] = []
+            pins = self._pin_dir(plane, conn.name)
+            if conn.local:
+                shutil.rmtree(pins, ignore_errors=True)
+            else:
+                conn.run(["rm", "-rf", str(pins)], check=False)
+                entry["bpf_pins"] = []
+        self.record.save()
+
     def send_buffers(self) -> dict[str, int | None]:
         return {name: ovs.send_socket_buffer(
                     conn.run(ovs.packet_sockets_argv(True), check=False).stdout)
                 for name, conn in self.conns.items()
                 if any(self.where[s.name] == name for s in self.topo.switches)}
+
+    # ---- outputs written on the servers ---------------------------------------------------
+    def _shares_files(self, conn: srv.Conn) -> bool:
+        """Whether a server sees this machine's results directory (the same filesystem, as
+        a server in a namespace here does): a token written here, read there."""
+        if conn.local:
+            return True
+        if conn.name not in self._shared:
+            mark = self.out_dir / f".cluster-{self.record.run_id}"
+            token = f"{self.record.run_id} {time.time()}"
+            mark.write_text(token)
+            seen = conn.run(["cat", str(mark)], check=False).stdout.strip()
+            self._shared[conn.name] = seen == token
+            mark.unlink(missing_ok=True)
+        return self._shared[conn.name]
+
+    @contextlib.contextmanager
+    def writing_in(self, path: Path, hosts: list[str]) -> Iterator[None]:
+        """The directory on every server of `hosts` that does not share this machine's
+        files; what they wrote there is copied back at the end (and removed there)."""
+        path.mkdir(parents=True, exist_ok=True)
+        away = [self.conns[n] for n in sorted({self.where[h] for h in hosts})
+                if not self._shares_files(self.conns[n])]
+        made = {}  # server -> the outermost directory made there
+        for conn in away:
+            made[conn.name] = conn.run(["sh", "-c", MAKE_DIR, "-", str(path)]).stdout.strip()
+        try:
+            yield
+        finally:
+            for conn in away:
+                packed = conn.run(["sh", "-c", f"tar -C {shlex.quote(str(path))} -cz . | "
+                                   "base64 -w0"], check=False, timeout=300).stdout
+                with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed)),
+                                  mode="r:gz") as tar:
+                    # plain files and directories inside `path` only (Python 3.11.2 has
+                    # no extraction filters)
+                    tar.extractall(path, members=[
+                        m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                        and not m.name.startswith("/") and ".." not in Path(m.name).parts])
+                conn.run(["rm", "-rf", made[conn.name] or str(path)], check=False)
 
     # ---- where commands run -------------------------------------------------------------
     def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:

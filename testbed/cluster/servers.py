@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config.cluster import LOCAL, ClusterSpec, Server
+from testbed.net.qos_render import UNDERLAY_PRIO
 from testbed.system import REPO_ROOT, TestbedError, in_netns
 
 SSH_TIMEOUT_S = 5
@@ -211,11 +212,11 @@ def remote_entry(conn: Conn, bridges: list[str], ifaces: list[str]) -> dict:
     """What a run's record keeps of a remote server, for `testbed clean`."""
     return {"name": conn.name, "address": conn.server.address, "user": conn.server.user,
             "ssh_config": conn.ssh_config, "bridges": bridges, "ifaces": ifaces,
-            "sysctls": {}}
+            "sysctls": {}, "bpf_pins": [], "underlay": []}
 
 
-# Removes, on a server, the bridges and interfaces a run made (those still there), and puts
-# back the buffer sysctls it raised; prints what it removed.
+# Removes, on a server, the bridges, interfaces and BPF pins a run made (those still there),
+# and puts back the buffer sysctls it raised; prints what it removed.
 RELEASE = r"""
 for b in {bridges}; do
   if ovs-vsctl --timeout=5 br-exists "$b" 2>/dev/null; then
@@ -225,13 +226,29 @@ done
 for i in {ifaces}; do
   if [ -e "/sys/class/net/$i" ]; then ip link del "$i" 2>/dev/null && echo "interface $i"; fi
 done
+{underlay}
+for p in {pins}; do
+  if [ -e "$p" ]; then rm -rf "$p" && echo "BPF pins $p"; fi
+done
 {sysctls}
 """
 
 
-def release_remote(entries: list[dict], control_dir: Path) -> list[str]:
+def underlay_script(entry: dict) -> str:
+    """Removes the class dataplane's program from a server's own devices (and the clsact
+    qdiscs the run added to them), printing what it removed."""
+    devs = [u["dev"] for u in entry.get("underlay", [])]
+    added = [u["dev"] for u in entry.get("underlay", []) if u["clsact_added"]]
+    return (f'for d in {" ".join(shlex.quote(d) for d in devs)}; do\n'
+            f'  tc filter del dev "$d" egress prio {UNDERLAY_PRIO} 2>/dev/null && '
+            'echo "BPF filter on $d"\ndone\n'
+            f'for d in {" ".join(shlex.quote(d) for d in added)}; do\n'
+            '  tc qdisc del dev "$d" clsact 2>/dev/null && echo "clsact qdisc on $d"\ndone\n')
+
+
+def release_remote(entries: list[dict], control_dir: Path, pin_root: Path) -> list[str]:
     """`testbed clean` on a run's remote servers: what it removed on each (an unreachable
-    server is reported, not skipped silently)."""
+    server is reported, not skipped silently; BPF pins only in `pin_root`)."""
     removed = []
     for entry in entries:
         server = Server(name=entry["name"], address=entry["address"], user=entry.get("user"))
@@ -239,6 +256,9 @@ def release_remote(entries: list[dict], control_dir: Path) -> list[str]:
         script = RELEASE.format(
             bridges=" ".join(shlex.quote(b) for b in entry["bridges"]),
             ifaces=" ".join(shlex.quote(i) for i in entry["ifaces"]),
+            underlay=underlay_script(entry),
+            pins=" ".join(shlex.quote(p) for p in entry.get("bpf_pins", [])
+                          if Path(p).parent == pin_root),
             sysctls=(shlex.join(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in
                                                          entry["sysctls"].items())])
                      if entry.get("sysctls") else ""))
@@ -258,6 +278,11 @@ def release_remote(entries: list[dict], control_dir: Path) -> list[str]:
             sock.unlink(missing_ok=True)
         control_dir.rmdir()
     return removed
+
+
+def agent_argv(conn: Conn) -> list[str]:
+    """argv that starts the server's dataplane agent (testbed/net/dpagent.py)."""
+    return conn.argv([str(PYTHON), "-m", "testbed.net.dpagent"])
 
 
 UNDERLAY_PORT = 5299  # the underlay goodput test's iperf3 port on the receiving server

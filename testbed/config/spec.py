@@ -58,6 +58,7 @@ class ExperimentSpec:
     """Base of every experiment's spec type (a frozen, kw_only dataclass with a `type`
     Literal field): `check` raises SpecError naming the field."""
     registry: ClassVar[dict[str, type]] = {}
+    on_cluster: ClassVar[bool] = False  # runs on a fabric split across servers (`cluster`)
     type: str
 
     @classmethod
@@ -71,6 +72,10 @@ class ExperimentSpec:
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         """Semantic checks of this experiment (the common ones have run)."""
+
+    def check_cluster(self, path: str, spec: Spec, topo: Topology) -> None:
+        """What of this experiment a fabric split across servers cannot run (called for an
+        `on_cluster` experiment of a spec with a `cluster`)."""
 
     def check_common(self, path: str) -> None:
         for name in POSITIVE_FIELDS:
@@ -131,28 +136,31 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
     return topo
 
 
-# What a fabric split across servers can run so far (docs/CLUSTER.md, "What works"): the
-# others run on the class dataplane (training samples every queue from its BPF maps in
-# shared memory, which the runner and controller read on this machine only).
-CLUSTER_EXPERIMENTS = ("reachability", "permutation")
-
-
 def check_cluster(spec: Spec, topo: Topology) -> None:
+    """What a fabric split across servers can run so far (docs/CLUSTER.md, "What works").
+    Each server has its own class dataplane (BPF maps in its kernel, reached through its
+    agent); PFC's pause executor reads every server's maps at each packet event, which it
+    cannot do over ssh, so lossless classes stay on one machine."""
     from testbed.cluster.placement import place
 
     assert spec.cluster is not None
     spec.cluster.check()
     place(topo, spec.cluster)
-    if spec.qos is not None:
-        raise SpecError("qos: traffic classes, ECN and PFC run on one machine only so far "
-                        "(their BPF maps are read by the controller); leave out qos or cluster")
+    if spec.qos is not None and (spec.qos.pfc is not None
+                                 or any(c.lossless for c in spec.qos.classes)):
+        raise SpecError("qos.pfc: PFC and lossless classes run on one machine only so far "
+                        "(the pause executor reads every server's BPF maps at each event); "
+                        "leave out pfc and lossless, or cluster")
     if spec.datapath != "user":
         raise SpecError(f"datapath: {spec.datapath}: a cluster runs the userspace datapath "
                         "(the one measured; every server's OVS is started by the testbed)")
     for i, exp in enumerate(spec.experiments):
-        if exp.type not in CLUSTER_EXPERIMENTS:
+        if not exp.on_cluster:
+            can = sorted(n for n, t in ExperimentSpec.registry.items()
+                         if getattr(t, "on_cluster", False))
             raise SpecError(f"experiments[{i}].type: {exp.type} does not run on a cluster yet "
-                            f"(it does: {', '.join(CLUSTER_EXPERIMENTS)})")
+                            f"(it does: {', '.join(can)})")
+        exp.check_cluster(f"experiments[{i}]", spec, topo)
 
 
 def loads(data: Any, experiments_required: bool = True) -> tuple[Spec, Topology]:

@@ -8,7 +8,7 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from controllers.flowsched import estimate_demands
 from testbed.config.faults import FabricFault, check_faults, describe_steps
@@ -37,6 +37,7 @@ ROUTINGS = ("nonblocking", "ecmp", "single", "hedera", "hedera_sa")
 @dataclass(frozen=True, kw_only=True)
 class Permutation(ExperimentSpec):
     type: Literal["permutation"] = "permutation"
+    on_cluster: ClassVar[bool] = True
     patterns: list[str] = field(default_factory=lambda: ["stride:8", "randbij"])
     seed: int = 1  # repeat r of a seeded pattern uses seed + r
     # finite flows of this many bytes instead of long ones: their completion times are

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
@@ -21,6 +21,7 @@ from .base import Context, Experiment, Outcome, Phase
 @dataclass(frozen=True, kw_only=True)
 class Reachability(ExperimentSpec):
     type: Literal["reachability"] = "reachability"
+    on_cluster: ClassVar[bool] = True
     count: int = 3
     interval_s: float = 0.2
 

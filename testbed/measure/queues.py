@@ -138,7 +138,9 @@ def write_timeline(record: Path, t0: float, samples: list[ClassSample],
 class ClassQueueSampler(threading.Thread):
     """Samples the per-class queues of the BPF dataplane (shared memory, no syscall and no
     fork per sample) at `rate_hz`; 1 kHz is cheap. Rows are kept only when something changed,
-    so idle queues cost nothing."""
+    so idle queues cost nothing. On a fabric split across servers, each other server's
+    queues are sampled there by its dataplane agent, and its rows join these at the stop
+    (their times from that server's clock)."""
 
     def __init__(self, dataplane, slots: list[tuple[int, int]], rate_hz: float = 1000.0,
                  paired: tuple[int, int] | None = None, record: Path | None = None):
@@ -147,7 +149,13 @@ class ClassQueueSampler(threading.Thread):
         writes the samples for the run's timeline (`write_timeline`)."""
         super().__init__(daemon=True)
         self.dp = dataplane
-        self.slots = slots
+        self.slots = [s for s in slots if dataplane.is_here(s[0])]
+        self.away: dict[str, list[tuple[int, int]]] = {}  # server -> its slots
+        for port, cls in slots:
+            if not dataplane.is_here(port):
+                self.away.setdefault(dataplane.server_of(port), []).append((port, cls))
+        self.rate_hz = rate_hz
+        self.away_rates: list[float] = []
         self.paired = paired
         self.record = record
         self.pairs: list[tuple] = []  # (t, bpf_bytes_before, qdisc_bytes, bpf_bytes_after, marks_before, marks_after)
@@ -201,17 +209,33 @@ class ClassQueueSampler(threading.Thread):
         if reader is not None:
             reader.close()
 
+    def start(self) -> None:
+        for server, slots in self.away.items():
+            self.dp.agent(server).call("sample_start", slots, self.rate_hz)
+        super().start()
+
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
+        for server in self.away:
+            got = self.dp.agent(server).call("sample_stop")
+            shift = got["t0"] - self.t0
+            self.samples += [ClassSample(t + shift, *rest) for t, *rest in got["samples"]]
+            self.loads += [(t + shift, *rest) for t, *rest in got["loads"]]
+            span = got["t_end"] - got["t0"]
+            self.away_rates.append(got["ticks"] / span if span > 0 else 0.0)
+        if self.away:
+            self.samples.sort(key=lambda x: x.t)
+            self.loads.sort(key=lambda x: x[0])
         if self.record is not None:
             names = {p["id"]: p["ifname"] for p in self.dp.ports}
             write_timeline(self.record, self.t0, self.samples, self.loads, names)
 
 
     def achieved_rate_hz(self) -> float:
+        """The lowest rate any server's sampler achieved."""
         span = self.t_end - self.t0
-        return self.ticks / span if span > 0 else 0.0
+        return min([self.ticks / span if span > 0 else 0.0, *self.away_rates])
 
     def time_weighted(self, port: int, cls: int, t_from: float, t_to: float) -> list[tuple]:
         """(duration_s, pkts, bytes) segments of one queue between two times (held values:

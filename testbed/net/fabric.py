@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -415,6 +415,13 @@ class Fabric:
             pin_dir=RESOURCES_BPF_ROOT / f"{self.record.run_id}-{slug}",
             out_dir=self.qos_status_dir)
 
+    def _install_qos(self, plane: QosPlane) -> None:
+        """The class dataplane on every port (a cluster's: on each server)."""
+        plane.install(self.record)
+
+    def _remove_qos(self, plane: QosPlane) -> None:
+        plane.remove()
+
     def _configure_queues(self) -> None:
         switch_q, host_q = self.port_queues()
         mtu = self.links.mtu_bytes
@@ -426,7 +433,7 @@ class Fabric:
                 self.host_run(host, IP_BATCH, input=batch_input(
                     dataplane.mtu_commands([q.ifname for q in queues], mtu)))
         if self.qos_plane is not None:
-            self.qos_plane.install(self.record)
+            self._install_qos(self.qos_plane)
             return
         for group in self.switch_groups():
             names = set(self.switch_ifaces(group))
@@ -507,6 +514,13 @@ class Fabric:
             if names.startswith("TcpExt:"):
                 return int(dict(zip(names.split()[1:], values.split()[1:])).get(key, 0))
         return 0
+
+    @contextlib.contextmanager
+    def writing_in(self, path: Path, hosts: list[str]) -> Iterator[None]:
+        """A directory that processes in `hosts` write their outputs into (a cluster's
+        remote servers get it too, and their files come back at the end)."""
+        path.mkdir(parents=True, exist_ok=True)
+        yield
 
     def ping_rtt_s(self, src: str, dst: str) -> float | None:
         """Median RTT of a few pings (after the first, which may wait for ARP)."""
@@ -698,7 +712,7 @@ class Fabric:
                 node.terminate()
             self.net = None
         if self.qos_plane is not None:
-            self.qos_plane.remove()
+            self._remove_qos(self.qos_plane)
         self.times.teardown_s = time.time() - t0
 
 

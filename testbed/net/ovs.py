@@ -185,15 +185,17 @@ def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | N
     names = BUFFER_SYSCTLS
     saved = {name: sysctl_get(name) for name in names}
     nbytes = min(nbytes, 2**31 - 1)
+    # only those below: a server in a network namespace may not write them (they are the
+    # machine's, raised already by the runner that shares it)
+    low = [name for name in names if int(saved[name]) < nbytes]
     try:
-        for name in names:
-            if int(saved[name]) < nbytes:
-                if remember:
-                    remember(name, saved[name])
-                sysctl_set(name, nbytes)
+        for name in low:
+            if remember:
+                remember(name, saved[name])
+            sysctl_set(name, nbytes)
         yield saved
     finally:
-        for name in reversed(names):
+        for name in reversed(low):
             sysctl_set(name, saved[name])
 
 
@@ -240,15 +242,18 @@ def ensure_started(sndbuf_bytes: int = 256 * 1024 * 1024) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """`ensure-started [SNDBUF_BYTES]`: by the bootstrap, and by a cluster's runner on each
+    other server (with the send buffer its part of the fabric needs)."""
     if argv[:1] == ["ensure-started"]:
+        need = int(argv[1]) if len(argv) > 1 else needed_buffer_bytes([], [])
         try:
             print(f"[bootstrap] Open vSwitch {version() if have('ovs-vsctl') else ''}: "
-                  f"{ensure_started(needed_buffer_bytes([], []))}", file=sys.stderr)
+                  f"{ensure_started(need)}", file=sys.stderr)
         except TestbedError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
-    print("usage: python -m testbed.ovs ensure-started", file=sys.stderr)
+    print("usage: python -m testbed.net.ovs ensure-started [SNDBUF_BYTES]", file=sys.stderr)
     return 2
 
 

@@ -128,6 +128,16 @@ def bpf_attach_commands(ifname: str, prog_dir: str, host: bool) -> list[list[str
             for direction in ("egress", "ingress")]
 
 
+UNDERLAY_PRIO = 4789  # the tc filter preference of tb_underlay on a server's own device
+
+
+def underlay_attach_commands(dev: str, prog_dir: str) -> list[list[str]]:
+    """tb_underlay on the egress of a server's own network device (its clsact qdisc is
+    added by the caller when the device has none)."""
+    return [["filter", "replace", "dev", dev, "egress", "prio", str(UNDERLAY_PRIO), "handle",
+             "1", "bpf", "da", "object-pinned", f"{prog_dir}/tb_underlay"]]
+
+
 def if_key(ifindex: int, mac: str | None) -> bytes:
     """Map key of an interface: MAC for host NICs, ifindex for switch ports."""
     if mac is not None:

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.config.loader import from_data
 from testbed.config.qos import QosConfig, class_buffer
 from testbed.config.units import frame_bytes
 from testbed.system import TestbedError, in_netns, run
@@ -30,8 +31,10 @@ QOS_APPS = ("priority", "ecn", "pfc")  # controllers/apps/<name>_app.py, one sta
 
 
 def ensure_bpffs() -> None:
-    mounts = Path("/proc/mounts").read_text().split("\n")
-    if not any(line.split(" ")[1:3] == [str(BPFFS), "bpf"] for line in mounts if line):
+    """A BPF filesystem at /sys/fs/bpf. Asked of the directory itself, not /proc/mounts: a
+    sysfs mounted over /sys later (as a server in a namespace does) hides a bpffs mount
+    that the mount table still lists."""
+    if run(["stat", "-f", "-c", "%T", str(BPFFS)]).stdout.strip() != "bpf_fs":
         run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
 
 
@@ -83,6 +86,7 @@ class QosPlane:
         self.description = out_dir / "dataplane.json"
         self.ports = self._ports()
         self.keys: dict[int, bytes] = {}
+        self.clsact_added: list[str] = []  # servers' own devices that had no clsact qdisc
 
     # ---- what each interface gets (pure) -------------------------------------------
     def _ports(self) -> list[qos.QosPort]:
@@ -152,19 +156,37 @@ class QosPlane:
 
     # ---- install ---------------------------------------------------------------------
     def install(self, record) -> None:
+        """Every port, on this machine (a fabric on one server)."""
+        self.pin(record)
+        self.write_description(self.install_ports(self.ports, self.pin_dir))
+
+    def pin(self, record, pin_dir: Path | None = None) -> None:
+        """Makes this machine's pin directory (refused if one is left from another run) and
+        records it for `testbed clean`."""
+        pin_dir = pin_dir or self.pin_dir
         ensure_bpffs()
+        if pin_dir.exists():
+            raise TestbedError(f"{pin_dir} exists; run `testbed clean`")
+        pin_dir.mkdir(parents=True)
+        if record is not None:
+            record.bpf_pins.append(str(pin_dir))
+            record.save()
+
+    def install_ports(self, ports: list[qos.QosPort], pin_dir: Path,
+                      vnis: dict[int, int] | None = None,
+                      underlay: tuple[str, ...] = ()) -> dict[int, int]:
+        """Loads the programs into `pin_dir` (made by `pin`) and gives `ports`, all on this
+        machine, their classes, gates, hooks and map entries; port id -> ifindex. A server
+        of a cluster also gets, for its ports on links to other servers (`vnis`: port id ->
+        the link's VNI), the program that counts their dequeues on the devices its tunnels
+        leave by (`underlay`; see tbqos.bpf.c)."""
         obj = build_object()
-        if self.pin_dir.exists():
-            raise TestbedError(f"{self.pin_dir} exists; run `testbed clean`")
-        self.pin_dir.mkdir(parents=True)
-        record.bpf_pins.append(str(self.pin_dir))
-        record.save()
-        run(["bpftool", "prog", "loadall", str(obj), str(self.pin_dir / "progs"),
-             "type", "classifier", "pinmaps", str(self.pin_dir / "maps")])
+        run(["bpftool", "prog", "loadall", str(obj), str(pin_dir / "progs"),
+             "type", "classifier", "pinmaps", str(pin_dir / "maps")])
         ifindex: dict[int, int] = {}
         indexes: dict[int | None, dict[str, int]] = {}
         by_ns: dict[int | None, list[list[str]]] = {}
-        for p in self.ports:
+        for p in ports:
             pid = self.host_pid(p.node) if p.is_host else None
             if pid not in indexes:
                 indexes[pid] = interface_indexes(pid)
@@ -173,23 +195,60 @@ class QosPlane:
             self.keys[p.id] = qos.if_key(ifindex[p.id], mac)
             cmds = qos.htb_class_commands(p, self.cfg, self.mtu,
                                           0 if p.is_host else self.burst_us, self.tbf_limits(p))
-            cmds += qos.bpf_attach_commands(p.ifname, str(self.pin_dir / "progs"), p.is_host)
+            cmds += qos.bpf_attach_commands(p.ifname, str(pin_dir / "progs"), p.is_host)
             by_ns.setdefault(pid, []).extend(cmds)
-        self._fill_maps(ifindex)
+        self._fill_maps(ports, pin_dir)
+        if vnis:
+            vni_map = Map(str(pin_dir / "maps" / "tb_vni"))
+            try:
+                for port, vni in vnis.items():
+                    vni_map.update(qos.U32.pack(vni), qos.U32.pack(port))
+            finally:
+                vni_map.close()
+            for dev in underlay:
+                if run(["tc", "qdisc", "add", "dev", dev, "clsact"], check=False).returncode == 0:
+                    self.clsact_added.append(dev)  # removed with the filter, after the run
+                by_ns.setdefault(None, []).extend(
+                    qos.underlay_attach_commands(dev, str(pin_dir / "progs")))
         for pid, cmds in by_ns.items():
             apply_tc(cmds, netns_pid=pid)
-        self._write_description(ifindex)
+        return ifindex
 
-    def _fill_maps(self, ifindex: dict[int, int]) -> None:
-        maps = {name: Map(str(self.pin_dir / "maps" / name))
+    # ---- on another server (testbed/net/dpagent.py installs its ports there) ------------
+    def to_data(self, host_pids: dict[str, int]) -> dict:
+        """What another server needs to install its ports: this plane as plain data, with
+        the hosts' PIDs as that server sees them."""
+        return {"topo": self.topo.to_dict(), "qos": asdict(self.cfg),
+                "rates": [self.rate_of(link) for link in self.topo.links],
+                "host_pids": host_pids, "mtu_bytes": self.mtu, "burst_us": self.burst_us,
+                "buffer_pkts": self.buffer_pkts, "buffer_bytes": self.buffer_bytes,
+                "host_queue_pkts": self.host_queue_pkts, "pin_dir": str(self.pin_dir),
+                "out_dir": str(self.out_dir)}
+
+    @classmethod
+    def from_data(cls, data: dict) -> QosPlane:
+        topo = Topology.from_dict(data["topo"])
+        rates = dict(zip(topo.links, data["rates"]))
+        pids = data["host_pids"]
+        return cls(topo, from_data(QosConfig, data["qos"], "qos"), rate_of=rates.__getitem__,
+                   host_pid=pids.__getitem__, mtu_bytes=data["mtu_bytes"],
+                   burst_us=data["burst_us"], buffer_pkts=data["buffer_pkts"],
+                   buffer_bytes=data["buffer_bytes"], host_queue_pkts=data["host_queue_pkts"],
+                   pin_dir=Path(data["pin_dir"]), out_dir=Path(data["out_dir"]))
+
+    def _fill_maps(self, ports: list[qos.QosPort], pin_dir: Path) -> None:
+        maps = {name: Map(str(pin_dir / "maps" / name))
                 for name in ("tb_port_cfg", "tb_rx_cfg", "tb_qcfg")}
+        here = {p.id for p in ports}
         try:
-            for p in self.ports:
+            for p in ports:
                 peer = self.ports[p.peer]
+                # a peer on another server counts no dequeue here (tb_underlay does)
+                tx = peer.id if peer.id in here else qos.NONE
                 maps["tb_port_cfg"].update(self.keys[p.id], qos.PORT_CFG.pack(
                     p.id, qos.ROOT_MAJOR, qos.PORT_HOST if p.is_host else 0, p.switch_index))
                 maps["tb_rx_cfg"].update(self.keys[p.id], qos.RX_CFG.pack(
-                    peer.id, qos.NONE if p.is_host else p.id, peer.switch_index,
+                    tx, qos.NONE if p.is_host else p.id, peer.switch_index,
                     p.switch_index))
                 for c in range(len(self.cfg.classes)):
                     lb, lp = self.limits(p, c)
@@ -199,7 +258,13 @@ class QosPlane:
             for m in maps.values():
                 m.close()
 
-    def _write_description(self, ifindex: dict[int, int]) -> None:
+    def write_description(self, ifindex: dict[int, int],
+                           servers: dict[str, dict] | None = None,
+                           server_of: dict[str, str] | None = None,
+                           here: str | None = None) -> None:
+        """dataplane.json. A fabric split across servers (`servers`: name -> its map and
+        program directories and the argv of its dataplane agent, None for this machine)
+        also says each port's server and which server is this one (`here`)."""
         ports = []
         for p in self.ports:
             d = asdict(p)
@@ -207,11 +272,16 @@ class QosPlane:
                      netns=f"/proc/{self.host_pid(p.node)}/ns/net" if p.is_host else None,
                      tbf_limits=self.tbf_limits(p),
                      limits=[self.limits(p, c) for c in range(len(self.cfg.classes))])
+            if server_of is not None:
+                d["server"] = server_of[p.node]
             ports.append(d)
         desc = {"map_dir": str(self.pin_dir / "maps"), "prog_dir": str(self.pin_dir / "progs"),
                 "mtu_bytes": self.mtu, "burst_us": self.burst_us, "qos": asdict(self.cfg),
                 "ports": ports,
                 "written": time.time()}
+        if servers is not None:
+            desc.update(servers=servers, here=here, map_dir=servers[here]["map_dir"]
+                        if here in servers else None)
         self.description.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.description.with_suffix(".tmp")
         tmp.write_text(json.dumps(desc, indent=1))

@@ -97,10 +97,19 @@ def test_what_does_not_run_on_a_cluster_yet_is_refused_before_anything_is_built(
     with pytest.raises(SpecError, match="experiments\\[0\\].type: incast does not run on a "
                                         "cluster yet"):
         loads(spec({"servers": TWO}, [{"type": "incast"}]))
-    with pytest.raises(SpecError, match="qos: traffic classes"):
-        loads(spec({"servers": TWO}, qos={"classes": [{"name": "be", "dscp": [0]}]}))
+    lossless = {"classes": [{"name": "be", "dscp": [0]},
+                            {"name": "rdma", "dscp": [26], "lossless": True}],
+                "pfc": {"xoff_bytes": 40000, "xon_bytes": 20000, "headroom_bytes": 30000}}
+    with pytest.raises(SpecError, match="qos.pfc: PFC and lossless classes run on one machine"):
+        loads(spec({"servers": TWO}, qos=lossless))
+    with pytest.raises(SpecError, match="experiments\\[0\\].faults: fabric faults do not run"):
+        loads(spec({"servers": TWO}, [{"type": "training", "faults": [
+            {"link": ["e1", "a1"], "at_s": 1.0}]}]))
     loaded, _ = loads(spec({"servers": TWO}, [{"type": "permutation"}]))
     assert loaded.cluster is not None and loaded.cluster.overhead == 50
+    # classes and ECN run on every server's own dataplane, and training with them
+    loads(spec({"servers": TWO}, [{"type": "training"}],
+               qos={"classes": [{"name": "be", "dscp": [0]}], "ecn_enabled": True}))
 
 
 def test_the_tunnel_mtu_is_fitted_to_the_servers_network():

@@ -241,8 +241,9 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
         background.start()
         sampler.start()
         try:
-            measured.update(run_processes(fab, placement, job_dir, argv_of, exp.job_timeout_s,
-                                          f"training {label}"))
+            with fab.writing_in(job_dir, [h for _, h, _ in placement.ranks]):
+                measured.update(run_processes(fab, placement, job_dir, argv_of,
+                                              exp.job_timeout_s, f"training {label}"))
         except TestbedError as exc:
             if not steps:
                 raise

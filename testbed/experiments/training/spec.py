@@ -3,7 +3,7 @@ background traffic, stragglers and faults; checked before anything starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
@@ -85,6 +85,7 @@ class Training(ExperimentSpec):
     (topology, link rate); every job's iteration and communication times next to the
     analytical model's."""
     type: Literal["training"] = "training"
+    on_cluster: ClassVar[bool] = True
     model: str = "mlp"
     width: int = 256
     depth: int = 2
@@ -110,6 +111,19 @@ class Training(ExperimentSpec):
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         check_training(self, path, topo)
+
+    def check_cluster(self, path: str, spec: Spec, topo: Topology) -> None:
+        from testbed.cluster.placement import place
+
+        assert spec.cluster is not None
+        if self.faults:  # they read the connections on a port from this machine's sockets
+            raise SpecError(f"{path}.faults: fabric faults do not run on a cluster yet; "
+                            "leave them out, or cluster")
+        for fabric in training_topologies(self, topo):
+            try:
+                place(fabric, spec.cluster)
+            except SpecError as exc:
+                raise SpecError(f"{path}.topologies: {fabric.kind}: {exc}") from None
 
 
 def training_topologies(exp: Training, topo: Topology) -> list[Topology]:

@@ -13,7 +13,10 @@
  *
  * Queue occupancy is enqueued minus dequeued bytes of the class, so a packet counts as queued
  * from its arrival until the far end of the link receives it (the qdisc backlog plus the
- * microseconds on the veth). Drops are done here, before the qdisc, and return TC_ACT_STOLEN:
+ * microseconds on the veth). A link between two servers of a cluster (testbed/cluster/) is
+ * a VXLAN device at each end, in two kernels with a map set each: there the dequeue is
+ * counted by tb_underlay, on the server's own network device, as the encapsulated packet
+ * leaves the kernel that queued it. Drops are done here, before the qdisc, and return TC_ACT_STOLEN:
  * the sender (OVS's send path) sees success, so it never retries and the drop is counted once,
  * here (see docs/FIDELITY.md, tail drop on the userspace datapath).
  */
@@ -497,6 +500,64 @@ static __always_inline int ingress(struct __sk_buff *skb, int host)
 			in->paused_ns += now - in->xoff_ns;
 			emit(EV_XON, rc->rx_port, rc->tx_port, p.cls, in, now);
 		}
+	}
+	return TC_ACT_OK;
+}
+
+/* VNI of a link between servers -> this server's port of it (the transmitter) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tb_vni SEC(".maps");
+
+#define VXLAN_PORT 4789
+#define VXLAN_HLEN 8
+#define UDP_HLEN 8
+
+/* egress of the server's network device: a VXLAN packet of a fabric link has left that
+ * link's queue (HTB dequeued it to the VXLAN device, which encapsulated it): the dequeue of
+ * its inner frame, in this kernel's maps. */
+SEC("tc")
+int tb_underlay(struct __sk_buff *skb)
+{
+	__u16 proto = 0, dport = 0, inner_proto = 0;
+	struct iphdr ip;
+	__u32 vx = 0;
+	__u8 tos = 0;
+
+	if (bpf_skb_load_bytes(skb, 12, &proto, 2) < 0 || proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0 || ip.protocol != IPPROTO_UDP)
+		return TC_ACT_OK;
+	__u32 udp = ETH_HLEN + ip.ihl * 4;
+	if (bpf_skb_load_bytes(skb, udp + 2, &dport, 2) < 0 || dport != bpf_htons(VXLAN_PORT))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, udp + UDP_HLEN + 4, &vx, 4) < 0)
+		return TC_ACT_OK;
+	__u32 vni = bpf_ntohl(vx) >> 8;
+	__u32 *port = bpf_map_lookup_elem(&tb_vni, &vni);
+	if (!port)
+		return TC_ACT_OK;
+	__u32 inner = udp + UDP_HLEN + VXLAN_HLEN;
+	if (bpf_skb_load_bytes(skb, inner + 12, &inner_proto, 2) < 0 ||
+	    inner_proto == bpf_htons(ETH_P_TB_KICK))  /* never counted as queued */
+		return TC_ACT_OK;
+	__u32 cls = 0;
+	if (inner_proto == bpf_htons(ETH_P_IP) &&
+	    bpf_skb_load_bytes(skb, inner + ETH_HLEN + 1, &tos, 1) == 0) {
+		__u32 dscp = tos >> 2;
+		__u32 *c = bpf_map_lookup_elem(&tb_dscp, &dscp);
+		if (c && *c < NCLASS)
+			cls = *c;
+	}
+	__u32 slot = *port * NCLASS + cls;
+	struct qstate *q = bpf_map_lookup_elem(&tb_qstate, &slot);
+	if (q) {
+		__sync_fetch_and_add(&q->pkts, -1);
+		__sync_fetch_and_add(&q->bytes, -(__s64)(skb->len - inner));
+		__sync_fetch_and_add(&q->deq_pkts, 1);
 	}
 	return TC_ACT_OK;
 }
