@@ -1,8 +1,9 @@
 """A fabric on one server and the same fabric split across two (issue 16), on a quiet
 machine: the second server is a namespace server on this machine (testbed/cluster/
 nsserver.py), so both share its two cores. Reachability and permutation on a Fat-Tree k=4
-at 20 Mb/s, and a single VXLAN-carried link at 10 and 50 Mb/s (leaf-spine 1-2-1 with one
-leaf and its host on the other server).
+at 20 Mb/s; a single VXLAN-carried link at 10 and 50 Mb/s (leaf-spine 1-2-1 with one leaf
+and its host on the other server), without and with the class dataplane; and the 4-worker
+ring job on the Fat-Tree (h1, h5 here; h9, h13 there) with two gradient sizes.
 
     sudo .venv/bin/python scripts/bench_cluster.py OUTDIR
 
@@ -11,6 +12,7 @@ results under OUTDIR.
 """
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -21,6 +23,9 @@ from testbed.spec import loads
 
 FATTREE = {"kind": "fattree", "params": {"k": 4, "rate_mbps": 20}}
 LINKS = {"buffer_pkts": 100, "mtu_bytes": 9000}
+QOS = {"classes": [{"name": "best-effort", "dscp": [0]}]}
+RING_FIELDS = ("tx_bytes_per_sync", "comm_s_median", "model_comm_s", "comm_over_model",
+               "rtt_ms", "worker_cpu_wait_share", "machine_idle_mean", "cpu_bound")
 
 
 def leafspine(rate: float) -> dict:
@@ -69,10 +74,11 @@ def main(out_dir: Path) -> int:
             results[where] = {"reach": reach["experiments"]["0:reachability"]["headline"],
                               "perm": perm["experiments"]["0:permutation"]["headline"],
                               "cpu_bound": cpu_bound(reach) or cpu_bound(perm)}
+        split = {"cluster": cluster(srv, placement="explicit", nodes={"b": ["l2", "h2"]})}
         for rate in (10, 50):
-            for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(
-                    srv, placement="explicit", nodes={"b": ["l2", "h2"]})})):
-                slug = f"{rate}-{where.replace(' ', '-')}"
+            for where, extra in (("one server", {}), ("two servers", split),
+                                 ("two servers, class dataplane", {**split, "qos": QOS})):
+                slug = f"{rate}-{where.replace(' ', '-').replace(',', '')}"
                 out, link = run(out_dir / f"link-{slug}", {
                     "name": f"bench-link-{slug}", "topology": leafspine(rate), "links": LINKS,
                     "experiments": [
@@ -90,6 +96,17 @@ def main(out_dir: Path) -> int:
                         "idle_rtt_min_ms"],
                     "extra_delay_ms": crossing[0]["extra_delay_ms"] if crossing else None,
                     "cpu_bound": cpu_bound(link)}
+        for width in (768, 256):
+            for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(srv)})):
+                slug = f"{width}-{where.replace(' ', '-')}"
+                out, ring = run(out_dir / f"ring-{slug}", {
+                    "name": f"bench-ring-{slug}", "topology": FATTREE, "links": LINKS,
+                    "controller": {"routing": "single"}, **extra, "experiments": [{
+                        "type": "training", "model": "mlp", "width": width, "iters": 10,
+                        "jobs": [{"sync": "ring", "workers": 4}]}]})
+                with (out / "metrics" / "training.csv").open() as fh:
+                    job = next(csv.DictReader(fh))
+                results[f"ring {width} {where}"] = {k: job[k] for k in RING_FIELDS}
     finally:
         srv.stop()
         remove_bridge()
@@ -105,10 +122,16 @@ def main(out_dir: Path) -> int:
     print("| link | where | goodput / rate | idle RTT h1-h2 (ms) | tunnel's extra one-way "
           "delay (ms) | CPU-bound |\n|---|---|---|---|---|---|")
     for rate in (10, 50):
-        for where in ("one server", "two servers"):
+        for where in ("one server", "two servers", "two servers, class dataplane"):
             r = results[f"link {rate} {where}"]
             print(f"| {rate} Mb/s | {where} | {r['normalised']} | {r['idle_rtt_min_ms']} | "
                   f"{r['extra_delay_ms']} | {r['cpu_bound']} |")
+    print("\n| MLP width | where | " + " | ".join(RING_FIELDS) + " |\n|"
+          + "---|" * (len(RING_FIELDS) + 2))
+    for width in (768, 256):
+        for where in ("one server", "two servers"):
+            r = results[f"ring {width} {where}"]
+            print(f"| {width} | {where} | " + " | ".join(r[k] for k in RING_FIELDS) + " |")
     return 0
 
 

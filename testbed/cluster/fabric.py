@@ -23,6 +23,7 @@ from typing import Any
 from testbed.config.cluster import ClusterSpec
 from testbed.measure.conservation import SwitchCounters, switch_counters
 from testbed.net import ovs
+from testbed.net.dpapi import Agent
 from testbed.net.fabric import Fabric
 from testbed.net.qosplane import QosPlane
 from testbed.resources import STATE_DIR
@@ -75,6 +76,7 @@ class ClusterFabric(Fabric):
     warnings: list[str] = field(default_factory=list)  # fidelity warnings for the summary
     underlay_devs: dict[str, set[str]] = field(default_factory=dict)  # server -> its devices
     _shared: dict[str, bool] = field(default_factory=dict)  # server -> sees our files
+    _cpu: dict[str, Agent] = field(default_factory=dict)  # server -> its CPU monitor
 
     def __post_init__(self) -> None:
         assert self.cluster is not None
@@ -412,8 +414,36 @@ class ClusterFabric(Fabric):
             counters.update(part)
         return counters
 
+    # ---- the other servers' CPU --------------------------------------------------------
+    @property
+    def here(self) -> str:  # type: ignore[override]
+        return next(c.name for c in self.conns.values() if c.local)
+
+    def start(self) -> None:
+        super().start()
+        # each other server's own CPU monitor, following its switches' receive sockets
+        for name, conn in self.conns.items():
+            if not conn.local:
+                ports = self.switch_ifaces([s.name for s in self.topo.switches
+                                            if self.where[s.name] == name])
+                self._cpu[name] = Agent(conn.argv([str(srv.PYTHON), "-m",
+                                                   "testbed.measure.cpu"]),
+                                        name, {"watch": ports})
+
+    def servers_cpu(self, t_start: float, t_end: float) -> dict[str, dict]:
+        return {name: agent.call("window", t_start, t_end) for name, agent in self._cpu.items()}
+
+    def packets_by_server(self, per_switch: dict[str, dict]) -> dict[str, int]:
+        out = {name: 0 for name in self.conns}
+        for switch, counts in per_switch.items():
+            out[self.where[switch]] += counts["in"]
+        return out
+
     def stop(self) -> None:
         try:
+            for agent in self._cpu.values():
+                agent.close()
+            self._cpu.clear()
             super().stop()
         finally:
             for conn in self.conns.values():

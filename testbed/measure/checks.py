@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from testbed.errors import TestbedError
 
 from .conservation import conservation_report, conservation_snapshot
-from .cpu import CpuMonitor, forwarding_verdict
+from .cpu import CpuMonitor, servers_verdict
 
 if TYPE_CHECKING:
     from testbed.net.fabric import Fabric
@@ -31,8 +31,11 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     t_end = time.time()
     time.sleep(0.8)  # let queues drain and the controller's counters be written
     report = conservation_report(before, conservation_snapshot(fab))
-    verdict = forwarding_verdict(cpu.window(t_start - cpu.t0, t_end - cpu.t0),
-                                 report["packets_in"], t_end - t_start, fab.links.mtu_bytes)
+    # this machine's CPU, and a cluster's other servers' (their own monitors)
+    windows = {fab.here: cpu.window(t_start - cpu.t0, t_end - cpu.t0),
+               **fab.servers_cpu(t_start, t_end)}
+    verdict = servers_verdict(windows, fab.packets_by_server(report["per_switch"]),
+                              t_end - t_start, fab.links.mtu_bytes)
     if report["lost_in_switches"] > 0:
         why = (": sent to ports the faults took down" if checks.get("faults")
                else " (OVS send buffer?)")
@@ -56,8 +59,9 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
         warnings.append(f"{label}: {death}")
         events.append({"phase": label, "controller": death})
     if verdict["cpu_bound"]:
+        where = f" on server {verdict['server']}" if "server" in verdict else ""
         warnings.append(
-            f"{label}: CPU-bound (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "
+            f"{label}: CPU-bound{where} (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "
             f"of queueing (median), machine idle {verdict['machine_idle_mean']:.0%} on average); "
             "its numbers are not faithful")
     events.append({"phase": label, "seconds": round(t_end - t_start, 3),

@@ -120,3 +120,50 @@ def forwarding_verdict(cpu: dict, packets_in: int, seconds: float, mtu_bytes: in
     out["cpu_bound"] = bool((delay is not None and delay > OVS_DELAY_LIMIT_MS)
                             or (idle is not None and idle < MACHINE_IDLE_MEAN_MIN))
     return out
+
+
+def servers_verdict(windows: dict[str, dict], packets_in: dict[str, int], seconds: float,
+                    mtu_bytes: int) -> dict:
+    """`forwarding_verdict` of each server (its CpuMonitor window, the packets its switches
+    took in); one server's is the verdict itself. A fabric split across servers is CPU-bound
+    when any server is: the verdict is the worst server's (the one whose OVS added the most
+    delay, else the least idle), with every server's under "servers"."""
+    per = {name: forwarding_verdict(w, packets_in.get(name, 0), seconds, mtu_bytes)
+           for name, w in windows.items()}
+    if len(per) == 1:
+        return next(iter(per.values()))
+
+    def badness(name: str) -> tuple:
+        v = per[name]
+        return (v["cpu_bound"], v["ovs_added_delay_p50_ms"] or 0.0,
+                -(v["machine_idle_mean"] if v["machine_idle_mean"] is not None else 1.0))
+
+    worst = max(per, key=badness)
+    return {**per[worst], "server": worst, "servers": per}
+
+
+def main() -> int:
+    """The CPU monitor of another server of a cluster (started over ssh by the runner while
+    a fabric is up; testbed/net/dpapi.py's Agent speaks to it): `{"watch": [switch ports]}`
+    first, then `window` calls with two Unix times, answered from this server's samples."""
+    from testbed.net.dpapi import serve
+
+    monitor = CpuMonitor()
+    monitor.start()
+
+    def handle(request: dict) -> object:
+        if "watch" in request:
+            monitor.watch(set(request["watch"]))
+            return monitor.t0
+        start, end = request["args"]
+        return monitor.window(start - monitor.t0, end - monitor.t0)
+
+    serve(handle)
+    monitor.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -18,7 +18,6 @@ Every reply is one line: `{"result": ...}` or `{"error": "..."}`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 from testbed.config.loader import from_data
 from testbed.config.qos import EcnProfile, PfcConfig
 
-from .dpapi import Dataplane, _plain
+from .dpapi import Dataplane, serve
 
 # the Dataplane methods another server may call (their first argument, where there is one,
 # a port of this server)
@@ -83,25 +82,19 @@ class Server:
 
 
 def main() -> int:
-    server: Server | None = None
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            if "install" in request:
-                result: Any = install(request)
-                print(json.dumps({"result": result}), flush=True)
-                return 0
-            if "desc" in request:
-                server = Server(request["desc"], request["here"])
-                result = time.time()
-            else:
-                assert server is not None, "the first request names the dataplane"
-                result = server.call(request["call"], list(request["args"]))
-            reply = {"result": result}
-        except Exception as exc:  # the caller raises it, naming this server
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        print(json.dumps(reply, default=_plain), flush=True)
-    if server is not None:
+    held: list[Server] = []
+
+    def handle(request: dict) -> Any:
+        if "install" in request:
+            return install(request)
+        if "desc" in request:
+            held.append(Server(request["desc"], request["here"]))
+            return time.time()
+        assert held, "the first request names the dataplane"
+        return held[0].call(request["call"], list(request["args"]))
+
+    serve(handle)
+    for server in held:
         server.dp.close()
     return 0
 

@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,7 +178,8 @@ class Dataplane:
             raise OSError(f"server {self.here}'s agent was asked about server {server}'s port")
         if server not in self._agents:
             assert server is not None
-            self._agents[server] = Agent(self.servers[server]["agent"], self.desc, server)
+            self._agents[server] = Agent(self.servers[server]["agent"], server,
+                                         {"desc": self.desc, "here": server})
         return self._agents[server]
 
     def close(self) -> None:
@@ -369,14 +371,15 @@ class Dataplane:
 
 
 class Agent:
-    """The client of one server's dataplane agent (testbed/net/dpagent.py): `call` runs a
-    Dataplane method on that server and returns its result as plain data."""
+    """The client of a process on another server that answers JSON lines (a dataplane agent,
+    testbed/net/dpagent.py; a CPU monitor, testbed/measure/cpu.py): `hello` is its first
+    request, `call` runs one of its methods there and returns the result as plain data."""
 
-    def __init__(self, argv: list[str], desc: dict, server: str):
+    def __init__(self, argv: list[str], server: str, hello: dict):
         self.server = server
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
-        self._send({"desc": desc, "here": server})
+        self._send(hello)
         self._reply()
 
     def _send(self, message: dict) -> None:
@@ -400,8 +403,8 @@ class Agent:
     def _gone(self) -> None:
         self.proc.wait(5)
         err = self.proc.stderr.read().strip()[-400:] if self.proc.stderr else ""
-        raise OSError(f"server {self.server}: the dataplane agent ended (exit "
-                      f"{self.proc.returncode}): {err or 'no message'}")
+        raise OSError(f"server {self.server}: its agent ended (exit {self.proc.returncode}): "
+                      f"{err or 'no message'}")
 
     def call(self, method: str, *args: Any) -> Any:
         self._send({"call": method, "args": args})
@@ -415,6 +418,17 @@ class Agent:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def serve(handle: Callable[[dict], Any]) -> None:
+    """An agent's side of `Agent`: one JSON request per line of stdin, one reply per line of
+    stdout (`{"result": ...}` or `{"error": "..."}`), until stdin ends."""
+    for line in sys.stdin:
+        try:
+            reply = {"result": handle(json.loads(line))}
+        except Exception as exc:  # the caller raises it, naming this server
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(reply, default=_plain), flush=True)
 
 
 def _plain(value: Any) -> Any:

@@ -515,6 +515,19 @@ class Fabric:
                 return int(dict(zip(names.split()[1:], values.split()[1:])).get(key, 0))
         return 0
 
+    # ---- the servers' CPU (one, here; a cluster's fabric has more) --------------------------
+    here = "this machine"  # the server the runner is on
+
+    def servers_cpu(self, t_start: float, t_end: float) -> dict[str, dict]:
+        """The other servers' CPU over a phase (Unix times): server -> its CpuMonitor
+        window. None on one machine, whose CPU the run's own monitor samples."""
+        return {}
+
+    def packets_by_server(self, per_switch: dict[str, dict]) -> dict[str, int]:
+        """The packets each server's switches took in (a conservation report's
+        per-switch counts)."""
+        return {self.here: sum(v["in"] for v in per_switch.values())}
+
     @contextlib.contextmanager
     def writing_in(self, path: Path, hosts: list[str]) -> Iterator[None]:
         """A directory that processes in `hosts` write their outputs into (a cluster's

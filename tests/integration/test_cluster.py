@@ -99,9 +99,10 @@ def test_a_ring_job_split_over_two_servers_matches_one_server(tmp_path, server):
     """The issue's 4-worker ring: h1 and h5 on this server, h9 and h13 on the other; every
     server runs the class dataplane (BPF maps of its own), whose queues the run samples."""
     before = server_state(server)
-    # 3.9 MB per allreduce, 1.6 s at 20 Mb/s: the links' rate decides it. (A 0.34 MB one
-    # took 7-11% longer on two servers: each ring step paid ~3.7 ms more, the namespace
-    # server's extra latency; docs/CLUSTER.md, "What the second server costs".)
+    # 3.9 MB per allreduce, 1.6 s at 20 Mb/s: the links' rate decides it. (A 0.5 MB one
+    # took within 1% on two servers after a warm-up fabric, but 7-11% longer right after
+    # the other server's OVS (re)started, as it does here for a larger send buffer: the
+    # slow first run of docs/FIDELITY.md; docs/CLUSTER.md, "The ring job on two servers".)
     training = {"type": "training", "model": "mlp", "width": 768, "iters": 6,
                 "jobs": [{"sync": "ring", "workers": 4}]}
     data = {"topology": FATTREE, "links": LINKS, "controller": {"routing": "single"}}
