@@ -5,7 +5,9 @@ at 20 Mb/s; a single VXLAN-carried link at 10 and 50 Mb/s (leaf-spine 1-2-1 with
 and its host on the other server), without and with the class dataplane; and the 4-worker
 ring job on the Fat-Tree (h1, h5 here; h9, h13 there) with two gradient sizes.
 
-    sudo .venv/bin/python scripts/bench_cluster.py OUTDIR
+    sudo .venv/bin/python scripts/bench_cluster.py OUTDIR [SECTION...]
+
+SECTION: fattree (reachability and permutation), links, ring; all three by default.
 
 Prints Markdown tables (docs/BENCHMARKS.md, "Beyond one machine") and writes every run's
 results under OUTDIR.
@@ -50,7 +52,7 @@ def cpu_bound(summary: dict) -> bool:
     return bool(summary.get("cpu_bound"))
 
 
-def main(out_dir: Path) -> int:
+def main(out_dir: Path, sections: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     srv = NamespaceServer(1, out_dir / "server1")
     srv.start()
@@ -62,6 +64,8 @@ def main(out_dir: Path) -> int:
                                   "experiments": [{"type": "reachability", "count": 1}],
                                   "cluster": cluster(srv)})
         for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(srv)})):
+            if "fattree" not in sections:
+                break
             slug = where.replace(" ", "-")
             _, reach = run(out_dir / f"reach-{slug}", {
                 "name": f"bench-reach-{slug}", "topology": FATTREE, "links": LINKS,
@@ -75,7 +79,7 @@ def main(out_dir: Path) -> int:
                               "perm": perm["experiments"]["0:permutation"]["headline"],
                               "cpu_bound": cpu_bound(reach) or cpu_bound(perm)}
         split = {"cluster": cluster(srv, placement="explicit", nodes={"b": ["l2", "h2"]})}
-        for rate in (10, 50):
+        for rate in (10, 50) if "links" in sections else ():
             for where, extra in (("one server", {}), ("two servers", split),
                                  ("two servers, class dataplane", {**split, "qos": QOS})):
                 slug = f"{rate}-{where.replace(' ', '-').replace(',', '')}"
@@ -96,7 +100,7 @@ def main(out_dir: Path) -> int:
                         "idle_rtt_min_ms"],
                     "extra_delay_ms": crossing[0]["extra_delay_ms"] if crossing else None,
                     "cpu_bound": cpu_bound(link)}
-        for width in (768, 256):
+        for width in (768, 256) if "ring" in sections else ():
             for where, extra in (("one server", {}), ("two servers", {"cluster": cluster(srv)})):
                 slug = f"{width}-{where.replace(' ', '-')}"
                 out, ring = run(out_dir / f"ring-{slug}", {
@@ -111,6 +115,16 @@ def main(out_dir: Path) -> int:
         srv.stop()
         remove_bridge()
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
+    if "fattree" in sections:
+        print_fattree(results)
+    if "links" in sections:
+        print_links(results)
+    if "ring" in sections:
+        print_ring(results)
+    return 0
+
+
+def print_fattree(results: dict) -> None:
     print("| | one server | two servers |\n|---|---|---|")
     one, two = results["one server"], results["two servers"]
     for key in ("loss_pct", "rtt_min_median_ms", "idle_rtt_min_ms"):
@@ -119,6 +133,9 @@ def main(out_dir: Path) -> int:
         if key.endswith("_normalised"):
             print(f"| {key} | {one['perm'][key]} | {two['perm'][key]} |")
     print(f"| CPU-bound | {one['cpu_bound']} | {two['cpu_bound']} |\n")
+
+
+def print_links(results: dict) -> None:
     print("| link | where | goodput / rate | idle RTT h1-h2 (ms) | tunnel's extra one-way "
           "delay (ms) | CPU-bound |\n|---|---|---|---|---|---|")
     for rate in (10, 50):
@@ -126,17 +143,22 @@ def main(out_dir: Path) -> int:
             r = results[f"link {rate} {where}"]
             print(f"| {rate} Mb/s | {where} | {r['normalised']} | {r['idle_rtt_min_ms']} | "
                   f"{r['extra_delay_ms']} | {r['cpu_bound']} |")
+
+
+def print_ring(results: dict) -> None:
     print("\n| MLP width | where | " + " | ".join(RING_FIELDS) + " |\n|"
           + "---|" * (len(RING_FIELDS) + 2))
     for width in (768, 256):
         for where in ("one server", "two servers"):
             r = results[f"ring {width} {where}"]
             print(f"| {width} | {where} | " + " | ".join(r[k] for k in RING_FIELDS) + " |")
-    return 0
 
+
+SECTIONS = ("fattree", "links", "ring")
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    asked = sys.argv[2:] or list(SECTIONS)
+    if len(sys.argv) < 2 or not set(asked) <= set(SECTIONS):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), asked))

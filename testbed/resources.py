@@ -175,8 +175,8 @@ def release_record(rec: RunRecord) -> list[str]:
         except OSError:
             pass
     if rec.servers:
-        from testbed.cluster.servers import release_remote
-        removed += release_remote(rec.servers, STATE_DIR / "ssh" / rec.run_id, BPF_PIN_ROOT)
+        from testbed.cluster.servers import control_dir, release_remote
+        removed += release_remote(rec.servers, control_dir(STATE_DIR, rec.run_id), BPF_PIN_ROOT)
     mark_killed(rec)
     rec.path.unlink(missing_ok=True)
     return removed

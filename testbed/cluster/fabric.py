@@ -83,7 +83,7 @@ class ClusterFabric(Fabric):
         self.where = place(self.topo, self.cluster)
         self.links_crossing = crossings(self.topo, self.where, self.links.rate_mbps)
         self._vnis = {(c.a, c.a_port, c.b, c.b_port): c.vni for c in self.links_crossing}
-        control = STATE_DIR / "ssh" / self.record.run_id
+        control = srv.control_dir(STATE_DIR, self.record.run_id)
         self.conns = srv.conns(self.cluster, control)
 
     # ---- before anything is built -----------------------------------------------------
@@ -192,11 +192,7 @@ class ClusterFabric(Fabric):
     # ---- building -----------------------------------------------------------------------
     @property
     def controller_host(self) -> str:  # type: ignore[override]
-        local = next((s for s in self.conns.values() if s.local), None)
-        if local is None:
-            raise TestbedError("cluster: one server must be this machine (address: localhost);"
-                               " it runs the controller")
-        return self.addresses[local.name]
+        return self.addresses[self.here]
 
     def _net_classes(self) -> tuple[Any, Any, Any]:
         from .engine import VxlanLink, remote_classes
@@ -211,7 +207,7 @@ class ClusterFabric(Fabric):
         if not conn.local:
             params["serverIP"] = self.addresses[conn.name]
             if conn.control_dir is not None:
-                params["controlPath"] = f"{conn.control_dir}/%r@%h:%p"
+                params["controlPath"] = f"{conn.control_dir}/{srv.CONTROL_NAME}"
         return params
 
     def _link_params(self, index: int) -> dict:
@@ -317,8 +313,7 @@ class ClusterFabric(Fabric):
         ifindex: dict[int, int] = {}
         for part in on_servers(list(servers), install):
             ifindex.update(part)
-        local = next(c.name for c in self.conns.values() if c.local)
-        plane.write_description(ifindex, servers, server_of, local)
+        plane.write_description(ifindex, servers, server_of, self.here)
 
     def _remove_qos(self, plane: QosPlane) -> None:
         """Every server's pins, and its program on its own devices."""
@@ -370,7 +365,7 @@ class ClusterFabric(Fabric):
         finally:
             for conn in away:
                 packed = conn.run(["sh", "-c", f"tar -C {shlex.quote(str(path))} -cz . | "
-                                   "base64 -w0"], check=False, timeout=300).stdout
+                                   "base64 -w0"], timeout=300).stdout
                 with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed)),
                                   mode="r:gz") as tar:
                     # plain files and directories inside `path` only (Python 3.11.2 has
@@ -417,7 +412,11 @@ class ClusterFabric(Fabric):
     # ---- the other servers' CPU --------------------------------------------------------
     @property
     def here(self) -> str:  # type: ignore[override]
-        return next(c.name for c in self.conns.values() if c.local)
+        local = next((c for c in self.conns.values() if c.local), None)
+        if local is None:
+            raise TestbedError("cluster: one server must be this machine (address: localhost);"
+                               " it runs the controller")
+        return local.name
 
     def start(self) -> None:
         super().start()

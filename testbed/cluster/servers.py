@@ -5,6 +5,7 @@ for another user, as the cluster edition does); local ones run directly.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,6 +29,16 @@ NEEDED = ("ovs-vsctl", "mnexec", "iperf3", "ping", "ip", "tc", "ethtool", "nsent
 def ssh_user(server: Server) -> str:
     """The cluster edition's choice: the server's user, else the one who ran sudo."""
     return server.user or os.environ.get("SUDO_USER") or "root"
+
+
+# A Unix socket's path has at most 107 bytes: a run's shared ssh connections live in a
+# short directory named by a hash of its run id, each named by ssh's own hash (%C).
+CONTROL_NAME = "%C"
+
+
+def control_dir(state_dir: Path, run_id: str) -> Path:
+    """Where a run's shared ssh connections live (`testbed clean` closes them there)."""
+    return state_dir / "ssh" / hashlib.sha1(run_id.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class Conn:
         if self.ssh_config:
             opts = ["-F", self.ssh_config, *opts]
         if control and self.control_dir is not None:
-            opts += ["-o", f"ControlPath={self.control_dir}/%r@%h:%p", "-o",
+            opts += ["-o", f"ControlPath={self.control_dir}/{CONTROL_NAME}", "-o",
                      "ControlMaster=auto", "-o", "ControlPersist=30"]
         return opts
 

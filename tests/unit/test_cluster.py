@@ -143,3 +143,15 @@ def test_an_ssh_failure_names_the_server_and_the_fix(stderr, says):
     conn = Conn(Server(name="b", address="10.0.9.2", user="root"))
     text = ssh_failure(conn, stderr, 255)
     assert text.startswith("server b (root@10.0.9.2): ") and says in text
+
+
+def test_a_long_run_id_leaves_the_ssh_control_socket_short_enough():
+    from pathlib import Path
+
+    from testbed.cluster.servers import CONTROL_NAME, control_dir
+
+    run_id = "bench-link-10-two-servers-class-dataplane-20261124-140913"
+    where = control_dir(Path("/run/testbed"), run_id)
+    assert where == control_dir(Path("/run/testbed"), run_id)  # `testbed clean` finds it
+    # ssh's %C is 40 hex digits, and ssh appends a random suffix of 17 while it binds
+    assert len(f"{where}/{CONTROL_NAME}") - 2 + 40 + 17 < 107
