@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -37,7 +36,7 @@ from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 
 from ..jobsync import Gate, Reporter, before_iteration
 from ..sockets import mark_sockets, socket_fds, tcp_sent
-from ..train import Timeline, counters, report_failure, union_s
+from ..train import Timeline, counters, exit_now, report_failure, union_s
 from .cost import KINDS
 from .desc import LayerWork, stage_layers
 from .job import JobConfig
@@ -676,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
 
 
 def local_job(cfg: JobConfig, out: Path, timeout_s: float = 300.0) -> dict[int, list[dict]]:
