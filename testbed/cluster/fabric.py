@@ -121,8 +121,8 @@ class ClusterFabric(Fabric):
         """A server's OVS whose send socket, if it has one already, is as large as its part
         of the fabric needs (an ovs-vswitchd that carries no bridges is restarted for it, as
         on this machine; a new socket takes the raised defaults)."""
-        done = conn.run([str(srv.PYTHON), "-m", "testbed.net.ovs", "ensure-started",
-                         str(self.needed_buffer_bytes)], check=False, timeout=180)
+        done = conn.run(srv.module("testbed.net.ovs", "ensure-started",
+                                   str(self.needed_buffer_bytes)), check=False, timeout=180)
         if done.returncode != 0:
             raise TestbedError(f"server {conn.name}: "
                                + done.stderr.strip().removeprefix("error: ")[-400:])
@@ -273,7 +273,7 @@ class ClusterFabric(Fabric):
             if name in server_of.values():
                 pins = self._pin_dir(plane, name)
                 servers[name] = {"map_dir": str(pins / "maps"), "prog_dir": str(pins / "progs"),
-                                 "agent": None if conn.local else srv.agent_argv(conn)}
+                                 "agent": None if conn.local else conn.argv(srv.module(srv.DPAGENT))}
 
         saving = threading.Lock()  # the servers install at once; one record
 
@@ -297,7 +297,7 @@ class ClusterFabric(Fabric):
                 request = {"install": plane.to_data(pids), "ports": [p.id for p in ports],
                            "pin_dir": str(pins), "vnis": vnis.get(name, {}),
                            "underlay": list(devs)}
-                out = conn.run([str(srv.PYTHON), "-m", "testbed.net.dpagent"],
+                out = conn.run(srv.module(srv.DPAGENT),
                                input=json.dumps(request) + "\n", timeout=120).stdout
                 reply = json.loads(out.strip().splitlines()[-1])
                 if "error" in reply:
@@ -398,8 +398,7 @@ class ClusterFabric(Fabric):
             conn = self.conns[self.where[group[0]]]
             if conn.local:
                 return switch_counters(ports, self.traits.socket_drops)
-            out = conn.run([str(srv.PYTHON), "-m",
-                            "testbed.measure.conservation"],
+            out = conn.run(srv.module("testbed.measure.conservation"),
                            input=json.dumps({"ports": ports,
                                              "socket_drops": self.traits.socket_drops})).stdout
             return {sw: SwitchCounters(**c) for sw, c in json.loads(out).items()}
@@ -425,8 +424,7 @@ class ClusterFabric(Fabric):
             if not conn.local:
                 ports = self.switch_ifaces([s.name for s in self.topo.switches
                                             if self.where[s.name] == name])
-                self._cpu[name] = Agent(conn.argv([str(srv.PYTHON), "-m",
-                                                   "testbed.measure.cpu"]),
+                self._cpu[name] = Agent(conn.argv(srv.module("testbed.measure.cpu")),
                                         name, {"watch": ports})
 
     def servers_cpu(self, t_start: float, t_end: float) -> dict[str, dict]:

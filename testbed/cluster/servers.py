@@ -291,9 +291,12 @@ def release_remote(entries: list[dict], control_dir: Path, pin_root: Path) -> li
     return removed
 
 
-def agent_argv(conn: Conn) -> list[str]:
-    """argv that starts the server's dataplane agent (testbed/net/dpagent.py)."""
-    return conn.argv([str(PYTHON), "-m", "testbed.net.dpagent"])
+def module(name: str, *args: str) -> list[str]:
+    """argv of one of the testbed's modules on a server (its Python, at the same path)."""
+    return [str(PYTHON), "-m", name, *args]
+
+
+DPAGENT = "testbed.net.dpagent"  # a server's dataplane agent
 
 
 UNDERLAY_PORT = 5299  # the underlay goodput test's iperf3 port on the receiving server

@@ -149,10 +149,12 @@ class ClassQueueSampler(threading.Thread):
         writes the samples for the run's timeline (`write_timeline`)."""
         super().__init__(daemon=True)
         self.dp = dataplane
-        self.slots = [s for s in slots if dataplane.is_here(s[0])]
-        self.away: dict[str, list[tuple[int, int]]] = {}  # server -> its slots
+        self.slots: list[tuple[int, int]] = []  # this server's
+        self.away: dict[str, list[tuple[int, int]]] = {}  # another server -> its slots
         for port, cls in slots:
-            if not dataplane.is_here(port):
+            if dataplane.is_here(port):
+                self.slots.append((port, cls))
+            else:
                 self.away.setdefault(dataplane.server_of(port), []).append((port, cls))
         self.rate_hz = rate_hz
         self.away_rates: list[float] = []
