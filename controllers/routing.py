@@ -21,6 +21,8 @@ Modes:
 """
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -110,8 +112,9 @@ def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = F
     start on (``ecmp``; ``single`` makes every collision certain). `track`: give every TCP
     flow its own entry at its ingress edge (``hedera`` always does; a flow priority policy
     needs it too). With fast failover: `controllers.failover.plan`."""
-    if mode not in MODES:
-        raise ValueError(f"routing mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if mode not in MODES or topo.kind == "hybrid":
+        from . import fabric_routing  # the survey fabrics' own routings build on this module
+        return fabric_routing.plan(topo, mode, track)
     if any(h.relay for h in topo.hosts):
         if mode == "hedera" or track:
             raise ValueError("routing mode hedera and flow priorities need a switched fabric "
@@ -221,12 +224,15 @@ def _decorrelated_buckets(ports: tuple[int, ...], multiplier: int) -> tuple[int,
     return tuple(ports[(i // multiplier) % n] for i in range(n * multiplier))
 
 
-def _switched_plan(topo: Topology, mode: str) -> Plan:
-    """Switches route on the IPv4 destination; hosts are never transited."""
+def _switched_plan(topo: Topology, mode: str,
+                   choose: Callable[[Topology, str, str], list[int]] = next_hops) -> Plan:
+    """Switches route on the IPv4 destination; hosts are never transited. `choose(topo,
+    switch, host)`: the ports towards the host (every shortest path's, or a fabric's own
+    routing's, e.g. the torus's dimension order); several make a select group."""
     groups: list[Group] = []
     rules: list[Rule] = []
     stage = hash_stages(topo)
-    hops = {(sw.name, host.name): tuple(next_hops(topo, sw.name, host.name))
+    hops = {(sw.name, host.name): tuple(choose(topo, sw.name, host.name))
             for sw in topo.switches for host in topo.hosts}
     fanout: dict[int, int] = {}
     for (sw_name, _), ports in hops.items():
@@ -255,38 +261,93 @@ def _switched_plan(topo: Topology, mode: str) -> Plan:
     return Plan(mode=mode, groups=tuple(groups), rules=tuple(rules))
 
 
-def _relay_plan(topo: Topology, mode: str) -> Plan:
-    """Server-centric fabrics (BCube): switches deliver to the server port that owns the
-    destination MAC; servers choose the next server with their kernel routing table."""
+def _relay_plan(topo: Topology, mode: str,
+                next_server: Callable[[Topology, str, str], str | None] | None = None) -> Plan:
+    """Server-centric fabrics (BCube, DCell, FiConn, MDCube): switches deliver to the
+    server port that owns the destination MAC (through other switches when switches are
+    joined, as MDCube's containers are); servers choose the next server with their kernel
+    routing table. `next_server(topo, server, dst)`: a fabric's own routing (the next
+    server on its path, None: unreachable); without it every next server on a shortest
+    path (``ecmp``) or the one on the highest port (``single``)."""
     rules: list[Rule] = []
     for sw in topo.switches:
         rules.extend(_base_rules(sw.dpid))
-        for port, peer, peer_port in topo.ports_of(sw.name):
-            if topo.is_host(peer):
-                mac = topo.host(peer).macs[peer_port]
-                rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE,
-                                  match=(("eth_dst", mac),), out_port=port))
+    rules += _mac_rules(topo)
     routes: list[HostRoute] = []
     for src in topo.hosts:
         for dst in topo.hosts:
             if src is dst:
                 continue
-            via = []
-            for port in next_hops(topo, src.name, dst.name):
-                switch = topo.neighbour(src.name, port)
-                for _, relay, _ in topo.ports_of(switch):
-                    if relay != src.name and _on_shortest_path(topo, relay, dst.name, src.name):
-                        via.append((port, topo.host(relay).ip))
-            via.sort()
-            if mode == "single" and via:  # none: unreachable (a failure cut it off)
-                via = [_bcube_first_choice(topo, src.name, via)]
+            if next_server is not None:
+                nxt = next_server(topo, src.name, dst.name)
+                via = [] if nxt is None else [
+                    (port, topo.host(nxt).ip) for port, relay, _, _ in
+                    sorted(segments(topo, src.name), key=lambda s: (s[3], s[0]))
+                    if relay == nxt][:1]
+            else:
+                dist = distances_to(topo, dst.name)
+                dist_src = dist.get(src.name)
+                via = sorted({(port, topo.host(relay).ip)
+                              for port, relay, _, hops in segments(topo, src.name)
+                              if dist_src is not None and relay in dist
+                              and dist[relay] + hops == dist_src})
+                if mode == "single" and via:  # none: unreachable (a failure cut it off)
+                    via = [_bcube_first_choice(topo, src.name, via)]
             routes.append(HostRoute(host=src.name, dst_ip=dst.ip, via=tuple(via)))
     return Plan(mode=mode, groups=(), rules=tuple(rules), host_routes=tuple(routes))
 
 
-def _on_shortest_path(topo: Topology, relay: str, dst: str, src: str) -> bool:
-    dist = distances_to(topo, dst)
-    return relay in dist and dist[relay] == dist[src] - 2  # src -> switch -> relay
+def segments(topo: Topology, host: str) -> list[tuple[int, str, int, int]]:
+    """The servers a relay server reaches without another server in between:
+    (its port, that server, that server's port, hops), through a direct link (1 hop) or
+    through switches only (a switch: 2 hops; two joined switches, MDCube's: 3)."""
+    cache = topo._idx().setdefault("segments", {})
+    if host in cache:
+        return cache[host]
+    out = []
+    for port, peer, peer_port in topo.ports_of(host):
+        if topo.is_host(peer):
+            out.append((port, peer, peer_port, 1))
+            continue
+        seen = {peer: 0}
+        queue = deque([peer])
+        while queue:
+            sw = queue.popleft()
+            for _, node, node_port in topo.ports_of(sw):
+                if topo.is_host(node):
+                    if node != host:
+                        out.append((port, node, node_port, seen[sw] + 2))
+                elif node not in seen:
+                    seen[node] = seen[sw] + 1
+                    queue.append(node)
+    cache[host] = out
+    return out
+
+
+def _mac_rules(topo: Topology) -> list[Rule]:
+    """Every switch forwards a server port's MAC towards it, along the fewest switch hops
+    (ties: the lowest port): in BCube and DCell the port itself, in MDCube also from the
+    switch joined to it."""
+    rules = []
+    for host in topo.hosts:
+        for port, sw, sw_port in topo.ports_of(host.name):
+            if topo.is_host(sw):
+                continue
+            match = (("eth_dst", host.macs[port]),)
+            rules.append(Rule(dpid=topo.switch(sw).dpid, priority=PRIORITY_ROUTE, match=match,
+                              out_port=sw_port))
+            seen = {sw}
+            queue = deque([sw])
+            while queue:
+                here = queue.popleft()
+                for _, nxt, nxt_port in topo.ports_of(here):
+                    if topo.is_host(nxt) or nxt in seen:
+                        continue
+                    seen.add(nxt)
+                    queue.append(nxt)
+                    rules.append(Rule(dpid=topo.switch(nxt).dpid, priority=PRIORITY_ROUTE,
+                                      match=match, out_port=nxt_port))
+    return rules
 
 
 def _bcube_first_choice(topo: Topology, src: str, via: list[tuple[int, str]]) -> tuple[int, str]:
@@ -300,8 +361,8 @@ def arp_reply(topo: Topology, dpid: int, in_port: int, target_ip: str) -> str | 
     (an unknown address, or a port that does not face a host).
 
     In a switched fabric it is the target host's MAC. In a relay fabric the request comes
-    from a server asking for a neighbour on the same switch, so the answer is the MAC of the
-    neighbour's port on that switch."""
+    from a server asking for a neighbour it reaches through switches, so the answer is the
+    MAC of the neighbour's port on that switch (or on the switch joined to it)."""
     host = topo.host_by_ip(target_ip)
     sw = topo.switch_by_dpid(dpid)
     if host is None or sw is None:
@@ -311,7 +372,7 @@ def arp_reply(topo: Topology, dpid: int, in_port: int, target_ip: str) -> str | 
         return None  # a request from another switch: a plugin's flood, answered at its edge
     if not host.relay:
         return host.macs[0]
-    for _, peer, peer_port in topo.ports_of(sw.name):
-        if peer == host.name:
-            return host.macs[peer_port]
+    for port, relay, relay_port, _ in segments(topo, asker[0]):
+        if port == asker[1] and relay == host.name:
+            return host.macs[relay_port]
     return None

@@ -5,45 +5,22 @@ parameters. Invalid parameters raise `TopologyError` naming the parameter.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from .model import Builder, Topology, TopologyError
-
-DEFAULT_RATE_MBPS = 100.0
-MAX_RATE_MBPS = 100_000.0  # 100 Gb/s: the fastest link a spec may name
-MAX_HOSTS = 4096  # far beyond one machine; stops a typo from building millions of nodes
-
-
-def _int_param(kind: str, name: str, value: Any, minimum: int, even: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TopologyError(f"{kind}: {name} must be an integer (got {value!r})")
-    if not minimum <= value <= MAX_HOSTS or (even and value % 2):
-        need = f"an even integer in {minimum}..{MAX_HOSTS}" if even else \
-            f"an integer in {minimum}..{MAX_HOSTS}"
-        raise TopologyError(f"{kind}: {name} must be {need} (got {value})")
-    return value
-
-
-def _size(kind: str, formula: str, hosts: int) -> None:
-    if hosts > MAX_HOSTS:
-        raise TopologyError(f"{kind}: {formula} = {hosts} hosts is more than {MAX_HOSTS}")
-
-
-def _rate_param(kind: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RATE_MBPS:
-        raise TopologyError(f"{kind}: {name} must be a rate in Mb/s in (0, {MAX_RATE_MBPS:g}] "
-                            f"(got {value!r})")
-    return float(value)
+from .params import (
+    DEFAULT_RATE_MBPS,
+    check_size,
+    int_param,
+    rate_param,
+)
 
 
 def fattree(k: int = 4, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
     """k-ary Fat-Tree (Al-Fares 2008): k pods of k/2 edge and k/2 aggregation switches,
     (k/2)^2 cores, k^3/4 hosts. Ports: edge 1..k/2 face hosts, k/2+1..k face aggregation;
     aggregation 1..k/2 face edges, k/2+1..k face cores; core port p+1 faces pod p."""
-    k = _int_param("fattree", "k", k, 2, even=True)
-    rate = _rate_param("fattree", "rate_mbps", rate_mbps)
-    _size("fattree", "k^3/4", k ** 3 // 4)
+    k = int_param("fattree", "k", k, 2, even=True)
+    rate = rate_param("fattree", "rate_mbps", rate_mbps)
+    check_size("fattree", "k^3/4", k ** 3 // 4)
     half = k // 2
     b = Builder("fattree", {"k": k, "rate_mbps": rate})
     cores = [b.switch(f"c{i + 1}", "core", index=i) for i in range(half * half)]
@@ -72,12 +49,12 @@ def leafspine(spines: int = 2, leaves: int = 4, hosts_per_leaf: int = 4,
               uplink_rate: float = DEFAULT_RATE_MBPS) -> Topology:
     """Two-tier Clos: every leaf connects to every spine. Leaf ports 1..hosts_per_leaf face
     hosts, the next `spines` ports face spines; spine port l+1 faces leaf l."""
-    spines = _int_param("leafspine", "spines", spines, 1)
-    leaves = _int_param("leafspine", "leaves", leaves, 1)
-    hosts_per_leaf = _int_param("leafspine", "hosts_per_leaf", hosts_per_leaf, 1)
-    host_rate = _rate_param("leafspine", "host_rate", host_rate)
-    uplink_rate = _rate_param("leafspine", "uplink_rate", uplink_rate)
-    _size("leafspine", "leaves x hosts_per_leaf", leaves * hosts_per_leaf)
+    spines = int_param("leafspine", "spines", spines, 1)
+    leaves = int_param("leafspine", "leaves", leaves, 1)
+    hosts_per_leaf = int_param("leafspine", "hosts_per_leaf", hosts_per_leaf, 1)
+    host_rate = rate_param("leafspine", "host_rate", host_rate)
+    uplink_rate = rate_param("leafspine", "uplink_rate", uplink_rate)
+    check_size("leafspine", "leaves x hosts_per_leaf", leaves * hosts_per_leaf)
     b = Builder("leafspine", {"spines": spines, "leaves": leaves,
                               "hosts_per_leaf": hosts_per_leaf,
                               "host_rate": host_rate, "uplink_rate": uplink_rate})
@@ -107,12 +84,12 @@ def bcube(n: int = 4, k: int = 1, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topol
     n^k n-port switches. Server digits a_k..a_0 (index = sum a_i n^i); server port l connects
     to the level-l switch that joins the servers differing only in digit l, on switch port
     a_l + 1. Servers relay packets between levels (server-centric)."""
-    n = _int_param("bcube", "n", n, 2)
-    k = _int_param("bcube", "k", k, 0)
-    rate = _rate_param("bcube", "rate_mbps", rate_mbps)
+    n = int_param("bcube", "n", n, 2)
+    k = int_param("bcube", "k", k, 0)
+    rate = rate_param("bcube", "rate_mbps", rate_mbps)
     if k > 12:  # n >= 2: more than 4096 servers either way, and n^(k+1) stays small
         raise TopologyError(f"bcube: k must be an integer in 0..12 (got {k})")
-    _size("bcube", "n^(k+1)", n ** (k + 1))
+    check_size("bcube", "n^(k+1)", n ** (k + 1))
     b = Builder("bcube", {"n": n, "k": k, "rate_mbps": rate})
     per_level = n ** k
     switches = [[b.switch(f"b{level}_{j}", "bcube", level=level, index=j)
@@ -154,8 +131,8 @@ def _check_server_ports(topo: Topology) -> Topology:
 
 def nonblocking(hosts: int = 16, rate_mbps: float = DEFAULT_RATE_MBPS) -> Topology:
     """One big switch: the ideal, non-blocking reference for throughput experiments."""
-    hosts = _int_param("nonblocking", "hosts", hosts, 1)
-    rate = _rate_param("nonblocking", "rate_mbps", rate_mbps)
+    hosts = int_param("nonblocking", "hosts", hosts, 1)
+    rate = rate_param("nonblocking", "rate_mbps", rate_mbps)
     b = Builder("nonblocking", {"hosts": hosts, "rate_mbps": rate})
     sw = b.switch("s1", "big")
     for i in range(hosts):
@@ -167,11 +144,11 @@ def dumbbell(senders: int = 1, receivers: int = 1, access_rate_mbps: float = DEF
              bottleneck_rate_mbps: float = 20.0) -> Topology:
     """Senders h1..hS on s1, receivers on s2, one s1-s2 bottleneck link. The queue that
     builds is s1's egress port toward s2 (port `senders + 1`)."""
-    senders = _int_param("dumbbell", "senders", senders, 1)
-    receivers = _int_param("dumbbell", "receivers", receivers, 1)
-    _size("dumbbell", "senders + receivers", senders + receivers)
-    access = _rate_param("dumbbell", "access_rate_mbps", access_rate_mbps)
-    bottleneck = _rate_param("dumbbell", "bottleneck_rate_mbps", bottleneck_rate_mbps)
+    senders = int_param("dumbbell", "senders", senders, 1)
+    receivers = int_param("dumbbell", "receivers", receivers, 1)
+    check_size("dumbbell", "senders + receivers", senders + receivers)
+    access = rate_param("dumbbell", "access_rate_mbps", access_rate_mbps)
+    bottleneck = rate_param("dumbbell", "bottleneck_rate_mbps", bottleneck_rate_mbps)
     b = Builder("dumbbell", {"senders": senders, "receivers": receivers,
                              "access_rate_mbps": access, "bottleneck_rate_mbps": bottleneck})
     left, right = b.switch("s1", "edge"), b.switch("s2", "edge")
@@ -181,54 +158,3 @@ def dumbbell(senders: int = 1, receivers: int = 1, access_rate_mbps: float = DEF
     for i in range(receivers):
         b.link(right, b.host(f"h{senders + i + 1}", side=1, index=i), access)
     return b.build()
-
-
-KINDS: dict[str, Callable[..., Topology]] = {
-    "fattree": fattree,
-    "leafspine": leafspine,
-    "bcube": bcube,
-    "nonblocking": nonblocking,
-    "dumbbell": dumbbell,
-}
-
-
-def build(kind: str, **params: Any) -> Topology:
-    """Build a topology by kind name; unknown kinds and parameters are errors."""
-    if kind not in KINDS:
-        raise TopologyError(f"unknown topology kind {kind!r}; choose one of {', '.join(KINDS)}")
-    fn = KINDS[kind]
-    allowed = fn.__code__.co_varnames[:fn.__code__.co_argcount]
-    for name in params:
-        if name not in allowed:
-            raise TopologyError(f"{kind}: unknown parameter {name!r}; "
-                                f"parameters are {', '.join(allowed)}")
-    return fn(**params)
-
-
-def parse_params(kind: str, args: list[str]) -> dict[str, Any]:
-    """CLI parameters: positional values in signature order or name=value pairs."""
-    if kind not in KINDS:
-        raise TopologyError(f"unknown topology kind {kind!r}; choose one of {', '.join(KINDS)}")
-    fn = KINDS[kind]
-    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
-    out: dict[str, Any] = {}
-    for i, arg in enumerate(args):
-        if "=" in arg:
-            key, value = arg.split("=", 1)
-        else:
-            if i >= len(names):
-                raise TopologyError(f"{kind}: too many parameters ({len(args)} > {len(names)})")
-            key, value = names[i], arg
-        if key in out:
-            raise TopologyError(f"{kind}: parameter {key!r} given twice")
-        out[key] = _number(value)
-    return out
-
-
-def _number(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text

@@ -232,13 +232,20 @@ class Builder:
         self._next_port[name] = 1
         return name
 
-    def link(self, a: str, b: str, rate_mbps: float) -> None:
-        pa, pb = self._next_port[a], self._next_port[b]
-        self._next_port[a] += 1
-        self._next_port[b] += 1
+    def link(self, a: str, b: str, rate_mbps: float, a_port: int | None = None,
+             b_port: int | None = None) -> None:
+        """Join `a` and `b`: each end on its next free port, or on the port given (a fabric
+        whose convention numbers ports by role, with gaps, like the torus's)."""
+        pa = self._next_port[a] if a_port is None else a_port
+        pb = self._next_port[b] if b_port is None else b_port
+        self._next_port[a] = max(self._next_port[a], pa + 1)
+        self._next_port[b] = max(self._next_port[b], pb + 1)
         self.links.append(Link(a=a, a_port=pa, b=b, b_port=pb, rate_mbps=float(rate_mbps)))
 
     def build(self) -> Topology:
+        ends = [end for link in self.links for end in link.ends()]
+        if len(set(ends)) != len(ends):
+            raise AssertionError(f"{self.kind}: a port carries two links")
         for node, last in self._next_port.items():
             longest = ifname(node, max(last - 1, 0))
             if len(longest) > IFNAME_MAX:

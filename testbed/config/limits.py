@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from topologies.builders import MAX_RATE_MBPS
+from topologies.params import MAX_RATE_MBPS
 
 from .loader import SpecError
 

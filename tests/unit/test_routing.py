@@ -8,14 +8,15 @@ from topologies.graph import count_shortest_paths
 
 
 class FakeFabric:
-    """Applies a routing plan: flow tables per switch, kernel routes per relay host."""
+    """Applies a routing plan: flow tables per switch (matching in_port, eth_dst and
+    ipv4_dst), kernel routes per relay host, direct links between servers."""
 
     def __init__(self, topo, p):
         self.topo, self.plan = topo, p
         self.groups = {(g.dpid, g.group_id): g for g in p.groups}
         self.routes = {(r.host, r.dst_ip): r for r in p.host_routes}
 
-    def switch_out_ports(self, sw, eth_dst, ipv4_dst):
+    def switch_out_ports(self, sw, in_port, eth_dst, ipv4_dst):
         dpid = self.topo.node(sw).dpid
         _, rules = self.plan.for_switch(dpid)
         matching = []
@@ -27,8 +28,12 @@ class FakeFabric:
                 continue
             if "eth_dst" in m and m["eth_dst"] != eth_dst:
                 continue
+            if "in_port" in m and m["in_port"] != in_port:
+                continue
             matching.append(r)
         best = max(matching, key=lambda r: r.priority)
+        assert [r.priority for r in matching].count(best.priority) == 1, \
+            f"{sw}: two rules of priority {best.priority} match"
         if best.group_id is not None:
             return set(self.groups[(dpid, best.group_id)].buckets)
         return {best.out_port} if best.out_port is not None else set()
@@ -43,29 +48,41 @@ class FakeFabric:
             if h.relay:
                 route = self.routes[(host, dst_host.ip)]
                 hops = route.via
+                assert hops, f"{host} has no route to {dst}"
             else:
                 hops = [(0, dst_host.ip)]
             for port, nexthop_ip in hops:
-                sw, in_port = self.topo.peer(host, port)
-                mac = arp_reply(self.topo, self.topo.node(sw).dpid, in_port, nexthop_ip)
-                assert mac is not None, f"no ARP answer for {nexthop_ip} at {sw}"
-                at_switch(sw, mac, path + [sw])
+                peer, in_port = self.topo.peer(host, port)
+                if self.topo.is_host(peer):  # a direct link: the peer answers ARP itself
+                    assert self.topo.node(peer).ip == nexthop_ip
+                    arrive(peer, self.topo.node(peer).macs[in_port], path)
+                    continue
+                mac = arp_reply(self.topo, self.topo.node(peer).dpid, in_port, nexthop_ip)
+                assert mac is not None, f"no ARP answer for {nexthop_ip} at {peer}"
+                at_switch(peer, in_port, mac, path + [peer], {(peer, in_port)})
 
-        def at_switch(sw, mac, path):
-            assert len(path) <= 2 * len(self.topo.switches), f"loop: {path}"
-            ports = self.switch_out_ports(sw, mac, dst_host.ip)
+        def arrive(node, mac, path):
+            assert node not in path, f"loop at {node}: {path}"
+            if node == dst:
+                done.append(path + [node])
+            else:
+                assert self.topo.node(node).relay, f"delivered to wrong host {node}"
+                assert mac in self.topo.node(node).macs
+                host_send(node, path + [node])
+
+        def at_switch(sw, in_port, mac, path, seen):
+            """`seen`: the (switch, in_port) the packet met since it left a host (VL2's
+            bounce passes one aggregation switch twice, on different ports)."""
+            assert len(path) <= 4 * len(self.topo.switches), f"loop: {path}"
+            ports = self.switch_out_ports(sw, in_port, mac, dst_host.ip)
             assert ports, f"{sw} drops traffic to {dst} (path {path})"
             for port in ports:
-                node, _ = self.topo.peer(sw, port)
-                assert node not in path, f"loop at {node}: {path}"
-                if node == dst:
-                    done.append(path + [node])
-                elif self.topo.is_host(node):
-                    assert self.topo.node(node).relay, f"delivered to wrong host {node}"
-                    assert mac in self.topo.node(node).macs
-                    host_send(node, path + [node])
+                node, node_port = self.topo.peer(sw, port)
+                if self.topo.is_host(node):
+                    arrive(node, mac, path)
                 else:
-                    at_switch(node, mac, path + [node])
+                    assert (node, node_port) not in seen, f"loop at {node}: {path}"
+                    at_switch(node, node_port, mac, path + [node], seen | {(node, node_port)})
 
         host_send(src, [src])
         return done

@@ -138,7 +138,7 @@ def test_describe_and_params():
     assert parse_params("fattree", ["4"]) == {"k": 4}
     assert parse_params("leafspine", ["spines=2", "host_rate=25.5"]) == {"spines": 2, "host_rate": 25.5}
     with pytest.raises(TopologyError, match="unknown topology kind"):
-        build("torus")
+        build("dragonfly")
     with pytest.raises(TopologyError, match="unknown parameter 'kk'"):
         build("fattree", kk=4)
     with pytest.raises(TopologyError, match="rate_mbps"):
