@@ -1,4 +1,5 @@
-"""The survey fabrics' own routings, as pure data like `routing.py`'s plans.
+"""The survey fabrics' own routings, as pure data like `routing.py`'s plans (built with
+`plans.py`'s builders; `routing.plan` hands these modes here).
 
 - ``dcell`` (DCellRouting, Guo et al. 2008) and ``ficonn`` (FiConn's traffic-oblivious
   routing, Li et al. 2009): two servers in different sub-cells of a level-l cell meet
@@ -29,51 +30,48 @@ from __future__ import annotations
 import dataclasses
 
 from topologies.graph import next_hops
+from topologies.kinds import OWN_ROUTINGS, routings
 from topologies.model import Host, Topology
 from topologies.survey import torus_coords
 
-from .routing import (
+from .plans import (
     ETH_TYPE_IP,
-    MAX_BUCKETS,
     PRIORITY_ROUTE,
     Group,
     Plan,
     Rule,
-    _base_rules,
-    _relay_plan,
-    _switched_plan,
+    base_rules,
+    decorrelated_buckets,
+    relay_plan,
+    switched_plan,
 )
 
-# The routings each fabric has besides ecmp and single (which every fabric has).
-NATIVE: dict[str, tuple[str, ...]] = {
-    "dcell": ("dcell",), "ficonn": ("ficonn",), "mdcube": ("mdcube",), "vl2": ("vlb",),
-    "torus": ("dor",), "rail": ("rail", "nic"), "hybrid": ("cthrough",),
-}
+ALL_ROUTINGS = tuple(dict.fromkeys(["ecmp", "single", "hedera"]
+                                   + [m for ms in OWN_ROUTINGS.values() for m in ms]))
 PRIORITY_BOUNCE = 102  # VLB: what arrives at an aggregation switch from a ToR goes up
 PRIORITY_CIRCUIT = 103  # c-Through: a rack pair's traffic onto its circuit
 
 
 def plan(topo: Topology, mode: str, track: bool = False) -> Plan:
-    """A survey fabric's own routing `mode` (NATIVE), or ``ecmp``/``single`` on a hybrid
-    fabric's packet part. ValueError for a mode the fabric does not have."""
-    modes = NATIVE.get(topo.kind, ())
-    if mode not in modes and not (topo.kind == "hybrid" and mode in ("ecmp", "single")):
-        every = sorted({m for ms in NATIVE.values() for m in ms} | {"ecmp", "single", "hedera"})
-        if mode in every:
+    """A survey fabric's own routing `mode` (topologies.kinds.OWN_ROUTINGS), or ``ecmp`` /
+    ``single`` on a hybrid fabric's packet part. ValueError for a mode the fabric does not
+    have."""
+    if mode not in routings(topo.kind):
+        if mode in ALL_ROUTINGS:
             raise ValueError(f"routing mode {mode!r} is not one of a {topo.kind} fabric's "
-                             f"(ecmp, single{''.join(', ' + m for m in modes)})")
-        raise ValueError(f"routing mode must be one of {', '.join(every)} (got {mode!r})")
+                             f"({', '.join(routings(topo.kind))})")
+        raise ValueError(f"routing mode must be one of {', '.join(ALL_ROUTINGS)} (got {mode!r})")
     if track:
         raise ValueError(f"routing mode {mode} does not track flows (flow priorities need "
                          "ecmp, single or hedera)")
     if topo.kind == "hybrid":
         return circuit_plan(topo, (), mode=mode)
     if mode in ("dcell", "ficonn"):
-        return _relay_plan(topo, mode, next_server=cell_next)
+        return relay_plan(topo, mode, next_server=cell_next)
     if mode == "mdcube":
-        return _relay_plan(topo, mode, next_server=mdcube_next)
+        return relay_plan(topo, mode, next_server=mdcube_next)
     if mode == "dor":
-        return _switched_plan(topo, mode, choose=dor_ports)
+        return switched_plan(topo, mode, choose=dor_ports)
     if mode == "vlb":
         return vlb_plan(topo)
     return rail_plan(topo, mode)
@@ -204,7 +202,7 @@ def vlb_plan(topo: Topology) -> Plan:
     half = topo.param("da") // 2
     tor_of = {h.name: f"t{num(topo, h.name, 'tor') + 1}" for h in topo.hosts}
     for sw in topo.switches:
-        rules.extend(_base_rules(sw.dpid))
+        rules.extend(base_rules(sw.dpid))
         ports = topo.ports_of(sw.name)
         by_role: dict[str, list[int]] = {}
         for port, peer, _ in ports:
@@ -239,22 +237,13 @@ def vlb_plan(topo: Topology) -> Plan:
                         if any(x == tor_of[host.name] for _, x, _ in topo.ports_of(peer))]
                 if aggs:
                     rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
-                                      group_id=group(_spread(tuple(aggs), 2 * half))))
+                                      group_id=group(decorrelated_buckets(tuple(aggs), 2 * half))))
         if sw.role == "agg" and by_role.get("int"):
-            up = group(_spread(tuple(by_role["int"]), 2))
+            up = group(decorrelated_buckets(tuple(by_role["int"]), 2))
             for port in by_role.get("tor", []):
                 rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_BOUNCE, group_id=up,
                                   match=(("eth_type", ETH_TYPE_IP), ("in_port", port))))
     return Plan(mode="vlb", groups=tuple(groups), rules=tuple(rules))
-
-
-def _spread(ports: tuple[int, ...], multiplier: int) -> tuple[int, ...]:
-    """Buckets that make a later stage decide on another digit of the same flow hash
-    (every bridge computes the same hash; `routing._decorrelated_buckets`)."""
-    n = len(ports)
-    if n * multiplier > MAX_BUCKETS:
-        return ports
-    return tuple(ports[(i // multiplier) % n] for i in range(n * multiplier))
 
 
 # ---- Rail-optimised ----------------------------------------------------------------------
@@ -265,7 +254,7 @@ def rail_plan(topo: Topology, mode: str) -> Plan:
     in on), and a rail leaf sends traffic for another rail to the spines (a select group).
     Everything else goes the one shortest way."""
     rails = topo.param("rails")
-    base = _switched_plan(topo, mode, choose=lambda t, sw, h: _rail_ports(t, sw, h, mode))
+    base = switched_plan(topo, mode, choose=lambda t, sw, h: _rail_ports(t, sw, h, mode))
     if mode == "rail":
         return base
     extra = []
@@ -325,8 +314,8 @@ def circuit_plan(topo: Topology, circuits: tuple[Circuit, ...] | list[Circuit],
     per = topo.param("circuits")
     ocs = topo.switch("o1")
     packet = _packet_fabric(topo)
-    base = _switched_plan(packet, "single" if mode == "single" else "ecmp")
-    rules = list(base.rules) + _base_rules(ocs.dpid)
+    base = switched_plan(packet, "single" if mode == "single" else "ecmp")
+    rules = list(base.rules) + base_rules(ocs.dpid)
     tor = {topo.switch(s.name).label("rack"): s for s in topo.switches if s.role == "tor"}
     hosts_in: dict[int, list[Host]] = {}
     for h in topo.hosts:

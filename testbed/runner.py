@@ -22,6 +22,7 @@ from testbed.config.datapath import TRAITS
 from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
+from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
 from .config.spec import ExperimentSpec, Spec
@@ -178,6 +179,7 @@ class RunContext:
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
         `hedera` changes some of the scheduler's settings, `jobs` loads the cross-job
         policies' app (it needs `qos`)."""
+        routing = own_routing(topo.kind, routing)
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has

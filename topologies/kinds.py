@@ -1,4 +1,6 @@
-"""Every topology kind by name, and its parameters from a spec or a command line."""
+"""Every topology kind by name, its parameters from a spec or a command line, and the
+routings a fabric of that kind can run (controllers/routing.py and fabric_routing.py plan
+them)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,6 +24,26 @@ KINDS: dict[str, Callable[..., Topology]] = {
     "rail": rail,
     "hybrid": hybrid,
 }
+
+# A fabric's own routing, as its paper describes it (controllers/fabric_routing.py), beside
+# the ecmp and single every fabric has; "own" names the first in a spec.
+OWN_ROUTINGS: dict[str, tuple[str, ...]] = {
+    "dcell": ("dcell",), "ficonn": ("ficonn",), "mdcube": ("mdcube",), "vl2": ("vlb",),
+    "torus": ("dor",), "rail": ("rail", "nic"), "hybrid": ("cthrough",),
+}
+RELAY_KINDS = ("bcube", "dcell", "ficonn", "mdcube")  # servers forward for each other
+
+
+def routings(kind: str) -> tuple[str, ...]:
+    """The routing modes a fabric of `kind` can be run with: ecmp and single, Hedera's
+    scheduler on a switched fabric of packet switches, and its own."""
+    hedera = () if kind in RELAY_KINDS or kind == "hybrid" else ("hedera",)
+    return ("ecmp", "single", *hedera, *OWN_ROUTINGS.get(kind, ()))
+
+
+def own_routing(kind: str, mode: str) -> str:
+    """`mode`, with "own" as the fabric's own routing (ecmp for a fabric without one)."""
+    return OWN_ROUTINGS.get(kind, ("ecmp",))[0] if mode == "own" else mode
 
 
 def build(kind: str, **params: Any) -> Topology:

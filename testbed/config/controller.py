@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from topologies.kinds import own_routing, routings
 from topologies.model import Topology
 
 from .loader import SpecError, load_json
@@ -21,6 +22,16 @@ ELEPHANT_FRACTION = 0.1
 # seeded runs (5000: 27, 1000: 20), about 0.1 s of one core per period for 16 elephants.
 SA_ITERATIONS = 20000
 CONFIG_ENV = "TESTBED_CONTROLLER_CONFIG"  # the one variable: the path of the phase's file
+
+
+def check_routing(mode: str, topo: Topology, path: str,
+                  extra: tuple[str, ...] = ()) -> None:
+    """`mode` is a routing `topo`'s kind has, "own" (its own), or one of `extra` (an
+    experiment's references, e.g. a permutation's nonblocking)."""
+    known = routings(topo.kind)
+    if mode not in known and mode != "own" and mode not in extra:
+        raise SpecError(f"{path}: {mode!r} is not a routing of a {topo.kind} fabric; choose "
+                        f"one of {', '.join(known + ('own',) + extra)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +130,7 @@ class ControllerSpec:
     does when the controller dies without a fault killing it: `warn` (the phase's results
     say so), `fail` (the run fails), `restart` (it is started again and resynchronises
     with the switches' tables, and the phase says so)."""
-    routing: Literal["ecmp", "single", "hedera"] = "ecmp"
+    routing: str = "ecmp"  # topologies.kinds.routings(kind), or "own": the fabric's own
     plugins: list[str] = field(default_factory=list)
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
@@ -135,6 +146,16 @@ class ControllerSpec:
         if relay and self.fast_failover:
             raise SpecError("controller.fast_failover: needs a switched fabric; BCube's "
                             "servers route for themselves")
+        check_routing(self.routing, topo, "controller.routing")
+        mode = own_routing(topo.kind, self.routing)
+        if mode not in ("ecmp", "single", "hedera"):
+            if self.flow_priority.policy != "none":
+                raise SpecError(f"controller.flow_priority.policy: needs routing ecmp, single "
+                                f"or hedera (flows get their own entries); {mode} routes by "
+                                "destination only")
+            if self.fast_failover:
+                raise SpecError(f"controller.fast_failover: needs routing ecmp, single or "
+                                f"hedera (got {mode})")
         self.hedera.check()
         for i, plugin in enumerate(self.plugins):
             if plugin.endswith(".py") and not Path(plugin).exists():
@@ -168,7 +189,7 @@ class ControllerConfig:
     way now); the routing app carries each out and answers in its state file (`commands`)."""
     topology_json: str
     state_json: str
-    routing: Literal["ecmp", "single", "hedera"]
+    routing: str  # a mode of topologies.kinds.routings(kind)
     results_dir: str
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)

@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from controllers import trace
 from controllers.flowsched import estimate_demands
+from controllers.routing import plan as routing_plan
+from testbed.config.controller import check_routing
 from testbed.config.faults import FabricFault, check_faults, describe_steps
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
-from testbed.results.stats import percentile_or_none
+from testbed.results.stats import percentile_or_none, round_or_none
 from testbed.workloads.flows import (
     assign_ports,
     crosses,
@@ -26,12 +29,12 @@ from testbed.workloads.flows import (
     probe_outage,
 )
 from topologies import nonblocking, patterns
+from topologies.fairshare import sampled_maxmin
 from topologies.graph import host_rate_sum
+from topologies.kinds import own_routing, routings
 from topologies.model import Topology
 
 from .base import Context, Experiment, Outcome, check_cc
-
-ROUTINGS = ("nonblocking", "ecmp", "single", "hedera", "hedera_sa")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,11 +47,11 @@ class Permutation(ExperimentSpec):
     # measured, against one flow of the same size alone on the idle fabric (slowdown);
     # duration_s is then the budget they must finish within
     flow_bytes: int | None = None
-    # nonblocking: the same hosts and flows on one non-blocking switch (the ideal reference);
-    # hedera places elephants as controller.hedera.placement says, hedera_sa with Simulated
-    # Annealing whatever it says (to compare both in one run)
-    routings: list[Literal["nonblocking", "ecmp", "single", "hedera", "hedera_sa"]] = field(
-        default_factory=lambda: ["single", "ecmp"])
+    # the fabric's routings (topologies.kinds.routings; own: its own) and two references:
+    # nonblocking, the same hosts and flows on one non-blocking switch (the ideal);
+    # hedera_sa, Hedera placing by Simulated Annealing whatever controller.hedera.placement
+    # says (to compare both placements in one run)
+    routings: list[str] = field(default_factory=lambda: ["single", "ecmp"])
     duration_s: float = 20.0
     omit_s: float = 3.0
     repeats: int = 1
@@ -83,6 +86,10 @@ class Permutation(ExperimentSpec):
         if {"hedera", "hedera_sa"} & set(self.routings) and any(h.relay for h in topo.hosts):
             raise SpecError(f"{path}.routings: hedera needs a switched fabric; BCube's servers "
                             "route for themselves")
+        for j, routing in enumerate(self.routings):
+            check_routing(routing, topo, f"{path}.routings[{j}]",
+                          ("nonblocking", "hedera_sa") if "hedera" in routings(topo.kind)
+                          else ("nonblocking",))
         for j, pattern in enumerate(self.patterns):
             parse_pattern(pattern, len(topo.hosts), f"{path}.patterns[{j}]")
 
@@ -116,14 +123,34 @@ def maxmin_model(pairs, hosts: int, mtu_bytes: int) -> float:
     return sum(estimate_demands(pairs)) / hosts * tcp_payload_fraction(mtu_bytes)
 
 
+MODEL_SAMPLES = 200  # hash draws per pattern for a hashed routing's max-min model
+UNMODELLED = ("hedera", "hedera_sa", "cthrough")  # routings whose paths change as they run
+
+
+def routed_model(topo: Topology, routing: str, pairs, mtu_bytes: int, seed: int) -> float | None:
+    """What this fabric and routing give these flows in theory, as a fraction of the hosts'
+    summed rate: the flows' max-min fair shares on the paths the routing's plan gives them
+    (controllers/trace.py), counted as TCP payload; a hashed routing's mean over
+    MODEL_SAMPLES draws of every flow's path (its shares of the hash). None for a
+    scheduler whose paths change while it runs."""
+    if routing in UNMODELLED:
+        return None
+    plan = routing_plan(topo, routing)
+    choices = [trace.paths(topo, plan, src, dst) for src, dst in pairs]
+    fraction = tcp_payload_fraction(mtu_bytes)
+    totals = sampled_maxmin(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
+    return sum(totals) / len(totals) / host_rate_sum(topo)
+
+
 def run(ctx: Context, exp: Permutation) -> Outcome:
     out = Outcome()
     topo = ctx.topo
     hosts = [h.name for h in topo.hosts]
+    modes = [own_routing(topo.kind, r) for r in exp.routings]
     rows, flow_rows, outage_rows = [], [], []
     restarts: list[dict] = []
     ideal_fcts: dict[str, float | None] = {}
-    for routing in exp.routings:
+    for routing in modes:
         fabric_topo, fabric_routing, hedera = topo, routing, None
         if routing == "nonblocking":  # the reference: the same hosts on one ideal switch
             rate = min(l.rate_mbps for l in topo.links if topo.is_host(l.a) or topo.is_host(l.b))
@@ -183,7 +210,10 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                  percentile_or_none(fcts, 50, 4), percentile_or_none(fcts, 99, 4),
                                  percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
                                  round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
-                                       4)])
+                                       4),
+                                 round_or_none(routed_model(fab.topo, routing, pairs,
+                                                            ctx.spec.links.mtu_bytes,
+                                                            exp.seed + rep), 4)])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
                                    r.retransmits, r.sender_cc,
                                    round(r.seconds, 4) if exp.flow_bytes else None,
@@ -194,13 +224,14 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                       "normalised_to_ideal", "ovs_added_delay_p50_ms",
                                       "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
                                       "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
-                                      "slowdown_p50", "slowdown_p99", "maxmin_model"],
+                                      "slowdown_p50", "slowdown_p99", "maxmin_model",
+                                      "routed_model"],
                   rows)
     ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
                                             "goodput_mbps", "retransmits_pkts", "sender_cc",
                                             "fct_s", "ideal_fct_s", "slowdown"],
                   flow_rows)
-    out.headline = headline(rows, exp, ideal, ideal_fcts)
+    out.headline = headline(rows, exp, modes, ideal, ideal_fcts)
     if outage_rows:
         ctx.write_csv("flow_outages.csv", OUTAGE_HEADER, outage_rows)
         out.headline.update(outage_headline(outage_rows))
@@ -314,26 +345,30 @@ def outage_headline(rows: list[list]) -> dict:
     return out
 
 
-def headline(rows: list[list], exp: Permutation, ideal: float,
+def headline(rows: list[list], exp: Permutation, modes: list[str], ideal: float,
              ideal_fcts: dict[str, float | None]) -> dict:
-    """The headline of permutation.csv's rows: per pattern and routing the mean fraction of
-    the ideal, the max-min model, ECMP over single path, and with several patterns the mean
-    over patterns of the phases that were not CPU-bound (and how many were)."""
+    """The headline of permutation.csv's rows (`modes`: the routings, "own" resolved): per
+    pattern and routing the mean fraction of the ideal and the routing's own max-min model,
+    the non-blocking max-min model, ECMP over single path, and with several patterns the
+    mean over patterns of the phases that were not CPU-bound (and how many were)."""
     out: dict = {"ideal_mbps": ideal}
     if ideal_fcts:
         out["ideal_fct_s"] = {k: round(v, 4) for k, v in ideal_fcts.items() if v}
     for pattern in exp.patterns:
         means = {}
-        for routing in exp.routings:
-            vals = [r[4] for r in rows if r[0] == routing and r[1] == pattern]
-            means[routing] = sum(vals) / len(vals)
+        for routing in modes:
+            mine = [r for r in rows if r[0] == routing and r[1] == pattern]
+            means[routing] = sum(r[4] for r in mine) / len(mine)
             out[f"{pattern}_{routing}_normalised"] = round(means[routing], 4)
-        model = [r[-1] for r in rows if r[1] == pattern and r[0] == exp.routings[0]]
+            if mine[0][15] is not None:
+                out[f"{pattern}_{routing}_model"] = round(
+                    sum(r[15] for r in mine) / len(mine), 4)
+        model = [r[14] for r in rows if r[1] == pattern and r[0] == modes[0]]
         out[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
         if "ecmp" in means and "single" in means and means["single"] > 0:
             out[f"{pattern}_ecmp_over_single"] = round(means["ecmp"] / means["single"], 3)
     if len(exp.patterns) > 1:  # mean over patterns, CPU-bound phases left out (and counted)
-        for routing in exp.routings:
+        for routing in modes:
             ok = [r[4] for r in rows if r[0] == routing and not r[8]]
             out[f"mean_{routing}_normalised"] = round(sum(ok) / len(ok), 4) if ok else None
             out[f"cpu_bound_phases_{routing}"] = sum(1 for r in rows if r[0] == routing and r[8])

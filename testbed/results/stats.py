@@ -33,6 +33,11 @@ def percentile_or_none(values: Sequence[V], q: float, digits: int) -> float | No
     return round(percentile(values, q), digits) if values else None
 
 
+def round_or_none(x: float | None, digits: int = 4) -> float | None:
+    """`x` rounded, None kept (a CSV cell)."""
+    return round(x, digits) if x is not None else None
+
+
 def median_or_none(values: Sequence[float]) -> float | None:
     """The median, None for no values."""
     if not values:

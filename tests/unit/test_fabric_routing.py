@@ -2,17 +2,12 @@
 routes of test_routing: every pair arrives, on the path the fabric's paper prescribes."""
 import pytest
 
-from controllers.fabric_routing import (
-    NATIVE,
-    cell_route,
-    circuit_plan,
-)
-from controllers.fabric_routing import (
-    plan as native_plan,
-)
+from controllers.fabric_routing import cell_route, circuit_plan
+from controllers.fabric_routing import plan as native_plan
 from controllers.routing import plan
 from topologies import dcell, ficonn, hybrid, mdcube, rail, torus, vl2
 from topologies.graph import count_shortest_paths, distances_to
+from topologies.kinds import OWN_ROUTINGS, own_routing, routings
 from topologies.survey import torus_coords
 
 from .test_routing import FakeFabric
@@ -47,7 +42,7 @@ def test_ecmp_reaches_every_pair_on_every_shortest_path(topo):
 
 @pytest.mark.parametrize("topo", SURVEY, ids=ident)
 def test_own_routing_reaches_every_pair_on_one_path(topo):
-    for mode in NATIVE[topo.kind]:
+    for mode in OWN_ROUTINGS[topo.kind]:
         fab = FakeFabric(topo, plan(topo, mode))
         for src, dst in pairs(topo):
             paths = fab.paths(src, dst)
@@ -178,3 +173,12 @@ def test_modes_a_fabric_does_not_have_are_refused():
         native_plan(torus(4, 2), "dor", track=True)
     with pytest.raises(ValueError, match="'hedera' is not one of a hybrid fabric's"):
         plan(hybrid(), "hedera")
+
+
+def test_every_kind_names_its_routings():
+    assert routings("fattree") == ("ecmp", "single", "hedera")
+    assert routings("bcube") == ("ecmp", "single")
+    assert routings("torus") == ("ecmp", "single", "hedera", "dor")
+    assert routings("hybrid") == ("ecmp", "single", "cthrough")
+    assert own_routing("vl2", "own") == "vlb" and own_routing("fattree", "own") == "ecmp"
+    assert own_routing("vl2", "single") == "single"

@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("topologies", "testbed", "controllers")
 
 # the bottom: pure data and decisions, importable by anything, importing no runtime
-PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.flowsched",
+PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.plans",
+        "controllers.fabric_routing",
+        "controllers.trace",
+        "controllers.flowsched",
         "controllers.priority", "controllers.flowctl", "controllers.qos_policy",
         "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
         # cross-job policies and the gate / progress files they exchange with workers

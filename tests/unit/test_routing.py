@@ -2,90 +2,24 @@
 destination, no path loops, and ECMP uses every equal-cost path."""
 import pytest
 
-from controllers.routing import PRIORITY_ARP, _decorrelated_buckets, arp_reply, hash_stages, plan
+from controllers import trace
+from controllers.routing import PRIORITY_ARP, arp_reply, decorrelated_buckets, hash_stages, plan
 from topologies import bcube, dumbbell, fattree, leafspine, nonblocking
 from topologies.graph import count_shortest_paths
 
 
 class FakeFabric:
-    """Applies a routing plan: flow tables per switch (matching in_port, eth_dst and
-    ipv4_dst), kernel routes per relay host, direct links between servers."""
+    """A routing plan applied: flow tables per switch, kernel routes per relay host, direct
+    links between servers (controllers/trace.py); `paths` raises on a drop or a loop."""
 
     def __init__(self, topo, p):
         self.topo, self.plan = topo, p
-        self.groups = {(g.dpid, g.group_id): g for g in p.groups}
-        self.routes = {(r.host, r.dst_ip): r for r in p.host_routes}
-
-    def switch_out_ports(self, sw, in_port, eth_dst, ipv4_dst):
-        dpid = self.topo.node(sw).dpid
-        _, rules = self.plan.for_switch(dpid)
-        matching = []
-        for r in rules:
-            m = dict(r.match)
-            if m.get("eth_type", 0x0800) != 0x0800 and "eth_type" in m:
-                continue
-            if "ipv4_dst" in m and m["ipv4_dst"] != ipv4_dst:
-                continue
-            if "eth_dst" in m and m["eth_dst"] != eth_dst:
-                continue
-            if "in_port" in m and m["in_port"] != in_port:
-                continue
-            matching.append(r)
-        best = max(matching, key=lambda r: r.priority)
-        assert [r.priority for r in matching].count(best.priority) == 1, \
-            f"{sw}: two rules of priority {best.priority} match"
-        if best.group_id is not None:
-            return set(self.groups[(dpid, best.group_id)].buckets)
-        return {best.out_port} if best.out_port is not None else set()
 
     def paths(self, src, dst):
         """All paths (node lists) a packet from src to dst can take."""
-        dst_host = self.topo.node(dst)
-        done = []
-
-        def host_send(host, path):
-            h = self.topo.node(host)
-            if h.relay:
-                route = self.routes[(host, dst_host.ip)]
-                hops = route.via
-                assert hops, f"{host} has no route to {dst}"
-            else:
-                hops = [(0, dst_host.ip)]
-            for port, nexthop_ip in hops:
-                peer, in_port = self.topo.peer(host, port)
-                if self.topo.is_host(peer):  # a direct link: the peer answers ARP itself
-                    assert self.topo.node(peer).ip == nexthop_ip
-                    arrive(peer, self.topo.node(peer).macs[in_port], path)
-                    continue
-                mac = arp_reply(self.topo, self.topo.node(peer).dpid, in_port, nexthop_ip)
-                assert mac is not None, f"no ARP answer for {nexthop_ip} at {peer}"
-                at_switch(peer, in_port, mac, path + [peer], {(peer, in_port)})
-
-        def arrive(node, mac, path):
-            assert node not in path, f"loop at {node}: {path}"
-            if node == dst:
-                done.append(path + [node])
-            else:
-                assert self.topo.node(node).relay, f"delivered to wrong host {node}"
-                assert mac in self.topo.node(node).macs
-                host_send(node, path + [node])
-
-        def at_switch(sw, in_port, mac, path, seen):
-            """`seen`: the (switch, in_port) the packet met since it left a host (VL2's
-            bounce passes one aggregation switch twice, on different ports)."""
-            assert len(path) <= 4 * len(self.topo.switches), f"loop: {path}"
-            ports = self.switch_out_ports(sw, in_port, mac, dst_host.ip)
-            assert ports, f"{sw} drops traffic to {dst} (path {path})"
-            for port in ports:
-                node, node_port = self.topo.peer(sw, port)
-                if self.topo.is_host(node):
-                    arrive(node, mac, path)
-                else:
-                    assert (node, node_port) not in seen, f"loop at {node}: {path}"
-                    at_switch(node, node_port, mac, path + [node], seen | {(node, node_port)})
-
-        host_send(src, [src])
-        return done
+        found = trace.paths(self.topo, self.plan, src, dst)
+        assert abs(sum(found.values()) - 1) < 1e-9
+        return [list(path) for path in found]
 
 
 TOPOS = [fattree(2), fattree(4), leafspine(2, 4, 4), leafspine(3, 3, 2, 10, 40), bcube(4, 1),
@@ -169,8 +103,8 @@ def test_hash_stages_and_bucket_decorrelation():
     # hash h: edge picks h % 2, agg picks (h % 4) // 2: independent bits
     for h in range(16):
         assert groups["agg"].buckets[h % 4] == (3, 4)[(h // 2) % 2]
-    assert _decorrelated_buckets((1, 2, 3), 1) == (1, 2, 3)
-    assert len(_decorrelated_buckets(tuple(range(8)), 16)) == 8  # over 64 buckets: left alone
+    assert decorrelated_buckets((1, 2, 3), 1) == (1, 2, 3)
+    assert len(decorrelated_buckets(tuple(range(8)), 16)) == 8  # over 64 buckets: left alone
 
 
 def test_unknown_mode():

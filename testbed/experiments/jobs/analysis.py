@@ -7,6 +7,7 @@ import json
 import statistics
 
 from controllers.jobpolicy import JobInfo
+from testbed.results.stats import round_or_none as _r
 from testbed.workloads.interference import simulate, steady_iteration_s
 
 from .model import (
@@ -28,10 +29,6 @@ PHASE_FIELDS = ["experiment", "placement", "policy", "job", "iteration", "start_
 LINK_FIELDS = ["experiment", "placement", "policy", "job", "link", "bytes", "bytes_per_iter",
                "marks", "drops"]
 STRICT = 1000.0  # the model's weight ratio between strict-priority levels
-
-
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return round(x, nd) if x is not None else None
 
 
 def _median(xs: list[float]) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from testbed.results.stats import median_or_none
+from testbed.results.stats import round_or_none as _r
 from testbed.workloads.parallel.cost import KINDS, Network, Plan
 from testbed.workloads.parallel.layout import Layout
 from testbed.workloads.parallel.schedule import simulate
@@ -25,10 +26,6 @@ KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_b
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
-
-
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return round(x, nd) if x is not None else None
 
 
 def exposed_pipeline(plan: Plan, rows: dict[int, list[dict]], warmup: int) -> float | None:

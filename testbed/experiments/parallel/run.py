@@ -7,6 +7,7 @@ from testbed.config.loader import dump_json
 from testbed.errors import TestbedError
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.parallel.cost import KINDS, sent_bytes
+from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
@@ -145,7 +146,8 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
     rows, kind_rows, iter_rows = [], [], []
     qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     index = 0
-    fabrics = [(topo, rate, routing) for topo in parallel_topologies(exp, ctx.topo)
+    fabrics = [(topo, rate, own_routing(topo.kind, routing))
+               for topo in parallel_topologies(exp, ctx.topo)
                for rate in exp.rates_mbps or [ctx.spec.links.rate_mbps]
                for routing in exp.routings or [ctx.spec.controller.routing]]
     for topo, rate, routing in fabrics:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from testbed.config.controller import check_routing
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
@@ -88,7 +89,7 @@ class Parallel(ExperimentSpec):
     seed: int = 0
     topologies: list[TopologySpec] = field(default_factory=list)  # default: the spec's
     rates_mbps: list[float] = field(default_factory=list)  # every link; default: as built
-    routings: list[Literal["ecmp", "single", "hedera"]] = field(default_factory=list)
+    routings: list[str] = field(default_factory=list)  # own: each fabric's own routing
     jobs: list[ParallelJob] = field(default_factory=lambda: [ParallelJob()])
     dscp: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DSCP))
     fault: ParallelFault | None = None
@@ -143,6 +144,9 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.fault.rank: a rank below {smallest} (got {exp.fault.rank})")
     if "hedera" in exp.routings and any(h.relay for t in fabrics for h in t.hosts):
         raise SpecError(f"{path}.routings: hedera needs a switched fabric (not BCube)")
+    for j, routing in enumerate(exp.routings):
+        for t in fabrics:
+            check_routing(routing, t, f"{path}.routings[{j}]")
     for j, job in enumerate(exp.jobs):
         check_job(exp, job, f"{path}.jobs[{j}]", path, model)
         for t in fabrics:

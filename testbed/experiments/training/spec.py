@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from testbed.config.controller import check_routing
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
@@ -111,6 +112,9 @@ class Training(ExperimentSpec):
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         check_training(self, path, topo)
+        for fabric in training_topologies(self, topo):  # each runs the controller's routing
+            check_routing(spec.controller.routing, fabric,
+                          f"controller.routing (for {path}.topologies: {fabric.kind})")
 
     def check_cluster(self, path: str, spec: Spec, topo: Topology) -> None:
         from testbed.cluster.placement import place

@@ -1,0 +1,72 @@
+"""Max-min fair shares on fixed paths, and each fabric's permutation model drawn from the
+paths its routing gives (controllers/trace.py): known values worked out by hand."""
+import pytest
+
+from controllers import trace
+from controllers.routing import plan
+from topologies import dcell, dumbbell, fattree, nonblocking, torus, vl2
+from topologies.fairshare import maxmin, sampled_maxmin
+from topologies.patterns import stride
+
+
+def test_progressive_filling_by_hand():
+    """Dumbbell, 3 senders on a 20 Mb/s bottleneck, one of them also limited to 5 Mb/s by
+    nothing but its share: 20/3 each; a flow that shares nothing gets its NIC."""
+    topo = dumbbell(3, 3, access_rate_mbps=100, bottleneck_rate_mbps=20)
+    across = [("h1", "s1", "s2", "h4"), ("h2", "s1", "s2", "h5"), ("h3", "s1", "s2", "h6")]
+    assert maxmin(topo, across) == pytest.approx([20 / 3] * 3)
+    local = [("h1", "s1", "h2")]
+    assert maxmin(topo, across[:2] + local) == pytest.approx([10, 10, 90])
+    # two flows into one host: its NIC (100) is their bottleneck, 50 each
+    assert maxmin(nonblocking(4), [("h1", "s1", "h3"), ("h2", "s1", "h3")]) == \
+        pytest.approx([50, 50])
+    assert maxmin(topo, across, rate_of=lambda r: r / 2) == pytest.approx([10 / 3] * 3)
+
+
+def test_not_linked_is_an_error():
+    with pytest.raises(ValueError, match="h1 and s2 are not linked"):
+        maxmin(dumbbell(), [("h1", "s2", "h2")])
+
+
+def model(topo, mode, step, samples=300):
+    p = plan(topo, mode)
+    hosts = [h.name for h in topo.hosts]
+    choices = [trace.paths(topo, p, a, b) for a, b in stride(hosts, step)]
+    totals = sampled_maxmin(topo, choices, samples, seed=1)
+    return sum(totals) / len(totals) / (100 * len(hosts))
+
+
+def test_known_permutation_models():
+    # a spanning tree's k=4 Fat-Tree carries stride-8 through one core link each way
+    assert model(fattree(4), "single", 8) == pytest.approx(0.25)
+    # ECMP's hash collisions on the same (the measured ~0.60, docs/BENCHMARKS.md)
+    assert model(fattree(4), "ecmp", 8) == pytest.approx(0.62, abs=0.03)
+    # a 4x4 torus, dimension order, stride 8 (two rows over): each ring link carries two
+    # flows one way, so every flow gets half its NIC
+    assert model(torus(4, 2), "dor", 8) == 0.5
+    # DCell(3, 1): stride-1 pairs in one DCell_0 share nothing but the switch; the last
+    # server of each cell sends to the next cell and shares the level-1 link's server
+    assert model(dcell(3, 1), "dcell", 1) == pytest.approx(0.75)
+    # VL2 (4, 4, 4): a ToR has 2 uplinks for 4 hosts; VLB hashes twice
+    vlb = model(vl2(4, 4, 4), "vlb", 8)
+    assert 0.25 < vlb <= 0.5
+
+
+def test_shares_follow_the_buckets():
+    topo = fattree(4)
+    shares = trace.paths(topo, plan(topo, "ecmp"), "h1", "h16")
+    assert len(shares) == 4 and all(v == pytest.approx(0.25) for v in shares.values())
+    topo = vl2(4, 4, 4)
+    shares = trace.paths(topo, plan(topo, "vlb"), "h1", "h16")
+    assert sum(shares.values()) == pytest.approx(1)
+    assert len(shares) == 8  # 2 uplinks x 2 intermediates x 2 aggregation switches down
+
+
+def test_a_dropping_plan_is_reported():
+    topo = fattree(4)
+    p = plan(topo, "ecmp")
+    broken = type(p)(mode="ecmp", groups=p.groups,
+                     rules=tuple(r for r in p.rules if r.dpid != topo.switch("e1").dpid
+                                 or r.priority != 100))
+    with pytest.raises(trace.TraceError, match="e1 drops traffic to h2"):
+        trace.paths(topo, broken, "h1", "h2")
