@@ -34,6 +34,7 @@ from topologies.kinds import OWN_ROUTINGS, routings
 from topologies.model import Host, Topology
 from topologies.survey import torus_coords
 
+from .circuits import Circuit, check_circuits
 from .plans import (
     ETH_TYPE_IP,
     PRIORITY_ROUTE,
@@ -301,9 +302,6 @@ def _rail_ports(topo: Topology, switch: str, host: str, mode: str) -> list[int]:
 
 # ---- Hybrid electrical/optical -------------------------------------------------------------
 
-Circuit = tuple[int, int, int]  # (rack a, rack b, optical port index c): a's c-th to b's c-th
-
-
 def circuit_plan(topo: Topology, circuits: tuple[Circuit, ...] | list[Circuit],
                  mode: str = "cthrough") -> Plan:
     """The hybrid fabric with these circuits lit: the packet fabric routed by shortest
@@ -311,6 +309,7 @@ def circuit_plan(topo: Topology, circuits: tuple[Circuit, ...] | list[Circuit],
     both directions, and each circuit's two ToRs sending the traffic for the other rack
     onto it. A rack's c-th optical port joins the other rack's c-th (the OCS's ports are
     numbered rack by rack)."""
+    check_circuits(topo, circuits)
     per = topo.param("circuits")
     ocs = topo.switch("o1")
     packet = _packet_fabric(topo)

@@ -15,7 +15,7 @@ PACKAGES = ("topologies", "testbed", "controllers")
 # the bottom: pure data and decisions, importable by anything, importing no runtime
 PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.plans",
         "controllers.fabric_routing",
-        "controllers.trace",
+        "controllers.trace", "controllers.circuits",
         "controllers.flowsched",
         "controllers.priority", "controllers.flowctl", "controllers.qos_policy",
         "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
