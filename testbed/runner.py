@@ -202,6 +202,7 @@ class RunContext:
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
+                     circuits=self.spec.controller.circuits,
                      fast_failover=self.spec.controller.fast_failover,
                      on_death=self.spec.controller.on_death,
                      datapath_setting=self.spec.datapath, jobs=jobs,

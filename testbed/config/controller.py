@@ -64,6 +64,31 @@ class HederaSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CircuitSpec:
+    """c-Through's circuit scheduler (routing cthrough, a hybrid fabric;
+    controllers/circuits.py): every `period_s` the optical circuits go to the rack pairs
+    that sent each other the most since the last period; a change leaves the circuits that
+    change dark for `dark_ms` (the optical switch reconfiguring) before the new ones carry
+    anything; `hold` >= 1 keeps the circuits unless the new choice carries more than `hold`
+    times their traffic (1: always the best)."""
+    period_s: float = 1.0
+    dark_ms: float = 10.0
+    hold: float = 1.0
+
+    def check(self) -> None:
+        path = "controller.circuits"
+        if not self.period_s > 0:
+            raise SpecError(f"{path}.period_s: must be > 0 (got {self.period_s:g})")
+        if not 0 <= self.dark_ms <= 10_000:
+            raise SpecError(f"{path}.dark_ms: must be in 0..10000 (got {self.dark_ms:g})")
+        if self.dark_ms / 1000 >= self.period_s:
+            raise SpecError(f"{path}.dark_ms: {self.dark_ms:g} ms is not shorter than the "
+                            f"period ({self.period_s:g} s)")
+        if not self.hold >= 1:
+            raise SpecError(f"{path}.hold: must be >= 1 (got {self.hold:g})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class FlowPriority:
     """Priority flow scheduling: the controller gives each TCP flow a DSCP at its ingress
     edge (which the switches' traffic classes act on), from a policy: by_port (`ports`:
@@ -134,6 +159,7 @@ class ControllerSpec:
     plugins: list[str] = field(default_factory=list)
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    circuits: CircuitSpec = field(default_factory=CircuitSpec)
     fast_failover: bool = False
     on_death: Literal["warn", "fail", "restart"] = "warn"
 
@@ -157,6 +183,7 @@ class ControllerSpec:
                 raise SpecError(f"controller.fast_failover: needs routing ecmp, single or "
                                 f"hedera (got {mode})")
         self.hedera.check()
+        self.circuits.check()
         for i, plugin in enumerate(self.plugins):
             if plugin.endswith(".py") and not Path(plugin).exists():
                 raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
@@ -193,6 +220,8 @@ class ControllerConfig:
     results_dir: str
     hedera: HederaSpec = field(default_factory=HederaSpec)
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    circuits: CircuitSpec = field(default_factory=CircuitSpec)
+    circuits_log: str | None = None  # routing cthrough: the scheduler's decisions and steps
     hedera_dir: str = ""
     dataplane_json: str | None = None
     status_dir: str | None = None

@@ -19,6 +19,7 @@ from .traffic import REPO_ROOT, host_env
 
 BUILTIN_APP = "controllers.apps.routing_app"
 FLOW_APP = "controllers.apps.flow_app"  # the routing app + Hedera and/or flow priorities
+CIRCUIT_APP = "controllers.apps.circuit_app"  # the routing app + c-Through's circuits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +37,8 @@ class ControllerLaunch:
     host: str = "127.0.0.1"  # where switches reach it (a cluster's: this server's address)
 
     def argv(self) -> list[str]:
-        routing_app = FLOW_APP if self.config.per_flow else BUILTIN_APP
+        routing_app = (CIRCUIT_APP if self.config.routing == "cthrough" else
+                       FLOW_APP if self.config.per_flow else BUILTIN_APP)
         return [sys.executable, "-m", "controllers.launch",
                 "--ofp-listen-host", self.host, "--ofp-tcp-listen-port", str(self.port),
                 "--wsapi-host", "127.0.0.1", "--wsapi-port", str(self.rest_port),

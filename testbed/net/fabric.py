@@ -23,7 +23,7 @@ from typing import Any
 
 from controllers.recovery import degraded, host_route_changes, host_route_line
 from controllers.routing import plan as routing_plan
-from testbed.config.controller import ControllerConfig, FlowPriority, HederaSpec
+from testbed.config.controller import CircuitSpec, ControllerConfig, FlowPriority, HederaSpec
 from testbed.config.datapath import TRAITS, Traits
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
@@ -73,6 +73,7 @@ class Fabric:
     plugins: tuple[str, ...] = ()
     hedera: HederaSpec = field(default_factory=HederaSpec)  # for routing hedera
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
+    circuits: CircuitSpec = field(default_factory=CircuitSpec)  # for routing cthrough
     fast_failover: bool = False
     on_death: str = "warn"  # the spec's controller.on_death: warn | fail | restart
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
@@ -214,6 +215,8 @@ class Fabric:
             topology_json=str(topo_json), state_json=str(self.out_dir / "controller_state.json"),
             routing=self.routing, results_dir=str(self.out_dir), hedera=self.hedera,
             flow_priority=self.flow_priority, hedera_dir=str(self.hedera_dir),
+            circuits=self.circuits, circuits_log=str(self.circuits_log)
+            if self.routing == "cthrough" else None,
             fast_failover=self.fast_failover,
             dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
             status_dir=str(self.qos_status_dir) if self.qos_plane else None,
@@ -382,6 +385,11 @@ class Fabric:
     def slug(self) -> str:
         """The phase's name in file names (topologies/, controller/, hedera/, qos_apps/)."""
         return self.topology_json.stem if self.topology_json else "fabric"
+
+    @property
+    def circuits_log(self) -> Path:
+        """Where c-Through's scheduler logs its periods and steps for this fabric."""
+        return self.out_dir / "circuits" / f"{self.slug}.jsonl"
 
     @property
     def hedera_dir(self) -> Path:
