@@ -61,13 +61,19 @@ def topo_describe(kind: str, params: tuple[str, ...], as_json: bool, pair) -> No
         click.echo(f"{key:<20} {value}")
 
 
+topology_option = click.option(
+    "--topology", metavar="'KIND [PARAM=VALUE ...]'",
+    help="run SPEC's experiments on this fabric instead of its own (e.g. 'dcell n=4 k=1')")
+
+
 @main.command()
 @click.argument("spec", type=click.Path(path_type=Path))
-def validate(spec: Path) -> None:
+@topology_option
+def validate(spec: Path, topology: str | None) -> None:
     """Check SPEC offline: types, unknown keys, values."""
     from .spec import SpecError, load
     try:
-        s, t = load(spec)
+        s, t = load(spec, topology=topology)
     except SpecError as exc:
         _fail(f"{spec}: {exc}")
     click.echo(f"{spec}: ok ({s.name}: {t.kind}, {len(t.hosts)} hosts, "
@@ -108,18 +114,28 @@ live_port_option = click.option("--live-port", type=click.IntRange(1, 65535), de
 @main.command("run")
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@topology_option
 @live_option
 @live_port_option
-def run_cmd(spec: Path, out: Path | None, live: bool, live_port: int) -> None:
+def run_cmd(spec: Path, out: Path | None, topology: str | None, live: bool,
+            live_port: int) -> None:
     """Run SPEC on an emulated fabric; results go to a directory."""
     from .runner import run_spec
     from .spec import SpecError, load
     try:
-        s, t = load(spec)
+        s, t = load(spec, topology=topology)
     except SpecError as exc:
         _fail(f"{spec}: {exc}")
+    text = spec.read_text()
+    if topology:  # the results keep the spec as it ran: its data with the new topology
+        import yaml
+
+        from .config.loader import read_yaml
+        from .config.spec import with_topology
+        text = (f"# {spec} run with --topology '{topology}'\n"
+                + yaml.safe_dump(with_topology(read_yaml(spec), topology), sort_keys=False))
     try:
-        out_dir = run_spec(s, t, spec.read_text(), out, log=lambda m: click.echo(m, err=True),
+        out_dir = run_spec(s, t, text, out, log=lambda m: click.echo(m, err=True),
                            live_port=live_port if live else None)
     except TestbedError as exc:
         _fail(str(exc))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from topologies import TopologyError, build
+from topologies import TopologyError, build, parse_params
 from topologies.model import Topology
 
 from .cluster import ClusterSpec
@@ -169,6 +169,21 @@ def loads(data: Any, experiments_required: bool = True) -> tuple[Spec, Topology]
     return spec, check(spec, experiments_required)
 
 
-def load(path: str | Path, experiments_required: bool = True) -> tuple[Spec, Topology]:
-    """Load, convert, check a YAML spec file."""
-    return loads(read_yaml(path), experiments_required)
+def load(path: str | Path, experiments_required: bool = True,
+         topology: str | None = None) -> tuple[Spec, Topology]:
+    """Load, convert, check a YAML spec file; `topology` ("KIND [PARAM=VALUE ...]")
+    replaces its topology (the same experiments on another fabric)."""
+    return loads(with_topology(read_yaml(path), topology), experiments_required)
+
+
+def with_topology(data: Any, topology: str | None) -> Any:
+    """Spec data with its topology replaced by `topology` ("KIND [PARAM=VALUE ...]", the
+    parameters as `testbed topo describe` takes them); unchanged for None."""
+    if topology is None or not isinstance(data, dict):
+        return data
+    kind, *args = topology.split()
+    try:
+        params = parse_params(kind, args)
+    except TopologyError as exc:
+        raise SpecError(f"--topology: {exc}") from None
+    return {**data, "topology": {"kind": kind, "params": params}}

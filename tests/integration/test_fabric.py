@@ -9,20 +9,32 @@ from pathlib import Path
 
 import pytest
 
-from topologies import bcube, fattree, leafspine
+from topologies import build
 
 from .helpers import leftovers, rows, run
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("kind,params,topo", [
-    ("fattree", {"k": 4}, fattree(4)),
-    ("leafspine", {"spines": 2, "leaves": 4, "hosts_per_leaf": 4}, leafspine(2, 4, 4)),
-    ("bcube", {"n": 4, "k": 1}, bcube(4, 1)),
+@pytest.mark.parametrize("kind,params,routing", [
+    ("fattree", {"k": 4}, "ecmp"),
+    ("leafspine", {"spines": 2, "leaves": 4, "hosts_per_leaf": 4}, "ecmp"),
+    ("bcube", {"n": 4, "k": 1}, "ecmp"),
+    # the survey's other fabrics (issue 17), each with its own routing: servers relaying
+    # over server-to-server links (DCell, FiConn) and across joined switches (MDCube),
+    # VLB's in_port bounce, dimension order, rail-aligned; the hybrid's packet part
+    ("dcell", {"n": 4, "k": 1}, "own"),
+    ("ficonn", {"n": 4, "k": 1}, "own"),
+    ("mdcube", {"n": 2, "k": 1, "m0": 2, "m1": 2}, "own"),
+    ("vl2", {"da": 4, "di": 4, "hosts_per_tor": 4}, "own"),
+    ("torus", {"sides": "4x4"}, "own"),
+    ("rail", {"servers": 4, "rails": 4, "spines": 2}, "own"),
+    ("hybrid", {"racks": 4, "hosts_per_rack": 4}, "ecmp"),
 ])
-def test_reachability_all_pairs_zero_loss(tmp_path, kind, params, topo):
+def test_reachability_all_pairs_zero_loss(tmp_path, kind, params, routing):
+    topo = build(kind, **params)
     out, summary = run(tmp_path, {"name": f"it-{kind}", "topology": {"kind": kind, "params": params},
+                                  "controller": {"routing": routing},
                                   "experiments": [{"type": "reachability", "count": 2}]})
     assert summary["status"] == "ok"
     table = rows(out, "reachability.csv")
@@ -89,7 +101,7 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
         time.sleep(0.2)
     assert list((out / "flows").glob("*client.json")), "the run never started its flows"
     time.sleep(1)
-    switches = [s.name for s in fattree(4).switches]
+    switches = [s.name for s in build("fattree", k=4).switches]
     os.kill(proc.pid, sig)
     assert proc.wait(timeout=60) != 0
     if sig == signal.SIGKILL:  # no chance to tear down: everything recorded is still there

@@ -42,3 +42,16 @@ def test_topo_describe_and_validate_need_no_root():
     assert bad.stderr.strip() == "error: fattree: k must be an even integer in 2..4096 (got 5)"
     valid = CliRunner().invoke(cli.main, ["validate", str(REPO / "experiments/quickstart.yaml")])
     assert valid.exit_code == 0 and "ok (quickstart: fattree, 16 hosts" in valid.stdout
+
+
+def test_one_spec_on_another_fabric():
+    spec = str(REPO / "experiments/reachability.yaml")
+    ok = CliRunner().invoke(cli.main, ["validate", spec, "--topology", "torus sides=3x3x2"])
+    assert ok.exit_code == 0 and ": torus, 18 hosts" in ok.stdout
+    ok = CliRunner().invoke(cli.main, ["validate", spec, "--topology", "dcell 4 1"])
+    assert ok.exit_code == 0 and ": dcell, 20 hosts" in ok.stdout
+    bad = CliRunner().invoke(cli.main, ["validate", spec, "--topology", "dcell n=1"])
+    assert bad.exit_code == 2
+    assert "--topology: " not in bad.stderr and "dcell: n must be an integer in 2.." in bad.stderr
+    bad = CliRunner().invoke(cli.main, ["validate", spec, "--topology", "mesh 4"])
+    assert "--topology: unknown topology kind 'mesh'" in bad.stderr
