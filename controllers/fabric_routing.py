@@ -37,6 +37,7 @@ from topologies.survey import torus_coords
 from .circuits import Circuit, check_circuits
 from .plans import (
     ETH_TYPE_IP,
+    IN_PORT,
     PRIORITY_ROUTE,
     Group,
     Plan,
@@ -49,6 +50,7 @@ from .plans import (
 
 ALL_ROUTINGS = tuple(dict.fromkeys(["ecmp", "single", "hedera"]
                                    + [m for ms in OWN_ROUTINGS.values() for m in ms]))
+PRIORITY_RETURN = 101  # VLB: an intermediate sending a packet back down the link it came by
 PRIORITY_BOUNCE = 102  # VLB: what arrives at an aggregation switch from a ToR goes up
 PRIORITY_CIRCUIT = 103  # c-Through: a rack pair's traffic onto its circuit
 
@@ -197,7 +199,10 @@ def vlb_plan(topo: Topology) -> Plan:
     """VLB on VL2's Clos, every flow hashed at each stage on its 5-tuple: at its ToR over
     the two aggregation switches, at the aggregation switch over the intermediates (for
     whatever arrives from a ToR, even for a host under the same switch), at the
-    intermediate over the destination ToR's two aggregation switches; down from there."""
+    intermediate over the destination ToR's two aggregation switches; down from there.
+    When the intermediate picks the aggregation switch the packet came up from, it sends it
+    back down that link: an entry per such ingress port whose group names IN_PORT (an
+    OpenFlow switch drops a packet sent out of the port it came in on otherwise)."""
     groups: list[Group] = []
     rules: list[Rule] = []
     half = topo.param("da") // 2
@@ -234,11 +239,18 @@ def vlb_plan(topo: Topology) -> Plan:
                     rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
                                       out_port=down[0]))
             else:  # intermediate: down to the destination ToR's aggregation switches
-                aggs = [p for p, peer, _ in ports
-                        if any(x == tor_of[host.name] for _, x, _ in topo.ports_of(peer))]
-                if aggs:
-                    rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
-                                      group_id=group(decorrelated_buckets(tuple(aggs), 2 * half))))
+                aggs = tuple(p for p, peer, _ in ports
+                             if any(x == tor_of[host.name] for _, x, _ in topo.ports_of(peer)))
+                if not aggs:
+                    continue
+                down = decorrelated_buckets(aggs, 2 * half)
+                rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
+                                  group_id=group(down)))
+                for came in aggs:  # bounced off one of them: back down the same link
+                    rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_RETURN,
+                                      match=match + (("in_port", came),),
+                                      group_id=group(tuple(IN_PORT if b == came else b
+                                                           for b in down))))
         if sw.role == "agg" and by_role.get("int"):
             up = group(decorrelated_buckets(tuple(by_role["int"]), 2))
             for port in by_role.get("tor", []):

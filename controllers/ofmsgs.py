@@ -26,7 +26,9 @@ def group_mod(dp, group: Group, op: str = "add") -> object:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     command = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[op]
     ff = group.kind == "ff"
-    buckets = [parser.OFPBucket(weight=0 if ff else 1, watch_port=port,
+    buckets = [parser.OFPBucket(weight=0 if ff else 1,
+                                # the ingress port is up: the packet just came in on it
+                                watch_port=ofp.OFPP_ANY if port == ofp.OFPP_IN_PORT else port,
                                 watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)])
                for port in group.buckets] if op != "delete" else []

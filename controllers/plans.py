@@ -30,13 +30,18 @@ IP_PROTO_TCP = 6
 
 
 FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
+# OpenFlow's OFPP_IN_PORT: the port the packet came in on. A switch silently drops a packet
+# whose output port is the one it arrived on unless the action names IN_PORT (VL2's
+# intermediate switch sends a bounced packet back down the link it came up by, when the
+# hash picks that aggregation switch).
+IN_PORT = 0xFFFFFFF8
 MAX_BUCKETS = 64  # OVS's dp_hash selection handles at most 64 hash slots
 
 
 @dataclass(frozen=True, kw_only=True)
 class Group:
-    """A select group: one bucket per entry of `buckets` (an output port each; a port may
-    appear several times, see `decorrelated_buckets`); or (`kind` "ff") a fast-failover
+    """A select group: one bucket per entry of `buckets` (an output port each, IN_PORT
+    included; a port may appear several times, see `decorrelated_buckets`); or (`kind` "ff") a fast-failover
     group, whose first bucket whose port is up forwards (controllers/failover.py)."""
     dpid: int
     group_id: int

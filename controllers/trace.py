@@ -2,7 +2,8 @@
 through the plan's flow tables and relay routes, each with the share of flows a hash puts
 on it.
 
-A switch applies its highest-priority matching entry (on in_port, eth_dst and ipv4_dst);
+A switch applies its highest-priority matching entry (on in_port, eth_dst and ipv4_dst),
+and drops what it would send back out of the port it came in on (unless IN_PORT says so);
 a select group spreads flows over its buckets in proportion (a port listed twice takes
 twice the share); a relay server's multipath route spreads them over its next hops
 equally; a direct link between servers needs no switch. The shares treat every hashing
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from topologies.model import Topology
 
-from .plans import Plan, Rule, arp_reply
+from .plans import IN_PORT, Plan, Rule, arp_reply
 
 Path = tuple[str, ...]
 MAX_HOPS = 64
@@ -110,8 +111,12 @@ class _Tracer:
             buckets = self.groups[(self.topo.switch(sw).dpid, rule.group_id)]
         else:
             buckets = (rule.out_port,)  # type: ignore[assignment]
-        for port in dict.fromkeys(buckets):
-            part = share * buckets.count(port) / len(buckets)
+        for bucket in dict.fromkeys(buckets):
+            part = share * buckets.count(bucket) / len(buckets)
+            if bucket == in_port:  # OpenFlow: no output to the ingress port unless IN_PORT
+                raise TraceError(f"{sw} sends traffic to {self.dst} back out of port "
+                                 f"{in_port}, which it came in on: dropped (path {path})")
+            port = in_port if bucket == IN_PORT else bucket
             peer = self.topo.peer(sw, port)
             if peer is None:
                 raise TraceError(f"{sw} sends to {self.dst} out of port {port}, which is down")
