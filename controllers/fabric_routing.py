@@ -234,10 +234,10 @@ def vlb_plan(topo: Topology) -> Plan:
                     rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
                                       group_id=group(tuple(by_role["agg"]))))
             elif sw.role == "agg":
-                down = [p for p, peer, _ in ports if peer == tor_of[host.name]]
-                if down:
+                below = [p for p, peer, _ in ports if peer == tor_of[host.name]]
+                if below:
                     rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
-                                      out_port=down[0]))
+                                      out_port=below[0]))
             else:  # intermediate: down to the destination ToR's aggregation switches
                 aggs = tuple(p for p, peer, _ in ports
                              if any(x == tor_of[host.name] for _, x, _ in topo.ports_of(peer)))
