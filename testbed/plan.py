@@ -235,6 +235,12 @@ def loads(spec: Spec, topo: Topology, exp: ExperimentSpec, cap: Capacity = REFER
             for pattern in exp.patterns:  # type: ignore[attr-defined]
                 flows = [(a, b) for a, b in patterns.generate(pattern, where, exp.seed)]  # type: ignore[attr-defined]
                 yield Load(f"{routing} {pattern}", where, mtu, flows)
+    elif kind == "circuits":  # a rack pair's hosts, one flow each, over the packet fabric
+        fabric = _rated(spec, topo)
+        for a, b in exp.pairs:  # type: ignore[attr-defined]
+            src = [h.name for h in fabric.hosts if h.label("rack") == a]
+            dst = [h.name for h in fabric.hosts if h.label("rack") == b]
+            yield Load(f"racks {a}->{b}", fabric, mtu, list(zip(src, dst)))
     elif kind == "link_calibration":
         fabric = _rated(spec, topo)
         a, b = (h.name for h in fabric.hosts[:2])

@@ -175,10 +175,11 @@ class RunContext:
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
                hedera: dict[str, Any] | None = None, jobs: bool = False,
+               circuits: dict[str, Any] | None = None,
                **link_overrides: Any) -> Iterator[Fabric]:
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
-        `hedera` changes some of the scheduler's settings, `jobs` loads the cross-job
-        policies' app (it needs `qos`)."""
+        `hedera` and `circuits` change some of Hedera's or c-Through's settings, `jobs`
+        loads the cross-job policies' app (it needs `qos`)."""
         routing = own_routing(topo.kind, routing)
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
@@ -202,7 +203,7 @@ class RunContext:
                      plugins=tuple(self.spec.controller.plugins),
                      hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                      flow_priority=self.spec.controller.flow_priority,
-                     circuits=self.spec.controller.circuits,
+                     circuits=replace(self.spec.controller.circuits, **(circuits or {})),
                      fast_failover=self.spec.controller.fast_failover,
                      on_death=self.spec.controller.on_death,
                      datapath_setting=self.spec.datapath, jobs=jobs,

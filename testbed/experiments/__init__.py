@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import (
                calibration,
+               circuits,
                ecn_queue,
                incast,
                jobs,
@@ -30,6 +31,7 @@ EXPERIMENTS: dict[str, Experiment] = register(
     training.EXPERIMENT,
     parallel.EXPERIMENT,
     jobs.EXPERIMENT,
+    circuits.EXPERIMENT,
 )
 
 
