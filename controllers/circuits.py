@@ -38,20 +38,24 @@ class Step:
     circuits: tuple[Circuit, ...]
 
 
-def rack_demand(topo: Topology, before: dict[tuple[int, str], int],
-                after: dict[tuple[int, str], int]) -> dict[tuple[int, int], int]:
+Counters = dict[tuple[int, str, int], int]  # (ToR dpid, destination IP, priority) -> bytes
+
+
+def rack_demand(topo: Topology, before: Counters, after: Counters
+                ) -> dict[tuple[int, int], int]:
     """Bytes each rack sent to each other rack between two readings of the ToRs' route
-    counters, {(ToR dpid, destination IP): bytes} (a counter that went down: the entry was
-    replaced, its new count is all new)."""
+    entries' counters, one per entry: the packet fabric's route and, while a circuit
+    carries the pair, the circuit's (an entry that went away counts nothing more; one
+    whose count went down was replaced, and all of its count is new)."""
     out: dict[tuple[int, int], int] = {}
-    for (dpid, ip), count in after.items():
+    for (dpid, ip, priority), count in after.items():
         sw, host = topo.switch_by_dpid(dpid), topo.host_by_ip(ip)
         if sw is None or host is None or sw.role != "tor":
             continue
         a, b = sw.label("rack"), host.label("rack")
         if a is None or b is None or a == b:
             continue
-        old = before.get((dpid, ip), 0)
+        old = before.get((dpid, ip, priority), 0)
         delta = count - old if count >= old else count
         out[(a, b)] = out.get((a, b), 0) + delta
     return out
@@ -62,12 +66,15 @@ def choose(demand: dict[tuple[int, int], int], racks: int, ports: int,
     """The circuits for the next period: per port, a maximum-weight matching of the rack
     pairs by their traffic both ways (pairs already given a circuit left out). `hold` >= 1:
     keep the installed circuits unless the new matching carries more than `hold` times
-    their traffic (1: always take the best). Sorted; empty when nothing crossed racks."""
+    their traffic (1: always take the best). Sorted; the installed ones when nothing
+    crossed racks."""
     weight: dict[tuple[int, int], int] = {}
     for (a, b), n in demand.items():
         if 0 <= a < racks and 0 <= b < racks and a != b and n > 0:
             key = (min(a, b), max(a, b))
             weight[key] = weight.get(key, 0) + n
+    if not weight:  # nothing crossed racks: no reason to move a mirror
+        return tuple(sorted(installed))
     out: list[Circuit] = []
     left = dict(weight)
     for port in range(ports):

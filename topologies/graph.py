@@ -6,6 +6,7 @@ pass through any other host.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import networkx as nx
 
@@ -86,23 +87,28 @@ def shortest_paths(topo: Topology, src: str, dst: str) -> list[tuple[str, ...]]:
     return out
 
 
-def link_shares(topo: Topology, flows: list[tuple[str, str, float]]
+def link_shares(topo: Topology, flows: list[tuple[str, str, float]],
+                paths_of: Callable[[str, str], dict[tuple[str, ...], float]] | None = None
                 ) -> dict[tuple[str, str], float]:
     """Each directed link's load per Mb/s of its rate when every (src, dst, weight) flow
-    sends `weight` units, split evenly over its shortest paths (a fluid view of ECMP).
-    Multiplied by a host's link rate: how many times that host's rate the link is asked to
-    carry (above 1: the flows sharing it slow down)."""
+    sends `weight` units, split over its paths: evenly over its shortest paths (a fluid
+    view of ECMP), or as `paths_of(src, dst)` says ({path: share}, a routing's own, e.g.
+    controllers/trace.py's). Multiplied by a host's link rate: how many times that host's
+    rate the link is asked to carry (above 1: the flows sharing it slow down)."""
     load: dict[tuple[str, str], float] = {}
     for src, dst, weight in flows:
         if src == dst or weight <= 0:
             continue
-        paths = shortest_paths(topo, src, dst)
-        for path in paths:
+        if paths_of is None:
+            shortest = shortest_paths(topo, src, dst)
+            shares = {path: 1 / len(shortest) for path in shortest}
+        else:
+            shares = paths_of(src, dst)
+        for path, share in shares.items():
             for u, v in zip(path, path[1:]):
                 link = topo.link_between(u, v)
                 assert link is not None  # consecutive nodes of a path
-                rate = link.rate_mbps
-                load[(u, v)] = load.get((u, v), 0.0) + weight / rate / len(paths)
+                load[(u, v)] = load.get((u, v), 0.0) + weight * share / link.rate_mbps
     return load
 
 

@@ -27,7 +27,7 @@ class CircuitRouting(FabricRouting):
         super().__init__(*args, **kwargs)
         self.spec = self.config.circuits
         self.installed: tuple[circuits.Circuit, ...] = ()
-        self.before: dict[tuple[int, str], int] = {}
+        self.before: circuits.Counters = {}
         self.stats: dict[int, list] = {}
         self.stats_done: set[int] = set()
         self.tors = [s.dpid for s in self.topo.switches if s.role == "tor"]
@@ -65,8 +65,8 @@ class CircuitRouting(FabricRouting):
                          "sent_s": round(time.time() - started, 4)})
         self.installed = wanted
 
-    def _read_counters(self) -> dict[tuple[int, str], int]:
-        """Bytes per (ToR dpid, destination IP) over the ToRs' IPv4 routes."""
+    def _read_counters(self) -> circuits.Counters:
+        """Bytes of each of the ToRs' IPv4 route entries (packet fabric and circuit)."""
         self.stats, self.stats_done = {}, set()
         tors = [dpid for dpid in self.tors if dpid in self.datapaths]
         for dpid in tors:
@@ -79,12 +79,12 @@ class CircuitRouting(FabricRouting):
         deadline = time.time() + min(1.0, self.spec.period_s / 2)
         while len(self.stats_done) < len(tors) and time.time() < deadline:
             hub.sleep(0.005)
-        out: dict[tuple[int, str], int] = {}
+        out: circuits.Counters = {}
         for dpid, entries in self.stats.items():
             for e in entries:
                 ip = dict(e.match.items()).get("ipv4_dst")
                 if ip is not None:
-                    out[(dpid, ip)] = out.get((dpid, ip), 0) + e.byte_count
+                    out[(dpid, ip, e.priority)] = e.byte_count
         return out
 
     def _apply(self, lit: tuple[circuits.Circuit, ...]) -> int:

@@ -133,7 +133,7 @@ def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1:
         first = int((lit_after + settle_s) / interval_s) + 1
         tail = series[first:]
         on_circuit = sum(tail) / len(tail) if tail else None
-    turn = sum(r.goodput_mbps for r in results)
+    total = sum(r.goodput_mbps for r in results)
     duration = t1 - t0
     wait = min(lit_after, duration) if lit_after is not None else duration
     model = (packet_mbps * wait + circuit_mbps * (duration - wait)) / duration
@@ -145,7 +145,7 @@ def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1:
             round_or_none(measured_dark, 2), round_or_none(on_circuit, 3),
             round(circuit_mbps, 3),
             round_or_none(on_circuit / circuit_mbps if on_circuit else None, 4),
-            round(turn, 3), round(model, 3), round(turn / model, 4) if model else None,
+            round(total, 3), round(model, 3), round(total / model, 4) if model else None,
             round(lost, 3), len(results), sum(r.retransmits for r in results), cpu_bound]
 
 

@@ -19,7 +19,7 @@ from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
-from testbed.results.stats import percentile_or_none, round_or_none
+from testbed.results.stats import percentile, percentile_or_none
 from testbed.workloads.flows import (
     assign_ports,
     crosses,
@@ -127,19 +127,28 @@ MODEL_SAMPLES = 200  # hash draws per pattern for a hashed routing's max-min mod
 UNMODELLED = ("hedera", "hedera_sa", "cthrough")  # routings whose paths change as they run
 
 
-def routed_model(topo: Topology, routing: str, pairs, mtu_bytes: int, seed: int) -> float | None:
-    """What this fabric and routing give these flows in theory, as a fraction of the hosts'
+def routed_model(topo: Topology, routing: str, pairs, mtu_bytes: int,
+                 seed: int) -> tuple[float, float, float] | None:
+    """What this fabric and routing give these flows in theory, as fractions of the hosts'
     summed rate: the flows' max-min fair shares on the paths the routing's plan gives them
-    (controllers/trace.py), counted as TCP payload; a hashed routing's mean over
-    MODEL_SAMPLES draws of every flow's path (its shares of the hash). None for a
-    scheduler whose paths change while it runs."""
+    (controllers/trace.py), counted as TCP payload; for a hashed routing, over
+    MODEL_SAMPLES draws of every flow's path (its shares of the hash), the mean and the
+    10th and 90th percentiles (one run is one draw: its hash outcome lands in that range).
+    None for a scheduler whose paths change while it runs."""
     if routing in UNMODELLED:
         return None
     plan = routing_plan(topo, routing)
     choices = [trace.paths(topo, plan, src, dst) for src, dst in pairs]
     fraction = tcp_payload_fraction(mtu_bytes)
     totals = sampled_maxmin(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
-    return sum(totals) / len(totals) / host_rate_sum(topo)
+    ideal = host_rate_sum(topo)
+    return (sum(totals) / len(totals) / ideal, percentile(totals, 10) / ideal,
+            percentile(totals, 90) / ideal)
+
+
+def model_cells(model: tuple[float, float, float] | None) -> list[float | None]:
+    """routed_model's three CSV cells (empty without a model)."""
+    return [round(x, 4) for x in model] if model else [None, None, None]
 
 
 def run(ctx: Context, exp: Permutation) -> Outcome:
@@ -211,9 +220,9 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                  percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
                                  round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
                                        4),
-                                 round_or_none(routed_model(fab.topo, routing, pairs,
-                                                            ctx.spec.links.mtu_bytes,
-                                                            exp.seed + rep), 4)])
+                                 *model_cells(routed_model(fab.topo, routing, pairs,
+                                                           ctx.spec.links.mtu_bytes,
+                                                           exp.seed + rep))])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),
                                    r.retransmits, r.sender_cc,
                                    round(r.seconds, 4) if exp.flow_bytes else None,
@@ -225,7 +234,7 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                       "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
                                       "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
                                       "slowdown_p50", "slowdown_p99", "maxmin_model",
-                                      "routed_model"],
+                                      "routed_model", "routed_model_p10", "routed_model_p90"],
                   rows)
     ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
                                             "goodput_mbps", "retransmits_pkts", "sender_cc",

@@ -11,12 +11,17 @@ def test_demand_per_rack_pair_from_route_counters():
     topo = hybrid(racks=3, hosts_per_rack=2)
     e1, e2 = topo.switch("e1").dpid, topo.switch("e2").dpid
     ip = {h.name: h.ip for h in topo.hosts}  # h1 h2 rack 0, h3 h4 rack 1, h5 h6 rack 2
-    before = {(e1, ip["h3"]): 1000, (e1, ip["h5"]): 50}
-    after = {(e1, ip["h3"]): 5000, (e1, ip["h4"]): 700, (e1, ip["h5"]): 20,
-             (e1, ip["h2"]): 999, (e2, ip["h1"]): 300}
-    # h5's counter went down: its entry was replaced (a circuit), the 20 are new bytes;
-    # traffic inside rack 0 (h2) is no rack pair's
-    assert rack_demand(topo, before, after) == {(0, 1): 4700, (0, 2): 20, (1, 0): 300}
+    route, circuit = 100, 103
+    before = {(e1, ip["h3"], route): 1000, (e1, ip["h5"], route): 50,
+              (e1, ip["h5"], circuit): 9000}
+    after = {(e1, ip["h3"], route): 5000, (e1, ip["h4"], route): 700,
+             (e1, ip["h5"], route): 60, (e1, ip["h2"], route): 999, (e2, ip["h1"], route): 300}
+    # the circuit entry towards h5 went away (its circuit went dark): nothing more from it,
+    # and the route entry's 10 new bytes; traffic inside rack 0 (h2) is no rack pair's
+    assert rack_demand(topo, before, after) == {(0, 1): 4700, (0, 2): 10, (1, 0): 300}
+    # an entry whose count went down was replaced: all of it is new
+    assert rack_demand(topo, {(e1, ip["h3"], circuit): 500},
+                       {(e1, ip["h3"], circuit): 200}) == {(0, 1): 200}
 
 
 def test_the_busiest_pairs_get_the_circuits():
@@ -26,6 +31,7 @@ def test_the_busiest_pairs_get_the_circuits():
     # two ports: the second matching gets the pairs left
     assert choose(demand, racks=4, ports=2) == ((0, 1, 0), (0, 2, 1), (2, 3, 0))
     assert choose({}, racks=4, ports=1) == ()
+    assert choose({}, racks=4, ports=1, installed=((0, 1, 0),)) == ((0, 1, 0),)  # idle: kept
     assert choose({(0, 9): 5}, racks=4, ports=1) == ()  # no such rack
 
 

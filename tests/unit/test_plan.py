@@ -32,8 +32,9 @@ MEASURED_CPU_BOUND = {
     "jobs_training": False, "plugins_fattree": False,
     # measured for this on 2026-11-24: no phase flagged; ranks waited 30% and 12%
     "quickstart": False, "parallel_smoke": True,
-    # issue 17, measured 2026-11-24 on its default DCell(4, 1): no phase flagged
-    "permutation_survey": False,
+    # issue 17, measured 2026-11-24 (permutation_survey on its default DCell(4, 1)): no
+    # phase flagged
+    "permutation_survey": False, "circuits_hybrid": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE = {

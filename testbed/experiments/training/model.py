@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from controllers import trace
+from controllers.routing import plan as routing_plan
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.workloads import commmodel
 from topologies.graph import distances_to, link_shares
@@ -94,15 +96,26 @@ def ingress_spread(topo: Topology, host: str, senders: list[str]) -> float:
     return len(others) / max(load.values())
 
 
-def ring_link_load(topo: Topology, hosts: list[str]) -> float:
+def ring_link_load(topo: Topology, hosts: list[str], routing: str | None = None) -> float:
     """The busiest link's load when every host of the ring sends one unit to the next
-    (rank order), each flow split evenly over its shortest paths, in units of the slowest
-    host link's rate: 1.0 when every ring flow has its links to itself. More than 1 when
-    ring flows share links, as BCube's relayed flows share their relay servers' links."""
+    (rank order), each flow split evenly over its shortest paths (or, given `routing`,
+    over the paths that routing's plan gives it, in its hash shares), in units of the
+    slowest host link's rate: 1.0 when every ring flow has its links to itself. More than 1
+    when ring flows share links, as BCube's relayed flows share their relay servers' links
+    or dimension-order routing's flows a torus ring's."""
     if len(hosts) < 2:
         return 1.0
     base = min(host_link(topo, h).rate_mbps for h in hosts)
-    shares = link_shares(topo, [(a, b, 1.0) for a, b in zip(hosts, hosts[1:] + hosts[:1])])
+    paths_of = None
+    if routing is not None and routing != "hedera":
+        # c-Through: the packet fabric's paths (its circuits, which follow demand, can only
+        # take load off them)
+        plan = routing_plan(topo, "ecmp" if routing == "cthrough" else routing)
+
+        def paths_of(src: str, dst: str) -> dict[tuple[str, ...], float]:
+            return trace.paths(topo, plan, src, dst)
+    shares = link_shares(topo, [(a, b, 1.0) for a, b in zip(hosts, hosts[1:] + hosts[:1])],
+                         paths_of)
     return max(1.0, base * max(shares.values()))
 
 

@@ -264,7 +264,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     server_rate = min((host_link(topo, h).rate_mbps * ingress_spread(topo, h, hosts)
                        for h in placement.servers), default=rate)
     # ring flows that share a link share its rate (None for a parameter server)
-    measured["ring_link_load"] = (round(ring_link_load(topo, placement.workers), 3)
+    measured["ring_link_load"] = (round(ring_link_load(topo, placement.workers, fab.routing), 3)
                                   if job.sync != "ps" else None)
     summary, iter_rows = summarise(exp, job, n, placement, job_dir, fabric_label,
                                    (rate, server_rate), fab.links.mtu_bytes, rtt,
