@@ -4,7 +4,7 @@ import pytest
 
 from controllers import trace
 from controllers.routing import plan
-from topologies import dcell, dumbbell, fattree, nonblocking, torus, vl2
+from topologies import bcube, dcell, dumbbell, fattree, nonblocking, torus, vl2
 from topologies.fairshare import maxmin, sampled_maxmin
 from topologies.patterns import stride
 
@@ -70,3 +70,15 @@ def test_a_dropping_plan_is_reported():
                                  or r.priority != 100))
     with pytest.raises(trace.TraceError, match="e1 drops traffic to h2"):
         trace.paths(topo, broken, "h1", "h2")
+
+
+def test_a_hashed_ring_shares_links_that_its_fluid_model_does_not():
+    """BCube's rings measured about twice their fluid model (docs/FIDELITY.md): each ring
+    flow takes one hashed path, and two of them on one relay link is the usual draw."""
+    from testbed.experiments.training.model import ring_link_load
+    ring = ["h1", "h2", "h3", "h5", "h6", "h7", "h9", "h10", "h11", "h13", "h14", "h15"]
+    bcube4 = bcube(4, 1)
+    assert ring_link_load(bcube4, ring) == 1.0  # fluid: every flow's links to itself
+    assert 1.7 < ring_link_load(bcube4, ring, "ecmp") < 2.0
+    assert ring_link_load(fattree(4), ring, "ecmp") == 1.0  # no ring flows collide
+    assert ring_link_load(torus(4, 2), ring, "dor") == 1.0  # one path each: one draw

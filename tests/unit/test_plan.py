@@ -34,7 +34,7 @@ MEASURED_CPU_BOUND = {
     "quickstart": False, "parallel_smoke": True,
     # issue 17, measured 2026-11-24 (permutation_survey on its default DCell(4, 1)): no
     # phase flagged
-    "permutation_survey": False, "circuits_hybrid": False,
+    "permutation_survey": False, "circuits_hybrid": False, "training_survey": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE = {

@@ -1,0 +1,48 @@
+"""The survey's fabrics under load (issue 17): a permutation under each fabric's own
+routing against the max-min model of the paths that routing gives, and c-Through moving
+an optical circuit, with the tolerances the issue states (10%) and the dark time measured
+on the optical switch's ports."""
+from .helpers import leftovers, rows, run
+
+LINKS = {"buffer_pkts": 100, "mtu_bytes": 9000}  # off the CPU limit (permutation_survey.yaml)
+
+
+def test_own_routings_carry_a_permutation_as_their_max_min_model_says(tmp_path):
+    """Dimension order on a 4x4 torus and DCellRouting on DCell(4, 1), at 20 Mb/s: both
+    deterministic, so the model is the max-min shares of the very paths the flows take."""
+    for kind, params in (("torus", {"sides": "4x4", "rate_mbps": 20}),
+                         ("dcell", {"n": 4, "k": 1, "rate_mbps": 20})):
+        out, summary = run(tmp_path / kind, {
+            "name": f"it-survey-{kind}", "topology": {"kind": kind, "params": params},
+            "links": LINKS,
+            "experiments": [{"type": "permutation", "patterns": ["stride:4"],
+                             "routings": ["own"], "duration_s": 10, "omit_s": 2}]})
+        assert summary["status"] == "ok"
+        (row,) = rows(out, "permutation.csv")
+        assert row["cpu_bound"] == "False", row
+        measured, model = float(row["normalised_to_ideal"]), float(row["routed_model"])
+        assert abs(measured / model - 1) <= 0.10, (kind, measured, model)
+        assert int(row["lost_in_switches_pkts"]) == 0
+
+
+def test_cthrough_lights_the_busy_pair_after_the_dark_time(tmp_path):
+    out, summary = run(tmp_path, {
+        "name": "it-circuits",
+        "topology": {"kind": "hybrid", "params": {"racks": 3, "hosts_per_rack": 2,
+                                                  "host_rate": 20, "packet_rate": 10,
+                                                  "circuit_rate": 30}},
+        "links": LINKS, "controller": {"routing": "cthrough"},
+        "experiments": [{"type": "circuits", "pairs": [[0, 1], [0, 2]], "turn_s": 6,
+                         "settings": [{"period_s": 0.5, "dark_ms": 50}]}]})
+    assert summary["status"] == "ok"
+    table = rows(out, "circuits.csv")
+    assert [(r["src_rack"], r["dst_rack"]) for r in table] == [("0", "1"), ("0", "2")]
+    for r in table:
+        assert r["cpu_bound"] == "False", r
+        # lit within two periods of the demand moving (a period to see it, one to read)
+        assert float(r["lit_after_s"]) <= 1.0 + 0.05, r
+        # the circuit carries its rate (TCP payload), the packet fabric a third of it
+        assert abs(float(r["circuit_over_rate"]) - 1) <= 0.10, r
+        # dark for the configured 50 ms, plus the flow-table writes and the first packet
+        assert 50 <= float(r["dark_measured_ms"]) <= 50 + 40, r
+    assert leftovers(["e1", "e2", "e3", "c1", "o1"]) == []
