@@ -10,8 +10,13 @@ period and moves the circuit: dark, then lit `dark_ms` later (its log has both s
 with their times). Measured per turn:
 - `lit_after_s`: from the turn's start to the light step that gave its pair a circuit;
 - `dark_measured_ms`: from that change's dark step to the first packet the optical switch
-  sent towards the destination rack (its egress queue's counters, sampled at `sample_hz`);
-  the configured dark time plus the controller's flow-table writes;
+  sent towards the destination rack (its egress queue's counters, sampled at `sample_hz`;
+  a ping every `probe_ms` between the pair's first hosts keeps packets waiting, whatever
+  TCP's state): the configured dark time plus the controller's flow-table writes. Only when the pair's
+  traffic was already crossing the packet fabric at the dark step (its ToR's uplink
+  counters): otherwise the first packet waits for the flows to start, not for the mirror.
+  `dark_applied_ms` is the controller's own: from its dark step to its light step (the
+  difference to the measured one is Open vSwitch taking the new entries into its datapath);
 - `circuit_mbps`: the pair's received goodput from `settle_s` after the light step to the
   turn's end, against the circuit's rate in TCP payload (`circuit_over_rate`);
 - `turn_mbps` against `model_mbps`: the whole turn's goodput beside what an instant
@@ -22,6 +27,7 @@ with their times). Measured per turn:
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +39,7 @@ from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.stats import round_or_none
-from testbed.workloads.flows import assign_ports
+from testbed.workloads.flows import assign_ports, probe_argv
 from topologies.fairshare import maxmin
 from topologies.model import Topology, ifname
 
@@ -55,6 +61,7 @@ class Circuits(ExperimentSpec):
     settle_s: float = 1.0
     interval_s: float = 0.1
     sample_hz: float = 1000.0
+    probe_ms: float = 2.0  # a ping this often from the pair's first hosts (dark time)
     # each a fabric of its own; default: the spec's controller.circuits
     settings: list[CircuitSetting] = field(default_factory=list)
 
@@ -74,6 +81,8 @@ class Circuits(ExperimentSpec):
             raise SpecError(f"{path}.settle_s: must be in 0..turn_s")
         if not 0.1 <= self.interval_s <= 1:
             raise SpecError(f"{path}.interval_s: must be in 0.1..1 (got {self.interval_s:g})")
+        if not 1 <= self.probe_ms <= 100:
+            raise SpecError(f"{path}.probe_ms: must be in 1..100 (got {self.probe_ms:g})")
         if not 10 <= self.sample_hz <= 5000:
             raise SpecError(f"{path}.sample_hz: must be in 10..5000 (got {self.sample_hz:g})")
         for j, s in enumerate(self.settings):
@@ -83,7 +92,7 @@ class Circuits(ExperimentSpec):
 
 
 TURN_HEADER = ["period_s", "dark_ms", "turn", "src_rack", "dst_rack", "lit_after_s",
-               "dark_measured_ms", "circuit_mbps", "circuit_rate_mbps", "circuit_over_rate",
+               "dark_applied_ms", "dark_measured_ms", "circuit_mbps", "circuit_rate_mbps", "circuit_over_rate",
                "turn_mbps", "model_mbps", "turn_over_model", "lost_mb", "flows",
                "retransmits_pkts", "cpu_bound"]
 
@@ -114,9 +123,14 @@ def steps_of(log: Path) -> list[dict]:
 
 def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1: float,
              steps: list[dict], first_sent: dict[int, float], results: list, interval_s: float,
-             settle_s: float, packet_mbps: float, circuit_mbps: float, cpu_bound: bool) -> list:
+             settle_s: float, packet_mbps: float, circuit_mbps: float, cpu_bound: bool,
+             waiting_since: float | None = None) -> list:
     """One turn's row of circuits.csv (TURN_HEADER); `first_sent`: dst rack -> Unix time
-    of the first packet the optical switch sent towards it after each light step."""
+    of the first packet the optical switch sent towards it after the turn's light step;
+    `waiting_since`: when the pair's first packet crossed the packet fabric (its ToR's
+    uplink). The dark time is measured only when traffic was waiting when the circuit went
+    dark (before that, the circuit's first packet waits for the flows to start, not for
+    the mirror)."""
     a, b = pair
     key = [min(a, b), max(a, b)]
     light = next((s for s in steps if s["step"] == "light" and s["time"] >= t0
@@ -139,10 +153,12 @@ def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1:
     model = (packet_mbps * wait + circuit_mbps * (duration - wait)) / duration
     lost = (circuit_mbps - packet_mbps) * wait / 8  # MB the wait cost
     measured_dark = None
-    if dark is not None and b in first_sent:
+    waiting = dark is not None and waiting_since is not None and waiting_since <= dark["time"]
+    if waiting and dark is not None and b in first_sent:
         measured_dark = (first_sent[b] - dark["time"]) * 1000
+    applied = (light["time"] - dark["time"]) * 1000 if light and dark else None
     return [setting.period_s, setting.dark_ms, turn, a, b, round_or_none(lit_after, 3),
-            round_or_none(measured_dark, 2), round_or_none(on_circuit, 3),
+            round_or_none(applied, 2), round_or_none(measured_dark, 2), round_or_none(on_circuit, 3),
             round(circuit_mbps, 3),
             round_or_none(on_circuit / circuit_mbps if on_circuit else None, 4),
             round(total, 3), round(model, 3), round(total / model, 4) if model else None,
@@ -168,6 +184,17 @@ def first_packets(samples, t0: float, since: list[float], ports: dict[str, int]
     return out
 
 
+def stop_probe(proc) -> None:
+    """End a probe (it would stop by itself at its deadline) and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
 def run(ctx: Context, exp: Circuits) -> Outcome:
     out = Outcome()
     topo = ctx.topo
@@ -177,13 +204,17 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
     per = topo.param("circuits")
     ocs_ports = {ifname("o1", 1 + r * per + c): r for r in range(topo.param("racks"))
                  for c in range(per)}
+    hpr = topo.param("hosts_per_rack")  # a ToR's ports: its hosts, then the cores
+    uplinks = {ifname(f"e{r + 1}", hpr + 1 + c): r for r in range(topo.param("racks"))
+               for c in range(topo.param("cores"))}
     rows = []
     for setting in settings:
         label = f"circuits {setting.period_s:g}s {setting.dark_ms:g}ms"
         with ctx.fabric(topo, "cthrough", label,
                         circuits={"period_s": setting.period_s,
                                   "dark_ms": setting.dark_ms}) as fab:
-            sampler = ctx.qdisc_sampler(list(ocs_ports), rate_hz=exp.sample_hz)
+            sampler = ctx.qdisc_sampler(list(ocs_ports) + list(uplinks),
+                                        rate_hz=exp.sample_hz)
             sampler.start()
             turns = []
             try:
@@ -192,7 +223,14 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
                     flows = assign_ports(pairs, exp.turn_s, 0, interval_s=exp.interval_s)
                     with ctx.traffic_phase(fab, out, f"{label} turn {i}") as checks:
                         t0 = time.time()
-                        res = fab.run_flows(flows, f"circuits-{i}")
+                        # a ping every probe_ms beside the flows: packets always waiting
+                        # for the circuit, whatever TCP's state when it is lit
+                        probe = fab.popen(pairs[0][0], probe_argv(
+                            fab.topo.host(pairs[0][1]).ip, exp.probe_ms / 1000, exp.turn_s))
+                        try:
+                            res = fab.run_flows(flows, f"circuits-{i}")
+                        finally:
+                            stop_probe(probe)
                         t1 = time.time()
                     check_cc(res, ctx.spec.hosts.congestion_control, out, f"{label} turn {i}")
                     turns.append((i, [a, b], t0, t1, res, checks["cpu"]["cpu_bound"]))
@@ -204,9 +242,10 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
                 packet, circuit = rates(fab.topo, pair[0], pair[1], mtu)
                 mine = [t for t in lights if t0 <= t <= t1][:1]  # its own turn's light step
                 sent = first_packets(sampler.samples, sampler.t0, mine, ocs_ports)
+                waiting = first_packets(sampler.samples, sampler.t0, [t0], uplinks)
                 rows.append(turn_row(setting, i, pair, t0, t1, steps, sent, res,
                                      exp.interval_s, exp.settle_s, packet, circuit,
-                                     cpu_bound))
+                                     cpu_bound, waiting.get(pair[0])))
     ctx.write_csv("circuits.csv", TURN_HEADER, rows)
     out.headline = headline(rows)
     return out
@@ -227,6 +266,7 @@ def headline(rows: list[list]) -> dict:
             return round(sum(vals) / len(vals), 4) if vals else None
 
         out[f"{tag}_circuit_over_rate"] = mean("circuit_over_rate")
+        out[f"{tag}_dark_applied_ms"] = mean("dark_applied_ms")
         out[f"{tag}_dark_measured_ms"] = mean("dark_measured_ms")
         out[f"{tag}_lit_after_s"] = mean("lit_after_s")
         out[f"{tag}_turn_over_model"] = mean("turn_over_model")

@@ -33,16 +33,21 @@ def test_cthrough_lights_the_busy_pair_after_the_dark_time(tmp_path):
                                                   "circuit_rate": 30}},
         "links": LINKS, "controller": {"routing": "cthrough"},
         "experiments": [{"type": "circuits", "pairs": [[0, 1], [0, 2]], "turn_s": 6,
-                         "settings": [{"period_s": 0.5, "dark_ms": 50}]}]})
+                         "settings": [{"period_s": 1.0, "dark_ms": 50}]}]})
     assert summary["status"] == "ok"
     table = rows(out, "circuits.csv")
     assert [(r["src_rack"], r["dst_rack"]) for r in table] == [("0", "1"), ("0", "2")]
     for r in table:
         assert r["cpu_bound"] == "False", r
-        # lit within two periods of the demand moving (a period to see it, one to read)
-        assert float(r["lit_after_s"]) <= 1.0 + 0.05, r
+        # lit within a period (to see the demand) and the dark time of the turn's start
+        assert float(r["lit_after_s"]) <= 1.0 + 0.05 + 0.1, r
         # the circuit carries its rate (TCP payload), the packet fabric a third of it
         assert abs(float(r["circuit_over_rate"]) - 1) <= 0.10, r
-        # dark for the configured 50 ms, plus the flow-table writes and the first packet
-        assert 50 <= float(r["dark_measured_ms"]) <= 50 + 40, r
+        # the controller keeps the configured dark time between its two steps
+        assert 50 <= float(r["dark_applied_ms"]) <= 50 + 10, r
+    # on the optical switch's port: dark for those 50 ms, plus Open vSwitch taking the new
+    # entries into its datapath (up to 35 ms measured, docs/FABRICS.md) and the next probe
+    # (measured when the pair's traffic was already waiting on the packet fabric)
+    darks = [float(r["dark_measured_ms"]) for r in table if r["dark_measured_ms"]]
+    assert darks and all(50 <= d <= 50 + 50 for d in darks), darks
     assert leftovers(["e1", "e2", "e3", "c1", "o1"]) == []
