@@ -16,9 +16,9 @@ import json
 import time
 from pathlib import Path
 
-from controllers import circuits, ofmsgs, recovery, routing
+from controllers import circuits, routing
 from controllers.apps.routing_app import FabricRouting
-from controllers.compat import MAIN_DISPATCHER, hub, ofp_event, set_ev_cls
+from controllers.compat import hub
 from controllers.fabric_routing import circuit_plan
 
 
@@ -28,8 +28,6 @@ class CircuitRouting(FabricRouting):
         self.spec = self.config.circuits
         self.installed: tuple[circuits.Circuit, ...] = ()
         self.before: circuits.Counters = {}
-        self.stats: dict[int, list] = {}
-        self.stats_done: set[int] = set()
         self.tors = [s.dpid for s in self.topo.switches if s.role == "tor"]
         log = Path(self.config.circuits_log or self.state_path.with_name("circuits.jsonl"))
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -67,18 +65,8 @@ class CircuitRouting(FabricRouting):
 
     def _read_counters(self) -> circuits.Counters:
         """Bytes of each of the ToRs' IPv4 route entries (packet fabric and circuit)."""
-        self.stats, self.stats_done = {}, set()
-        tors = [dpid for dpid in self.tors if dpid in self.datapaths]
-        for dpid in tors:
-            dp = self.datapaths[dpid]
-            parser, ofp = dp.ofproto_parser, dp.ofproto
-            dp.send_msg(parser.OFPFlowStatsRequest(
-                dp, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                cookie=ofmsgs.COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF,
-                match=parser.OFPMatch(eth_type=routing.ETH_TYPE_IP)))
-        deadline = time.time() + min(1.0, self.spec.period_s / 2)
-        while len(self.stats_done) < len(tors) and time.time() < deadline:
-            hub.sleep(0.005)
+        self.read_flow_stats(self.tors, min(1.0, self.spec.period_s / 2),
+                             eth_type=routing.ETH_TYPE_IP)
         out: circuits.Counters = {}
         for dpid, entries in self.stats.items():
             for e in entries:
@@ -88,18 +76,8 @@ class CircuitRouting(FabricRouting):
         return out
 
     def _apply(self, lit: tuple[circuits.Circuit, ...]) -> int:
-        """Install the plan with circuits `lit`: the difference, then a barrier per switch."""
-        new = circuit_plan(self.topo, lit)
-        todo = recovery.changes(self.plan, new, self.topo)
-        for change in todo:
-            dp = self.datapaths.get(change.dpid)
-            if dp is not None:
-                dp.send_msg(ofmsgs.change(dp, change))
-        for dpid in sorted({c.dpid for c in todo}):
-            dp = self.datapaths.get(dpid)
-            if dp is not None:
-                dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
-        self.set_plan(new)
+        """Install the plan with circuits `lit` (the difference, then a barrier per switch)."""
+        todo, _ = self.install(circuit_plan(self.topo, lit), self.topo)
         return len(todo)
 
     def replan(self, mode: str) -> tuple[list, int]:
@@ -110,12 +88,3 @@ class CircuitRouting(FabricRouting):
 
     def _write(self, record: dict) -> None:
         self.log.write(json.dumps(record) + "\n")
-
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def flow_stats(self, ev):
-        msg = ev.msg
-        if self.is_resync_reply(msg):
-            return
-        self.stats.setdefault(msg.datapath.id, []).extend(msg.body)
-        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
-            self.stats_done.add(msg.datapath.id)

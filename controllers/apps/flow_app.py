@@ -36,14 +36,12 @@ class FlowRouting(FabricRouting):
         super().__init__(*args, **kwargs)
         self.control = FlowControl(self.topo, self.config)
         self.plan = self.control.plan
-        self.stats: dict[int, list] = {}
         status = Path(self.config.hedera_dir or self.state_path.parent)
         status.mkdir(parents=True, exist_ok=True)
         self.decisions = (status / "hedera_decisions.jsonl").open("a", buffering=1)
         self.priority_log = (status / "priority.jsonl").open("a", buffering=1)
         self.periods = (status / "hedera_periods.jsonl").open("a", buffering=1)
         self.pending_barriers: dict[int, object] = {}
-        self.stats_done: set[int] = set()
         hub.spawn(self._loop)
 
     def set_plan(self, new: routing.Plan) -> None:
@@ -88,19 +86,8 @@ class FlowRouting(FabricRouting):
 
     def _period(self):
         t0 = time.time()
-        self.stats, self.stats_done = {}, set()
-        edges = [dpid for dpid in self.control.edges if dpid in self.datapaths]
-        for dpid in edges:
-            dp = self.datapaths[dpid]
-            parser, ofp = dp.ofproto_parser, dp.ofproto
-            dp.send_msg(parser.OFPFlowStatsRequest(
-                dp, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                cookie=ofmsgs.COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF,
-                match=parser.OFPMatch(eth_type=routing.ETH_TYPE_IP,
-                                      ip_proto=routing.IP_PROTO_TCP)))
-        deadline = time.time() + min(2.0, self.control.period_s / 2)
-        while len(self.stats_done) < len(self.control.edges) and time.time() < deadline:
-            hub.sleep(0.01)
+        self.read_flow_stats(self.control.edges, min(2.0, self.control.period_s / 2),
+                             eth_type=routing.ETH_TYPE_IP, ip_proto=routing.IP_PROTO_TCP)
         stats = [FlowStat(dpid, e.priority, dict(e.match.items()), e.byte_count)
                  for dpid, entries in self.stats.items() for e in entries]
         result = self.control.period(time.time(), stats)
@@ -149,12 +136,3 @@ class FlowRouting(FabricRouting):
             waiter.set()
             return
         super().barrier_reply(ev)
-
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def flow_stats(self, ev):
-        msg = ev.msg
-        if self.is_resync_reply(msg):
-            return  # the routing app's read of a switch's tables after a restart
-        self.stats.setdefault(msg.datapath.id, []).extend(msg.body)
-        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
-            self.stats_done.add(msg.datapath.id)

@@ -59,6 +59,8 @@ class FabricRouting(RyuApp):
         self.counters: dict[int, dict[str, int]] = {}
         self.started = time.time()
         self.commands: list[dict] = []  # the runner's commands carried out (or refused)
+        self.stats: dict[int, list] = {}  # read_flow_stats: the replies, by dpid
+        self.stats_done: set[int] = set()
         self._write_state()
         hub.spawn(self._state_writer)
         if self.config.commands_jsonl:
@@ -104,6 +106,33 @@ class FabricRouting(RyuApp):
             dp.set_xid(req)
             sync["xids"].add(req.xid)
             dp.send_msg(req)
+
+    def read_flow_stats(self, dpids: list[int], timeout: float, **match: Any) -> dict[int, list]:
+        """The testbed's entries matching `match` on each connected switch of `dpids`
+        (flow-stats replies), gathered until every switch asked has answered or `timeout`
+        passes; the switches that answered are in `stats_done`."""
+        self.stats, self.stats_done = {}, set()
+        asked = [dpid for dpid in dpids if dpid in self.datapaths]
+        for dpid in asked:
+            dp = self.datapaths[dpid]
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            dp.send_msg(parser.OFPFlowStatsRequest(
+                dp, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                cookie=ofmsgs.COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF,
+                match=parser.OFPMatch(**match)))
+        deadline = time.time() + timeout
+        while len(self.stats_done) < len(asked) and time.time() < deadline:
+            hub.sleep(0.005)
+        return self.stats
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def flow_stats(self, ev):
+        msg = ev.msg
+        if self.is_resync_reply(msg):
+            return  # a restart's read of a switch's tables (resync_flows)
+        self.stats.setdefault(msg.datapath.id, []).extend(msg.body)
+        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+            self.stats_done.add(msg.datapath.id)
 
     def is_resync_reply(self, msg) -> bool:
         """A reply to one of the resync's requests (the flow app's own polls are not)."""
@@ -203,7 +232,13 @@ class FabricRouting(RyuApp):
         loops a packet) with a barrier per switch, and install it; the changes and how many
         could not be sent (a switch not connected)."""
         new = recovery.replan(self.topo, mode, self.down, self.plan, **self.plan_args)
-        todo = recovery.changes(self.plan, new, recovery.degraded(self.topo, self.down))
+        return self.install(new, recovery.degraded(self.topo, self.down))
+
+    def install(self, new: routing.Plan, now: Any) -> tuple[list, int]:
+        """Send the difference from the installed plan to `new` (`recovery.changes` on the
+        fabric as it is `now`: in an order that never loops a packet) with a barrier per
+        switch, and install it; the changes and how many could not be sent."""
+        todo = recovery.changes(self.plan, new, now)
         unsent = 0
         for change in todo:
             dp = self.datapaths.get(change.dpid)

@@ -220,7 +220,7 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                  percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
                                  round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
                                        4),
-                                 *model_cells(routed_model(fab.topo, routing, pairs,
+                                 *model_cells(routed_model(fab.topo, fabric_routing, pairs,
                                                            ctx.spec.links.mtu_bytes,
                                                            exp.seed + rep))])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),

@@ -82,3 +82,14 @@ def test_a_hashed_ring_shares_links_that_its_fluid_model_does_not():
     assert 1.7 < ring_link_load(bcube4, ring, "ecmp") < 2.0
     assert ring_link_load(fattree(4), ring, "ecmp") == 1.0  # no ring flows collide
     assert ring_link_load(torus(4, 2), ring, "dor") == 1.0  # one path each: one draw
+
+
+def test_the_permutation_rows_model_each_fabric_as_it_is_routed():
+    from testbed.config.units import tcp_payload_fraction
+    from testbed.experiments.permutation import routed_model
+    hosts = [f"h{i + 1}" for i in range(16)]
+    mean, low, high = routed_model(nonblocking(16), "single", stride(hosts, 8), 9000, 0)
+    assert mean == low == high == pytest.approx(tcp_payload_fraction(9000))
+    mean, low, high = routed_model(fattree(4), "ecmp", stride(hosts, 8), 9000, 0)
+    assert low < mean < high  # one run is one draw of the hash
+    assert routed_model(fattree(4), "hedera", stride(hosts, 8), 9000, 0) is None
