@@ -31,9 +31,13 @@ class Phase(Protocol):
     """A running phase's fabric, as an experiment uses it (testbed/net/fabric.py)."""
     topo: Topology
     links: LinkConfig
+    routing: str  # the mode its controller routes it by ("own" resolved)
 
     @property
     def qos_status_dir(self) -> Path: ...
+
+    @property
+    def circuits_log(self) -> Path: ...
 
     @property
     def jobs_dir(self) -> Path: ...
