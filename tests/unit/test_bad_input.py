@@ -199,7 +199,9 @@ def test_bad_input_is_one_clear_line_and_creates_nothing(sandbox, content, messa
     (["fattree", "4", "100", "7"], "fattree: too many parameters"),
     (["fattree", "1000"], "hosts is more than 4096"),
     (["fattree", "rate_mbps=nan"], "fattree: rate_mbps must be a rate"),
-    (["torus", "4"], "unknown topology kind 'torus'"),
+    (["dragonfly", "4"], "unknown topology kind 'dragonfly'"),
+    (["torus", "sides=4x1"], "torus: sides '4x1' has a side below 2"),
+    (["dcell", "n=1"], "dcell: n must be an integer in 2.."),
 ])
 def test_topo_describe_refuses_bad_arguments(args, message):
     result = CliRunner().invoke(cli.main, ["topo", "describe", *args])
