@@ -32,15 +32,7 @@ class CircuitRouting(FabricRouting):
         log = Path(self.config.circuits_log or self.state_path.with_name("circuits.jsonl"))
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log = log.open("a", buffering=1)
-        hub.spawn(self._loop)
-
-    def _loop(self):
-        while True:
-            hub.sleep(self.spec.period_s)
-            try:
-                self._period()
-            except Exception:  # keep scheduling; the log has the trace
-                self.logger.exception("circuit period failed")
+        self.every(self.spec.period_s, self._period, "circuit period")
 
     def _period(self):
         t0 = time.time()

@@ -42,7 +42,7 @@ class FlowRouting(FabricRouting):
         self.priority_log = (status / "priority.jsonl").open("a", buffering=1)
         self.periods = (status / "hedera_periods.jsonl").open("a", buffering=1)
         self.pending_barriers: dict[int, object] = {}
-        hub.spawn(self._loop)
+        self.every(self.control.period_s, self._period, "flow control period")
 
     def set_plan(self, new: routing.Plan) -> None:
         """After a replan: new flows' entries copy the replanned routes, and flows Hedera
@@ -76,14 +76,6 @@ class FlowRouting(FabricRouting):
         self._send(dp, mod)  # the packet itself went on: a copy came
 
     # ---- the scheduling loop ----------------------------------------------------
-    def _loop(self):
-        while True:
-            hub.sleep(self.control.period_s)
-            try:
-                self._period()
-            except Exception:  # keep scheduling; the log has the trace
-                self.logger.exception("flow control period failed")
-
     def _period(self):
         t0 = time.time()
         self.read_flow_stats(self.control.edges, min(2.0, self.control.period_s / 2),

@@ -107,6 +107,18 @@ class FabricRouting(RyuApp):
             sync["xids"].add(req.xid)
             dp.send_msg(req)
 
+    def every(self, period_s: float, step, what: str):
+        """Run `step()` every `period_s` for good, in a greenlet of its own (a scheduler's
+        period); an exception is logged as `what` and the next period runs all the same."""
+        def loop():
+            while True:
+                hub.sleep(period_s)
+                try:
+                    step()
+                except Exception:  # keep scheduling; the log has the trace
+                    self.logger.exception("%s failed", what)
+        return hub.spawn(loop)
+
     def read_flow_stats(self, dpids: list[int], timeout: float, **match: Any) -> dict[int, list]:
         """The testbed's entries matching `match` on each connected switch of `dpids`
         (flow-stats replies), gathered until every switch asked has answered or `timeout`

@@ -127,17 +127,16 @@ MODEL_SAMPLES = 200  # hash draws per pattern for a hashed routing's max-min mod
 UNMODELLED = ("hedera", "hedera_sa", "cthrough")  # routings whose paths change as they run
 
 
-def routed_model(topo: Topology, routing: str, pairs, mtu_bytes: int,
+def routed_model(topo: Topology, plan, pairs, mtu_bytes: int,
                  seed: int) -> tuple[float, float, float] | None:
-    """What this fabric and routing give these flows in theory, as fractions of the hosts'
-    summed rate: the flows' max-min fair shares on the paths the routing's plan gives them
+    """What this fabric and its routing `plan` give these flows in theory, as fractions of
+    the hosts' summed rate: the flows' max-min fair shares on the paths the plan gives them
     (controllers/trace.py), counted as TCP payload; for a hashed routing, over
     MODEL_SAMPLES draws of every flow's path (its shares of the hash), the mean and the
     10th and 90th percentiles (one run is one draw: its hash outcome lands in that range).
-    None for a scheduler whose paths change while it runs."""
-    if routing in UNMODELLED:
+    None without a plan (a scheduler whose paths change while it runs: UNMODELLED)."""
+    if plan is None:
         return None
-    plan = routing_plan(topo, routing)
     choices = [trace.paths(topo, plan, src, dst) for src, dst in pairs]
     fraction = tcp_payload_fraction(mtu_bytes)
     totals = sampled_maxmin(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
@@ -169,6 +168,8 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
         with ctx.fabric(fabric_topo, fabric_routing, f"permutation {routing}",
                         hedera=hedera) as fab:
             ideal = host_rate_sum(fab.topo)  # links.rate_mbps, when set, is in fab.topo
+            model_plan = (None if fabric_routing in UNMODELLED
+                          else routing_plan(fab.topo, fabric_routing))
             ideal_fct = None
             if exp.flow_bytes:  # one flow of that size alone, across the whole fabric
                 alone = fab.run_flows(
@@ -220,7 +221,7 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                  percentile_or_none(slow, 50, 4), percentile_or_none(slow, 99, 4),
                                  round(maxmin_model(pairs, len(hosts), ctx.spec.links.mtu_bytes),
                                        4),
-                                 *model_cells(routed_model(fab.topo, fabric_routing, pairs,
+                                 *model_cells(routed_model(fab.topo, model_plan, pairs,
                                                            ctx.spec.links.mtu_bytes,
                                                            exp.seed + rep))])
                     flow_rows += [[routing, pattern, rep, r.src, r.dst, round(r.goodput_mbps, 3),

@@ -88,8 +88,10 @@ def test_the_permutation_rows_model_each_fabric_as_it_is_routed():
     from testbed.config.units import tcp_payload_fraction
     from testbed.experiments.permutation import routed_model
     hosts = [f"h{i + 1}" for i in range(16)]
-    mean, low, high = routed_model(nonblocking(16), "single", stride(hosts, 8), 9000, 0)
+    one = nonblocking(16)
+    mean, low, high = routed_model(one, plan(one, "single"), stride(hosts, 8), 9000, 0)
     assert mean == low == high == pytest.approx(tcp_payload_fraction(9000))
-    mean, low, high = routed_model(fattree(4), "ecmp", stride(hosts, 8), 9000, 0)
+    ft = fattree(4)
+    mean, low, high = routed_model(ft, plan(ft, "ecmp"), stride(hosts, 8), 9000, 0)
     assert low < mean < high  # one run is one draw of the hash
-    assert routed_model(fattree(4), "hedera", stride(hosts, 8), 9000, 0) is None
+    assert routed_model(ft, None, stride(hosts, 8), 9000, 0) is None  # Hedera: no plan
