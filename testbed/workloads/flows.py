@@ -88,6 +88,27 @@ def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
         local_port=int((data.get("start", {}).get("connected") or [{}])[0].get("local_port", 0)))
 
 
+def sent_mbps(text: str) -> float | None:
+    """What an iperf3 client sent (Mb/s, over its life) from its JSON output, also when it
+    was interrupted: its end summary, or, when it stopped on an error before writing one
+    (the server gone), the sum of its interval reports. None when the output holds neither
+    (the client died without writing its JSON)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    end = (data.get("end") or {}).get("sum_sent") or {}
+    if end.get("seconds"):
+        return float(end.get("bits_per_second", 0.0)) / 1e6
+    spans = [i.get("sum", {}) for i in data.get("intervals") or []]
+    seconds = sum(float(sp.get("seconds", 0.0)) for sp in spans)
+    if seconds <= 0:
+        return None
+    return sum(float(sp.get("bytes", 0)) for sp in spans) * 8 / seconds / 1e6
+
+
 def outage(intervals_mbps: tuple[float, ...] | list[float], interval_s: float,
            faults_s: list[float], window_s: float = 2.0, slack_s: float = 0.4,
            floor_fraction: float = 0.05) -> dict:

@@ -4,7 +4,7 @@ import pytest
 
 from testbed.measure.conservation import ConservationSnapshot, SwitchCounters, conservation_report
 from testbed.net.ovs import needed_buffer_bytes
-from testbed.workloads.flows import assign_ports, parse_iperf3
+from testbed.workloads.flows import assign_ports, parse_iperf3, sent_mbps
 from topologies.patterns import random_bijection, stride
 
 HOSTS = [f"h{i}" for i in range(1, 17)]
@@ -125,3 +125,20 @@ def test_finite_flows_report_their_completion_time():
                                     "block_bytes": 2_000_000, "round_s": [2.0]}))
     assert r.seconds == 2.0 and r.goodput_mbps == 8.0 and not r.error
     assert parse_finite(f, "Traceback ... TimeoutError").error
+
+
+def test_an_interrupted_background_client_reports_what_it_sent_or_nothing():
+    # its server stopped first: the client's own end summary, with the error beside it
+    ended = {"end": {"sum_sent": {"seconds": 18.0, "bytes": 28033280,
+                                  "bits_per_second": 12459155.3}},
+             "error": "the server has terminated"}
+    assert sent_mbps(json.dumps(ended)) == pytest.approx(12.459, abs=1e-3)
+    # the server died instead: no end summary, the interval reports add up
+    cut = {"intervals": [{"sum": {"seconds": 1.0, "bytes": 2_500_000}},
+                         {"sum": {"seconds": 0.5, "bytes": 500_000}}],
+           "end": {}, "error": "control socket has closed unexpectedly"}
+    assert sent_mbps(json.dumps(cut)) == pytest.approx(16.0)
+    # the client itself aborted in its signal handler (iperf3 3.12, seen in CI): unknown,
+    # not zero
+    assert sent_mbps("Fatal glibc error: malloc assertion failure in sysmalloc: ...") is None
+    assert sent_mbps(json.dumps({"start": {}, "intervals": [], "end": {}})) is None

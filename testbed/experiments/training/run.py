@@ -4,7 +4,6 @@ run one after the other in it, each beside the background traffic the spec asks 
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from controllers.recovery import degraded
 from testbed.config.faults import FabricFault, describe_steps, fault_ports
 from testbed.errors import TestbedError
-from testbed.workloads.flows import assign_ports
+from testbed.workloads.flows import assign_ports, sent_mbps
 from testbed.workloads.launch import train_argv
 from topologies.graph import distances_to
 from topologies.model import Topology, at_rate, ifname
@@ -34,6 +33,7 @@ from .model import (
 from .spec import BackgroundTraffic, Training, TrainingJob, training_topologies
 
 MASTER_PORT = 29500
+CLIENT_GRACE_S = 5.0  # for a background iperf3 client to end after its server
 
 
 class Background:
@@ -43,7 +43,9 @@ class Background:
                  seconds: float):
         self.fab, self.specs, self.log_dir, self.seconds = fab, specs, log_dir, seconds
         self.procs: list[subprocess.Popen] = []
-        self.clients: list[tuple[Path, str]] = []
+        self.servers: list[subprocess.Popen] = []  # iperf3 servers, stopped first
+        self.clients: list[tuple[Path, str, subprocess.Popen]] = []
+        self.lost: list[str] = []  # flows whose client left no report
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -73,9 +75,10 @@ class Background:
                      for f in assign_ports(pairs, self.seconds, 0)]
             port = max(f.port for f in flows) + 1
             for i, f in enumerate(flows):
-                self.procs.append(self.fab.start_process(
+                self.servers.append(self.fab.start_process(
                     f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
                     f"background iperf3 server {f.dst}", self.log_dir / f"bg{b}-{i}-server.log"))
+                self.procs.append(self.servers[-1])
             self.fab.wait_listening([(f.dst, f.port) for f in flows])
             for i, f in enumerate(flows):
                 log = self.log_dir / f"bg{b}-{i}-client.json"
@@ -83,21 +86,38 @@ class Background:
                     f.src, ["iperf3", "-c", topo.host(f.dst).ip, "-p", str(f.port),
                                       "-J", *f.client_args()],
                     f"background iperf3 {f.src}->{f.dst}", log))
-                self.clients.append((log, f"{f.src}->{f.dst}"))
+                self.clients.append((log, f"{f.src}->{f.dst}", self.procs[-1]))
 
     def stop(self) -> float | None:
         """Stops everything; returns the background flows' total sending rate (Mb/s, over
-        their whole life: iperf3 reports it when interrupted), None without flows."""
+        their whole life), None without flows or when a client left no report (`lost`).
+
+        The iperf3 servers go first: a server stopped by SIGTERM tells its client over the
+        control connection, and the client ends by itself with its report. The client is
+        not signalled unless it outlives CLIENT_GRACE_S: iperf3 (3.12) leaves its SIGTERM
+        handler by longjmp and then builds its JSON with malloc, so a signal that lands
+        inside malloc corrupts the heap and glibc aborts before the report is written (1 in
+        150 signalled clients on loopback; a CI run lost its background rate to it)."""
+        self.fab.stop_processes(self.servers)
+        deadline = time.time() + CLIENT_GRACE_S
+        for _, _, proc in self.clients:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass  # signalled below
         self.fab.stop_processes(self.procs)
         if not self.clients:
             return None
-        total = 0.0
-        for log, _ in self.clients:
+        rates = {}
+        for log, flow, _ in self.clients:
             try:
-                total += json.loads(log.read_text())["end"]["sum_sent"]["bits_per_second"]
-            except (OSError, ValueError, KeyError):
-                pass
-        return round(total / 1e6, 3)
+                rates[flow] = sent_mbps(log.read_text(errors="replace"))
+            except OSError:
+                rates[flow] = None
+        self.lost = [flow for flow, rate in rates.items() if rate is None]
+        if self.lost:
+            return None
+        return round(sum(r for r in rates.values() if r is not None), 3)
 
 
 def run_processes(fab: Phase, placement: Placement, job_dir: Path,
@@ -255,6 +275,9 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
         finally:
             sampler.stop()
             measured["background_sent_mbps"] = background.stop()
+            if background.lost:
+                ctx.log(f"  {label}: background rate unknown, no report from "
+                        f"{', '.join(background.lost)} (see {job_dir / 'background'})")
     names = {p["id"]: p["ifname"] for p in dp.ports}
     dp.close()
     queue = queue_stats(sampler.samples, names, toward_sink, sampler.achieved_rate_hz())
