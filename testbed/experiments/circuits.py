@@ -17,6 +17,9 @@ with their times). Measured per turn:
   counters): otherwise the first packet waits for the flows to start, not for the mirror.
   `dark_applied_ms` is the controller's own: from its dark step to its light step (the
   difference to the measured one is Open vSwitch taking the new entries into its datapath);
+  `dark_resolution_ms`: how far apart the two samples were between which that first packet
+  left (the measured time is the later one; the sampler reads every port's counters in one
+  netlink dump, 1 ms apart when it keeps up);
 - `circuit_mbps`: the pair's received goodput from `settle_s` after the light step to the
   turn's end, against the circuit's rate in TCP payload (`circuit_over_rate`);
 - `turn_mbps` against `model_mbps`: the whole turn's goodput beside what an instant
@@ -92,7 +95,7 @@ class Circuits(ExperimentSpec):
 
 
 TURN_HEADER = ["period_s", "dark_ms", "turn", "src_rack", "dst_rack", "lit_after_s",
-               "dark_applied_ms", "dark_measured_ms", "circuit_mbps", "circuit_rate_mbps", "circuit_over_rate",
+               "dark_applied_ms", "dark_measured_ms", "dark_resolution_ms", "circuit_mbps", "circuit_rate_mbps", "circuit_over_rate",
                "turn_mbps", "model_mbps", "turn_over_model", "lost_mb", "flows",
                "retransmits_pkts", "cpu_bound"]
 
@@ -122,11 +125,13 @@ def steps_of(log: Path) -> list[dict]:
 
 
 def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1: float,
-             steps: list[dict], first_sent: dict[int, float], results: list, interval_s: float,
+             steps: list[dict], first_sent: dict[int, tuple[float, float]], results: list,
+             interval_s: float,
              settle_s: float, packet_mbps: float, circuit_mbps: float, cpu_bound: bool,
              waiting_since: float | None = None) -> list:
-    """One turn's row of circuits.csv (TURN_HEADER); `first_sent`: dst rack -> Unix time
-    of the first packet the optical switch sent towards it after the turn's light step;
+    """One turn's row of circuits.csv (TURN_HEADER); `first_sent`: dst rack -> the Unix
+    times of the samples between which the optical switch sent its first packet towards it
+    after the turn's light step (first_packets);
     `waiting_since`: when the pair's first packet crossed the packet fabric (its ToR's
     uplink). The dark time is measured only when traffic was waiting when the circuit went
     dark (before that, the circuit's first packet waits for the flows to start, not for
@@ -152,13 +157,16 @@ def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1:
     wait = min(lit_after, duration) if lit_after is not None else duration
     model = (packet_mbps * wait + circuit_mbps * (duration - wait)) / duration
     lost = (circuit_mbps - packet_mbps) * wait / 8  # MB the wait cost
-    measured_dark = None
+    measured_dark = resolution = None
     waiting = dark is not None and waiting_since is not None and waiting_since <= dark["time"]
-    if waiting and dark is not None and b in first_sent:
-        measured_dark = (first_sent[b] - dark["time"]) * 1000
+    if waiting and dark is not None and light is not None and b in first_sent:
+        sent, before = first_sent[b]
+        measured_dark = (sent - dark["time"]) * 1000
+        resolution = (sent - max(before, light["time"])) * 1000
     applied = (light["time"] - dark["time"]) * 1000 if light and dark else None
     return [setting.period_s, setting.dark_ms, turn, a, b, round_or_none(lit_after, 3),
-            round_or_none(applied, 2), round_or_none(measured_dark, 2), round_or_none(on_circuit, 3),
+            round_or_none(applied, 2), round_or_none(measured_dark, 2),
+            round_or_none(resolution, 2), round_or_none(on_circuit, 3),
             round(circuit_mbps, 3),
             round_or_none(on_circuit / circuit_mbps if on_circuit else None, 4),
             round(total, 3), round(model, 3), round(total / model, 4) if model else None,
@@ -166,10 +174,11 @@ def turn_row(setting: CircuitSetting, turn: int, pair: list[int], t0: float, t1:
 
 
 def first_packets(samples, t0: float, since: list[float], ports: dict[str, int]
-                  ) -> dict[int, float]:
+                  ) -> dict[int, tuple[float, float]]:
     """Per destination rack, the Unix time of the first sample after the last of `since`
-    (light steps) at which the optical switch's egress towards it had sent more packets."""
-    out: dict[int, float] = {}
+    (light steps) at which the port towards it had sent more packets, and of the sample
+    before it (the packet left between the two)."""
+    out: dict[int, tuple[float, float]] = {}
     by_if: dict[str, list] = {}
     for s in samples:
         by_if.setdefault(s.ifname, []).append(s)
@@ -178,9 +187,10 @@ def first_packets(samples, t0: float, since: list[float], ports: dict[str, int]
         for start in since:
             before = [s for s in seq if t0 + s.t <= start]
             base = before[-1].sent_pkts if before else 0
-            after = next((s for s in seq if t0 + s.t > start and s.sent_pkts > base), None)
-            if after is not None:
-                out[rack] = t0 + after.t
+            at = next((i for i, s in enumerate(seq) if t0 + s.t > start
+                       and s.sent_pkts > base), None)
+            if at is not None:
+                out[rack] = (t0 + seq[at].t, t0 + seq[at - 1].t if at else start)
     return out
 
 
@@ -243,9 +253,10 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
                 mine = [t for t in lights if t0 <= t <= t1][:1]  # its own turn's light step
                 sent = first_packets(sampler.samples, sampler.t0, mine, ocs_ports)
                 waiting = first_packets(sampler.samples, sampler.t0, [t0], uplinks)
+                since = waiting.get(pair[0])
                 rows.append(turn_row(setting, i, pair, t0, t1, steps, sent, res,
                                      exp.interval_s, exp.settle_s, packet, circuit,
-                                     cpu_bound, waiting.get(pair[0])))
+                                     cpu_bound, since[0] if since else None))
     ctx.write_csv("circuits.csv", TURN_HEADER, rows)
     out.headline = headline(rows)
     return out

@@ -1,9 +1,10 @@
-"""Queue depth while a run is live: the root qdisc of switch ports over netlink (pyroute2,
-never by forking `tc`), and the per-class queues of the BPF dataplane from its counters in
-shared memory."""
+"""Queue depth while a run is live: the root qdisc of switch ports over netlink (never by
+forking `tc`), and the per-class queues of the BPF dataplane from its counters in shared
+memory."""
 from __future__ import annotations
 
 import csv
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from testbed.config.units import class_minor
-from testbed.net.nlqdisc import QdiscReader
+from testbed.net.nlqdisc import QdiscReader, root_stats
 
 
 @dataclass
@@ -42,7 +43,10 @@ def qdisc_stats(ipr: IPRoute, index: int) -> dict | None:
 
 
 class QueueSampler(threading.Thread):
-    """Samples the egress queue of some interfaces at `rate_hz` over netlink."""
+    """Samples the egress queue of some interfaces at `rate_hz` over netlink: one raw dump
+    of every root qdisc per sample, all interfaces stamped with the dump's time. (One
+    pyroute2 request per interface took about 1.3 ms each: six interfaces were sampled at
+    120 Hz instead of 1000, with gaps up to 90 ms, and each read later than its stamp.)"""
 
     def __init__(self, ifnames: list[str], rate_hz: float = 200.0):
         super().__init__(daemon=True)
@@ -53,19 +57,22 @@ class QueueSampler(threading.Thread):
         self.t0 = time.time()
 
     def run(self) -> None:
-        with IPRoute() as ipr:
-            index = {name: ipr.link_lookup(ifname=name)[0] for name in self.ifnames}
+        index = {socket.if_nametoindex(name): name for name in self.ifnames}
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
+            sock.bind((0, 0))
+            seq = 0
             next_t = time.time()
             while not self._halt.is_set():
-                now = time.time()
-                for name, idx in index.items():
-                    st = qdisc_stats(ipr, idx)
-                    if st:
-                        self.samples.append(QueueSample(t=now - self.t0, ifname=name,
-                                                        qlen_pkts=st["qlen"],
-                                                        backlog_bytes=st["backlog"],
-                                                        drops=st["drops"],
-                                                        sent_pkts=st["packets"]))
+                seq += 1
+                before = time.time()
+                stats = root_stats(sock, seq)
+                now = (before + time.time()) / 2 - self.t0
+                for idx, name in index.items():
+                    if idx in stats:
+                        backlog, qlen, drops, sent = stats[idx]
+                        self.samples.append(QueueSample(t=now, ifname=name, qlen_pkts=qlen,
+                                                        backlog_bytes=backlog, drops=drops,
+                                                        sent_pkts=sent))
                 next_t += self.period
                 delay = next_t - time.time()
                 if delay > 0:

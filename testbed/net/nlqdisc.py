@@ -38,18 +38,25 @@ class QdiscReader:
 
 
 TC_H_ROOT = 0xFFFFFFFF
+TCA_STATS_BASIC = 1
 
 
-def root_queues(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int]]:
-    """{ifindex: (backlog bytes, qlen packets, drops)} of every interface's root qdisc, from
-    one dump (`sock`: a bound NETLINK_ROUTE socket; `seq`: a new sequence number)."""
-    out: dict[int, tuple[int, int, int]] = {}
+def root_stats(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int, int]]:
+    """{ifindex: (backlog bytes, qlen packets, drops, sent packets)} of every interface's
+    root qdisc, from one dump (`sock`: a bound NETLINK_ROUTE socket; `seq`: a new sequence
+    number)."""
+    out: dict[int, tuple[int, int, int, int]] = {}
     for ifindex, _, parent, data, start, end in _dump(sock, seq):
         if parent == TC_H_ROOT:
-            q = _stats_queue(data, start, end)
+            q = _stats(data, start, end)
             if q is not None:
                 out[ifindex] = q
     return out
+
+
+def root_queues(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int]]:
+    """{ifindex: (backlog bytes, qlen packets, drops)} of every interface's root qdisc."""
+    return {index: q[:3] for index, q in root_stats(sock, seq).items()}
 
 
 def _dump(sock: socket.socket, seq: int,
@@ -74,12 +81,20 @@ def _dump(sock: socket.socket, seq: int,
 
 def _stats_queue(data: bytes, start: int, end: int) -> tuple[int, int, int] | None:
     """(backlog bytes, qlen packets, drops) of a qdisc message's statistics."""
+    q = _stats(data, start, end)
+    return q[:3] if q is not None else None
+
+
+def _stats(data: bytes, start: int, end: int) -> tuple[int, int, int, int] | None:
+    """(backlog bytes, qlen packets, drops, sent packets) of a qdisc message's statistics
+    (TCA_STATS2: its queue, and its basic counters when they are there, else 0 sent)."""
     off = start
     while off + 4 <= end:
         alen, atype = struct.unpack_from("HH", data, off)
         if alen < 4:
             return None
         if atype & 0x3FFF == TCA_STATS2:
+            queue, sent = None, 0
             inner = off + 4
             while inner + 4 <= off + alen:
                 ilen, itype = struct.unpack_from("HH", data, inner)
@@ -87,7 +102,10 @@ def _stats_queue(data: bytes, start: int, end: int) -> tuple[int, int, int] | No
                     break
                 if itype == TCA_STATS_QUEUE:
                     qlen, backlog, dropped = struct.unpack_from("III", data, inner + 4)
-                    return backlog, qlen, dropped
+                    queue = (backlog, qlen, dropped)
+                elif itype == TCA_STATS_BASIC and ilen >= 16:
+                    _, sent = struct.unpack_from("QI", data, inner + 4)
                 inner += (ilen + 3) & ~3
+            return (*queue, sent) if queue is not None else None
         off += (alen + 3) & ~3
     return None

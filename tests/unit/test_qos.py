@@ -14,7 +14,7 @@ from testbed.config.loader import from_data
 from testbed.experiments.ecn_queue import _marks_below_k
 from testbed.experiments.qos_common import pfc_summary
 from testbed.net import qos_render as qos
-from testbed.net.nlqdisc import _stats_queue
+from testbed.net.nlqdisc import _stats, _stats_queue
 from testbed.results.stats import percentile
 from testbed.spec import SpecError, loads
 from testbed.workloads import incast as incast_wl
@@ -202,6 +202,11 @@ def test_netlink_queue_stats_are_parsed():
     kind = struct.pack("HH", 8, 1) + b"tbf\0"
     data = kind + stats2
     assert _stats_queue(data, 0, len(data)) == (10598, 7, 3)  # backlog, qlen, drops
+    assert _stats(data, 0, len(data)) == (10598, 7, 3, 0)  # no basic counters: none sent
+    basic = struct.pack("HH", 16, 1) + struct.pack("QI", 9_000_000, 6001)  # TCA_STATS_BASIC
+    inner = basic + inner
+    data = kind + struct.pack("HH", 4 + len(inner), 7) + inner
+    assert _stats(data, 0, len(data)) == (10598, 7, 3, 6001)  # ... and packets sent
 
 
 def test_marks_below_k_and_time_weighted_percentiles():
