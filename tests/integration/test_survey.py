@@ -46,8 +46,9 @@ def test_cthrough_lights_the_busy_pair_after_the_dark_time(tmp_path):
         # the controller keeps the configured dark time between its two steps
         assert 50 <= float(r["dark_applied_ms"]) <= 50 + 10, r
     # on the optical switch's port: dark for those 50 ms, plus Open vSwitch taking the new
-    # entries into its datapath (up to 35 ms measured, docs/FABRICS.md) and the next probe
+    # entries into its datapath (3-13 ms measured, docs/BENCHMARKS.md) and the sampling
     # (measured when the pair's traffic was already waiting on the packet fabric)
-    darks = [float(r["dark_measured_ms"]) for r in table if r["dark_measured_ms"]]
-    assert darks and all(50 <= d <= 50 + 50 for d in darks), darks
+    darks = [(float(r["dark_measured_ms"]), float(r["dark_resolution_ms"]))
+             for r in table if r["dark_measured_ms"]]
+    assert darks and all(50 <= d <= 50 + 50 for d, _ in darks), darks
     assert leftovers(["e1", "e2", "e3", "c1", "o1"]) == []
