@@ -16,10 +16,10 @@ from .model import Topology
 Path = Sequence[str]
 
 
-def maxmin(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], float] = float
-           ) -> list[float]:
-    """Each flow's max-min fair rate in Mb/s, flows in the order of `paths`. `rate_of`
-    maps a link's configured rate to what flows may use of it (e.g. its TCP payload)."""
+def _links(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], float]
+           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], list[int]]]:
+    """Every directed link the paths cross: its capacity (`rate_of` its rate) and the
+    flows crossing it."""
     capacity: dict[tuple[str, str], float] = {}
     users: dict[tuple[str, str], list[int]] = {}
     for i, path in enumerate(paths):
@@ -29,6 +29,14 @@ def maxmin(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], flo
                 raise ValueError(f"{u} and {v} are not linked (path {list(path)})")
             capacity[(u, v)] = rate_of(link.rate_mbps)
             users.setdefault((u, v), []).append(i)
+    return capacity, users
+
+
+def maxmin(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], float] = float
+           ) -> list[float]:
+    """Each flow's max-min fair rate in Mb/s, flows in the order of `paths`. `rate_of`
+    maps a link's configured rate to what flows may use of it (e.g. its TCP payload)."""
+    capacity, users = _links(topo, paths, rate_of)
     rates = [0.0] * len(paths)
     active = {i for i, path in enumerate(paths) if len(path) > 1}
     while active:
@@ -45,17 +53,54 @@ def maxmin(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], flo
     return rates
 
 
-def sampled_maxmin(topo: Topology, choices: list[dict[tuple[str, ...], float]],
-                   samples: int, seed: int = 0, rate_of: Callable[[float], float] = float
-                   ) -> list[float]:
-    """The flows' summed max-min rate, once per sample, each flow on a path drawn from its
-    `choices` (path -> share of flows a hash puts there): a hashed routing's outcome over
-    many 5-tuples. One sample is enough when every flow has one path."""
+def proportional(topo: Topology, paths: Sequence[Path],
+                 rate_of: Callable[[float], float] = float) -> list[float]:
+    """Each flow's proportionally fair rate in Mb/s (Kelly, Maulloo and Tan 1998): the
+    rates that maximise the sum of their logarithms within every link's capacity. Where
+    TCP's additive increase and multiplicative decrease settle, to a first approximation,
+    rather than at max-min: a flow that crosses several busy links gets less than its
+    max-min share and the flows it makes room for more, so the total is at least
+    max-min's. Solved as the convex program it is (scipy's SLSQP, from the max-min rates,
+    which are feasible)."""
+    import numpy as np  # here: `mn --custom` loads this package without them
+    from scipy.optimize import minimize
+
+    capacity, users = _links(topo, paths, rate_of)
+    start = maxmin(topo, paths, rate_of)
+    flows = [i for i, path in enumerate(paths) if len(path) > 1]
+    if not flows:
+        return start
+    col = {i: k for k, i in enumerate(flows)}
+    crossing = np.zeros((len(users), len(flows)))  # link x flow: 1 where the flow crosses it
+    for j, e in enumerate(users):
+        crossing[j, [col[i] for i in users[e]]] = 1.0
+    scale = max(capacity.values())  # rates in units of the fastest link: well conditioned
+    cap = np.array([capacity[e] for e in users]) / scale
+    res = minimize(lambda x: -np.sum(np.log(x)), np.array([start[i] for i in flows]) / scale,
+                   jac=lambda x: -1.0 / x, method="SLSQP", bounds=[(1e-9, None)] * len(flows),
+                   constraints=[{"type": "ineq", "fun": lambda x: cap - crossing @ x,
+                                 "jac": lambda x: -crossing}],
+                   options={"ftol": 1e-12, "maxiter": 500})
+    if not res.success:
+        raise ValueError(f"proportional fairness did not converge: {res.message}")
+    rates = [0.0] * len(paths)
+    for i in flows:
+        rates[i] = float(res.x[col[i]]) * scale
+    return rates
+
+
+def sampled_totals(topo: Topology, choices: list[dict[tuple[str, ...], float]],
+                   samples: int, seed: int = 0, rate_of: Callable[[float], float] = float,
+                   share: Callable[..., list[float]] = maxmin) -> list[float]:
+    """The flows' summed rate under `share` (maxmin, proportional), once per sample, each
+    flow on a path drawn from its `choices` (path -> share of flows a hash puts there): a
+    hashed routing's outcome over many 5-tuples. One sample is enough when every flow has
+    one path. The same seed draws the same paths whatever `share`."""
     rng = random.Random(seed)
     if all(len(c) == 1 for c in choices):
         samples = 1
     out: list[float] = []
     for _ in range(samples):
         drawn = [rng.choices(list(c), weights=list(c.values()))[0] for c in choices]
-        out.append(sum(maxmin(topo, drawn, rate_of)))
+        out.append(sum(share(topo, drawn, rate_of)))
     return out

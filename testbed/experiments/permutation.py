@@ -29,7 +29,7 @@ from testbed.workloads.flows import (
     probe_outage,
 )
 from topologies import nonblocking, patterns
-from topologies.fairshare import sampled_maxmin
+from topologies.fairshare import proportional, sampled_totals
 from topologies.graph import host_rate_sum
 from topologies.kinds import own_routing, routings
 from topologies.model import Topology
@@ -124,30 +124,35 @@ def maxmin_model(pairs, hosts: int, mtu_bytes: int) -> float:
 
 
 MODEL_SAMPLES = 200  # hash draws per pattern for a hashed routing's max-min model
+PF_SAMPLES = 50  # ... and for its proportionally fair model (a convex program per draw)
 UNMODELLED = ("hedera", "hedera_sa", "cthrough")  # routings whose paths change as they run
 
 
 def routed_model(topo: Topology, plan, pairs, mtu_bytes: int,
-                 seed: int) -> tuple[float, float, float] | None:
+                 seed: int) -> tuple[float, float, float, float] | None:
     """What this fabric and its routing `plan` give these flows in theory, as fractions of
     the hosts' summed rate: the flows' max-min fair shares on the paths the plan gives them
     (controllers/trace.py), counted as TCP payload; for a hashed routing, over
     MODEL_SAMPLES draws of every flow's path (its shares of the hash), the mean and the
     10th and 90th percentiles (one run is one draw: its hash outcome lands in that range).
+    Last, the mean of the proportionally fair shares on the same paths (PF_SAMPLES draws):
+    where TCP settles when flows cross different numbers of busy links.
     None without a plan (a scheduler whose paths change while it runs: UNMODELLED)."""
     if plan is None:
         return None
     choices = [trace.paths(topo, plan, src, dst) for src, dst in pairs]
     fraction = tcp_payload_fraction(mtu_bytes)
-    totals = sampled_maxmin(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
+    totals = sampled_totals(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
+    fair = sampled_totals(topo, choices, PF_SAMPLES, seed, rate_of=lambda r: r * fraction,
+                          share=proportional)
     ideal = host_rate_sum(topo)
     return (sum(totals) / len(totals) / ideal, percentile(totals, 10) / ideal,
-            percentile(totals, 90) / ideal)
+            percentile(totals, 90) / ideal, sum(fair) / len(fair) / ideal)
 
 
-def model_cells(model: tuple[float, float, float] | None) -> list[float | None]:
-    """routed_model's three CSV cells (empty without a model)."""
-    return [round(x, 4) for x in model] if model else [None, None, None]
+def model_cells(model: tuple[float, ...] | None) -> list[float | None]:
+    """routed_model's four CSV cells (empty without a model)."""
+    return [round(x, 4) for x in model] if model else [None] * 4
 
 
 def run(ctx: Context, exp: Permutation) -> Outcome:
@@ -235,7 +240,8 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                       "ovs_thread_p90_core", "machine_idle_mean", "cpu_bound",
                                       "lost_in_switches_pkts", "fct_p50_s", "fct_p99_s",
                                       "slowdown_p50", "slowdown_p99", "maxmin_model",
-                                      "routed_model", "routed_model_p10", "routed_model_p90"],
+                                      "routed_model", "routed_model_p10", "routed_model_p90",
+                                      "routed_model_pf"],
                   rows)
     ctx.write_csv("permutation_flows.csv", ["routing", "pattern", "repeat", "src", "dst",
                                             "goodput_mbps", "retransmits_pkts", "sender_cc",
@@ -358,7 +364,8 @@ def outage_headline(rows: list[list]) -> dict:
 def headline(rows: list[list], exp: Permutation, modes: list[str], ideal: float,
              ideal_fcts: dict[str, float | None]) -> dict:
     """The headline of permutation.csv's rows (`modes`: the routings, "own" resolved): per
-    pattern and routing the mean fraction of the ideal and the routing's own max-min model,
+    pattern and routing the mean fraction of the ideal and the routing's own max-min and
+    proportionally fair models,
     the non-blocking max-min model, ECMP over single path, and with several patterns the
     mean over patterns of the phases that were not CPU-bound (and how many were)."""
     out: dict = {"ideal_mbps": ideal}
@@ -373,6 +380,8 @@ def headline(rows: list[list], exp: Permutation, modes: list[str], ideal: float,
             if mine[0][15] is not None:
                 out[f"{pattern}_{routing}_model"] = round(
                     sum(r[15] for r in mine) / len(mine), 4)
+                out[f"{pattern}_{routing}_model_pf"] = round(
+                    sum(r[18] for r in mine) / len(mine), 4)
         model = [r[14] for r in rows if r[1] == pattern and r[0] == modes[0]]
         out[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
         if "ecmp" in means and "single" in means and means["single"] > 0:

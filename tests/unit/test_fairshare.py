@@ -5,7 +5,7 @@ import pytest
 from controllers import trace
 from controllers.routing import plan
 from topologies import bcube, dcell, dumbbell, fattree, nonblocking, torus, vl2
-from topologies.fairshare import maxmin, sampled_maxmin
+from topologies.fairshare import maxmin, proportional, sampled_totals
 from topologies.patterns import stride
 
 
@@ -23,6 +23,18 @@ def test_progressive_filling_by_hand():
     assert maxmin(topo, across, rate_of=lambda r: r / 2) == pytest.approx([10 / 3] * 3)
 
 
+def test_proportional_fairness_by_hand():
+    """A parking lot: one flow crosses two busy links, each shared with a flow of its own.
+    Max-min gives all three half a link; proportional fairness (max sum of logs) gives the
+    long flow a third and the short ones two thirds: more in total, as TCP takes."""
+    topo = dumbbell(2, 2, access_rate_mbps=20, bottleneck_rate_mbps=20)
+    paths = [("h1", "s1", "s2", "h3"), ("h1", "s1", "h2"), ("h4", "s2", "h3")]
+    assert maxmin(topo, paths) == pytest.approx([10, 10, 10])
+    assert proportional(topo, paths) == pytest.approx([20 / 3, 40 / 3, 40 / 3], rel=1e-4)
+    # nothing shared: each flow its path's narrowest link, as max-min
+    assert proportional(topo, paths[1:]) == pytest.approx([20, 20], rel=1e-4)
+
+
 def test_not_linked_is_an_error():
     with pytest.raises(ValueError, match="h1 and s2 are not linked"):
         maxmin(dumbbell(), [("h1", "s2", "h2")])
@@ -32,7 +44,7 @@ def model(topo, mode, step, samples=300):
     p = plan(topo, mode)
     hosts = [h.name for h in topo.hosts]
     choices = [trace.paths(topo, p, a, b) for a, b in stride(hosts, step)]
-    totals = sampled_maxmin(topo, choices, samples, seed=1)
+    totals = sampled_totals(topo, choices, samples, seed=1)
     return sum(totals) / len(totals) / (100 * len(hosts))
 
 
@@ -89,9 +101,11 @@ def test_the_permutation_rows_model_each_fabric_as_it_is_routed():
     from testbed.experiments.permutation import routed_model
     hosts = [f"h{i + 1}" for i in range(16)]
     one = nonblocking(16)
-    mean, low, high = routed_model(one, plan(one, "single"), stride(hosts, 8), 9000, 0)
+    mean, low, high, fair = routed_model(one, plan(one, "single"), stride(hosts, 8), 9000, 0)
     assert mean == low == high == pytest.approx(tcp_payload_fraction(9000))
+    assert fair == pytest.approx(mean)  # nothing shared: every share is the host's rate
     ft = fattree(4)
-    mean, low, high = routed_model(ft, plan(ft, "ecmp"), stride(hosts, 8), 9000, 0)
+    mean, low, high, fair = routed_model(ft, plan(ft, "ecmp"), stride(hosts, 8), 9000, 0)
     assert low < mean < high  # one run is one draw of the hash
+    assert fair >= mean - 0.02  # its own 50 draws; at least max-min's total on each
     assert routed_model(ft, None, stride(hosts, 8), 9000, 0) is None  # Hedera: no plan

@@ -54,16 +54,17 @@ def test_the_experiments_analyses_run_on_recorded_rows():
     from testbed.spec import Incast, Permutation
     perm = Permutation(patterns=["stride:8", "randbij"], routings=["single", "ecmp"])
     rows = [["single", "stride:8", 0, 80.0, 0.25, 0.1, 0.5, 0.4, False, 0, None, None, None,
-             None, 0.99, 0.248, 0.248, 0.248],
+             None, 0.99, 0.248, 0.248, 0.248, 0.25],
             ["ecmp", "stride:8", 0, 200.0, 0.625, 0.1, 0.5, 0.4, False, 0, None, None, None,
-             None, 0.99, 0.62, 0.49, 0.75],
+             None, 0.99, 0.62, 0.49, 0.75, 0.64],
             ["single", "randbij", 0, 100.0, 0.3125, 0.1, 0.5, 0.4, True, 0, None, None, None,
-             None, 0.9, 0.3, 0.3, 0.3],
+             None, 0.9, 0.3, 0.3, 0.3, 0.31],
             ["ecmp", "randbij", 0, 150.0, 0.46875, 0.1, 0.5, 0.4, False, 0, None, None, None,
-             None, 0.9, None, None, None]]
+             None, 0.9, None, None, None, None]]
     h = permutation.headline(rows, perm, ["single", "ecmp"], 320.0, {})
     assert h["stride:8_ecmp_over_single"] == 2.5 and h["randbij_maxmin_model"] == 0.9
     assert h["stride:8_ecmp_model"] == 0.62 and "randbij_ecmp_model" not in h
+    assert h["stride:8_ecmp_model_pf"] == 0.64 and "randbij_ecmp_model_pf" not in h
     assert h["mean_single_normalised"] == 0.25 and h["cpu_bound_phases_single"] == 1
     inc = Incast(senders=[1, 4], variants=["lossy", "pfc"])
     rows = [{"variant": v, "senders": n, "goodput_mbps": g, "switch_drops": d,
