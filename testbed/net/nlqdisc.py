@@ -1,7 +1,8 @@
 """Reads qdisc backlogs with a single raw netlink dump: about a tenth of the cost of a
 pyroute2 call, so that the real queue can be read at 1 kHz next to the BPF dataplane's own
-count (testbed/measure/queues.py, ClassQueueSampler), and every port's root queue a few
-times a second by the live view (`root_queues`) without taking a core."""
+count (testbed/measure/queues.py, ClassQueueSampler), some ports' root queues and sent
+packets at 1 kHz (QueueSampler, `root_stats`), and every port's root queue a few times a
+second by the live view (`root_queues`) without taking a core."""
 from __future__ import annotations
 
 import socket
