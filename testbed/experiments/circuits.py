@@ -96,8 +96,8 @@ class Circuits(ExperimentSpec):
 
 TURN_HEADER = ["period_s", "dark_ms", "turn", "src_rack", "dst_rack", "lit_after_s",
                "dark_applied_ms", "dark_measured_ms", "dark_resolution_ms", "circuit_mbps",
-               "circuit_rate_mbps", "circuit_over_rate", "turn_mbps", "model_mbps", "turn_over_model", "lost_mb", "flows",
-               "retransmits_pkts", "cpu_bound"]
+               "circuit_rate_mbps", "circuit_over_rate", "turn_mbps", "model_mbps",
+               "turn_over_model", "lost_mb", "flows", "retransmits_pkts", "cpu_bound"]
 
 
 def rack_hosts(topo: Topology, rack: int) -> list[str]:
