@@ -63,7 +63,7 @@ def proportional(topo: Topology, paths: Sequence[Path],
     max-min's. Solved as the convex program it is (scipy's SLSQP, from the max-min rates,
     which are feasible)."""
     import numpy as np  # here: `mn --custom` loads this package without them
-    from scipy.optimize import minimize
+    from scipy.optimize import Bounds, LinearConstraint, minimize
 
     capacity, users = _links(topo, paths, rate_of)
     start = maxmin(topo, paths, rate_of)
@@ -76,12 +76,25 @@ def proportional(topo: Topology, paths: Sequence[Path],
         crossing[j, [col[i] for i in users[e]]] = 1.0
     scale = max(capacity.values())  # rates in units of the fastest link: well conditioned
     cap = np.array([capacity[e] for e in users]) / scale
-    res = minimize(lambda x: -np.sum(np.log(x)), np.array([start[i] for i in flows]) / scale,
-                   jac=lambda x: -1.0 / x, method="SLSQP", bounds=[(1e-9, None)] * len(flows),
+    def utility(x: np.ndarray) -> float:
+        return float(-np.sum(np.log(x)))
+
+    def gradient(x: np.ndarray) -> np.ndarray:
+        return -1.0 / x
+
+    bounds = [(1e-9, None)] * len(flows)
+    res = minimize(utility, np.array([start[i] for i in flows]) / scale, jac=gradient,
+                   method="SLSQP", bounds=bounds,
                    constraints=[{"type": "ineq", "fun": lambda x: cap - crossing @ x,
                                  "jac": lambda x: -crossing}],
-                   options={"ftol": 1e-12, "maxiter": 500})
-    if not res.success:
+                   options={"ftol": 1e-10, "maxiter": 500})
+    if not res.success:  # SLSQP's line search can stall next to the optimum: an interior
+        # point method from where it stopped (slower, and steady there)
+        res = minimize(utility, np.clip(res.x, 1e-6, None), jac=gradient,
+                       method="trust-constr", bounds=Bounds(1e-9, np.inf),
+                       constraints=[LinearConstraint(crossing, -np.inf, cap)],
+                       options={"gtol": 1e-9, "xtol": 1e-12, "maxiter": 5000})
+    if not res.success or np.max(crossing @ res.x - cap) > 1e-6:
         raise ValueError(f"proportional fairness did not converge: {res.message}")
     rates = [0.0] * len(paths)
     for i in flows:

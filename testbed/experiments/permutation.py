@@ -19,7 +19,7 @@ from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.plots import pyplot, save
-from testbed.results.stats import percentile, percentile_or_none
+from testbed.results.stats import percentile, percentile_or_none, round_or_none
 from testbed.workloads.flows import (
     assign_ports,
     crosses,
@@ -129,30 +129,33 @@ UNMODELLED = ("hedera", "hedera_sa", "cthrough")  # routings whose paths change 
 
 
 def routed_model(topo: Topology, plan, pairs, mtu_bytes: int,
-                 seed: int) -> tuple[float, float, float, float] | None:
+                 seed: int) -> tuple[float, float, float, float | None] | None:
     """What this fabric and its routing `plan` give these flows in theory, as fractions of
     the hosts' summed rate: the flows' max-min fair shares on the paths the plan gives them
     (controllers/trace.py), counted as TCP payload; for a hashed routing, over
     MODEL_SAMPLES draws of every flow's path (its shares of the hash), the mean and the
     10th and 90th percentiles (one run is one draw: its hash outcome lands in that range).
     Last, the mean of the proportionally fair shares on the same paths (PF_SAMPLES draws):
-    where TCP settles when flows cross different numbers of busy links.
-    None without a plan (a scheduler whose paths change while it runs: UNMODELLED)."""
+    where TCP settles when flows cross different numbers of busy links (None if the
+    solver fails on a draw). None without a plan (a scheduler whose paths change while it runs: UNMODELLED)."""
     if plan is None:
         return None
     choices = [trace.paths(topo, plan, src, dst) for src, dst in pairs]
     fraction = tcp_payload_fraction(mtu_bytes)
     totals = sampled_totals(topo, choices, MODEL_SAMPLES, seed, rate_of=lambda r: r * fraction)
-    fair = sampled_totals(topo, choices, PF_SAMPLES, seed, rate_of=lambda r: r * fraction,
-                          share=proportional)
+    try:
+        fair = sampled_totals(topo, choices, PF_SAMPLES, seed, rate_of=lambda r: r * fraction,
+                              share=proportional)
+    except ValueError:  # the solver's failure: no proportional model, the rest stands
+        fair = []
     ideal = host_rate_sum(topo)
     return (sum(totals) / len(totals) / ideal, percentile(totals, 10) / ideal,
-            percentile(totals, 90) / ideal, sum(fair) / len(fair) / ideal)
+            percentile(totals, 90) / ideal, sum(fair) / len(fair) / ideal if fair else None)
 
 
-def model_cells(model: tuple[float, ...] | None) -> list[float | None]:
+def model_cells(model: tuple[float | None, ...] | None) -> list[float | None]:
     """routed_model's four CSV cells (empty without a model)."""
-    return [round(x, 4) for x in model] if model else [None] * 4
+    return [round_or_none(x, 4) for x in model] if model else [None] * 4
 
 
 def run(ctx: Context, exp: Permutation) -> Outcome:
@@ -380,8 +383,9 @@ def headline(rows: list[list], exp: Permutation, modes: list[str], ideal: float,
             if mine[0][15] is not None:
                 out[f"{pattern}_{routing}_model"] = round(
                     sum(r[15] for r in mine) / len(mine), 4)
-                out[f"{pattern}_{routing}_model_pf"] = round(
-                    sum(r[18] for r in mine) / len(mine), 4)
+                fair = [r[18] for r in mine if r[18] is not None]
+                if fair:
+                    out[f"{pattern}_{routing}_model_pf"] = round(sum(fair) / len(fair), 4)
         model = [r[14] for r in rows if r[1] == pattern and r[0] == modes[0]]
         out[f"{pattern}_maxmin_model"] = round(sum(model) / len(model), 4)
         if "ecmp" in means and "single" in means and means["single"] > 0:
