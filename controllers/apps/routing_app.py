@@ -33,6 +33,7 @@ from controllers.compat import (
     set_ev_cls,
 )
 from testbed.config.controller import phase_config
+from topologies.model import Topology
 
 # Entries a restarted controller leaves as it finds them: per-flow entries a scheduler placed
 KEEP_ON_RESYNC = frozenset({routing.PRIORITY_FLOW, routing.PRIORITY_PLACED})
@@ -246,11 +247,11 @@ class FabricRouting(RyuApp):
         new = recovery.replan(self.topo, mode, self.down, self.plan, **self.plan_args)
         return self.install(new, recovery.degraded(self.topo, self.down))
 
-    def install(self, new: routing.Plan, now: Any) -> tuple[list, int]:
-        """Send the difference from the installed plan to `new` (`recovery.changes` on the
-        fabric as it is `now`: in an order that never loops a packet) with a barrier per
-        switch, and install it; the changes and how many could not be sent."""
-        todo = recovery.changes(self.plan, new, now)
+    def install(self, new: routing.Plan, live: Topology) -> tuple[list, int]:
+        """Send the difference from the installed plan to `new` (`recovery.changes` on
+        `live`, the fabric as it is now: in an order that never loops a packet) with a
+        barrier per switch, and install it; the changes and how many could not be sent."""
+        todo = recovery.changes(self.plan, new, live)
         unsent = 0
         for change in todo:
             dp = self.datapaths.get(change.dpid)

@@ -30,7 +30,6 @@ with their times). Measured per turn:
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,17 +193,6 @@ def first_packets(samples, t0: float, since: list[float], ports: dict[str, int]
     return out
 
 
-def stop_probe(proc) -> None:
-    """End a probe (it would stop by itself at its deadline) and reap it."""
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-
-
 def run(ctx: Context, exp: Circuits) -> Outcome:
     out = Outcome()
     topo = ctx.topo
@@ -234,13 +222,17 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
                     with ctx.traffic_phase(fab, out, f"{label} turn {i}") as checks:
                         t0 = time.time()
                         # a ping every probe_ms beside the flows: packets always waiting
-                        # for the circuit, whatever TCP's state when it is lit
-                        probe = fab.popen(pairs[0][0], probe_argv(
-                            fab.topo.host(pairs[0][1]).ip, exp.probe_ms / 1000, exp.turn_s))
+                        # for the circuit, whatever TCP's state when it is lit (its output
+                        # to a file: an unread pipe stops ping after about 800 replies)
+                        probe = fab.start_process(
+                            pairs[0][0], probe_argv(fab.topo.host(pairs[0][1]).ip,
+                                                    exp.probe_ms / 1000, exp.turn_s),
+                            f"circuit probe {pairs[0][0]}",
+                            ctx.out_dir / "flows" / f"circuits-{i}-probe.log")
                         try:
                             res = fab.run_flows(flows, f"circuits-{i}")
                         finally:
-                            stop_probe(probe)
+                            fab.stop_processes([probe])
                         t1 = time.time()
                     check_cc(res, ctx.spec.hosts.congestion_control, out, f"{label} turn {i}")
                     turns.append((i, [a, b], t0, t1, res, checks["cpu"]["cpu_bound"]))
