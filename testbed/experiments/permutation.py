@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -200,12 +201,15 @@ def run(ctx: Context, exp: Permutation) -> Outcome:
                                          interval_s=exp.interval_s if faults else None)
                     with ctx.traffic_phase(fab, out, label) as checks, \
                             ctx.faults(fab, faults, label) as steps:
+                        tag = f"perm-{routing}-{pattern.replace(':', '')}-{rep}"
                         probes = start_probes(fab, pairs, exp.probe_ms,
-                                              exp.omit_s + exp.duration_s + 1) \
+                                              exp.omit_s + exp.duration_s + 1,
+                                              ctx.out_dir / "flows" / tag) \
                             if faults and exp.probe_ms else []
-                        res = fab.run_flows(flows,
-                                            f"perm-{routing}-{pattern.replace(':', '')}-{rep}")
-                        replies = collect_probes(probes)
+                        try:
+                            res = fab.run_flows(flows, tag)
+                        finally:
+                            replies = collect_probes(fab, probes)
                         checks["faults"] = steps
                     if faults:
                         outage_rows += outages(fab.topo, routing, pattern, rep, flows, res,
@@ -275,24 +279,33 @@ OUTAGE_HEADER = ["routing", "pattern", "repeat", "src", "dst", "faults", "crosse
 PROBE_BACKGROUND_S = 2.0
 
 
-def start_probes(fab, pairs: list[tuple[str, str]], probe_ms: float,
-                 seconds: float) -> list:
-    """A ping every `probe_ms` from each flow's source to its destination."""
-    return [fab.popen(src, probe_argv(fab.topo.host(dst).ip, probe_ms / 1000, seconds))
-            for src, dst in pairs]
+def start_probes(fab, pairs: list[tuple[str, str]], probe_ms: float, seconds: float,
+                 logs: Path) -> list[tuple[subprocess.Popen, Path]]:
+    """A ping every `probe_ms` from each flow's source to its destination for `seconds`,
+    each writing to a file in `logs` (an unread pipe would stop ping after about 800
+    replies, 64 KB: 4 s at 5 ms, before a failure 5 s into the phase)."""
+    probes = []
+    for i, (src, dst) in enumerate(pairs):
+        log = logs / f"probe-{i}-{src}-{dst}.log"
+        probes.append((fab.start_process(src, probe_argv(fab.topo.host(dst).ip,
+                                                          probe_ms / 1000, seconds),
+                                         f"probe {src}->{dst}", log), log))
+    return probes
 
 
-def collect_probes(probes: list) -> list[list[tuple[int, float]]]:
-    """Each probe's replies (icmp_seq, arrival time) once it has ended."""
-    out = []
-    for proc in probes:
+def collect_probes(fab, probes: list[tuple[subprocess.Popen, Path]],
+                   timeout_s: float = 10.0) -> list[list[tuple[int, float]]]:
+    """Each probe's replies (icmp_seq, arrival time), once it has reached its deadline
+    (stopped if it outlives `timeout_s` more)."""
+    deadline = time.time() + timeout_s
+    for proc, _ in probes:
         try:
-            text, _ = proc.communicate(timeout=10)
+            proc.wait(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
-        out.append(parse_probe(text or ""))
-    return out
+            pass
+    fab.stop_processes([proc for proc, _ in probes])
+    return [parse_probe(log.read_text(errors="replace") if log.exists() else "")
+            for _, log in probes]
 
 
 def outages(topo: Topology, routing: str, pattern: str, rep: int, flows: list, res: list,
