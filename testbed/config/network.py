@@ -25,6 +25,9 @@ class LinkConfig:
     buffer_pkts: int | None = 100
     buffer_bytes: int | None = None
     host_queue_pkts: int = 1000
+    # a host NIC's queue: one FIFO (fifo), or a FIFO of host_queue_pkts per flow bucket
+    # served round robin, a bucket per flow (fair: as fq_codel on real servers; net/dataplane.py)
+    host_queue: str = "fifo"
     delay_us: int = 0
     loss_pct: float = 0.0
     drop: str = "head"  # head: exact accounting on this datapath; tail: see docs/FIDELITY.md
@@ -49,6 +52,8 @@ class LinkConfig:
         if self.drop not in ("head", "tail"):
             raise SpecError(f"links.drop: must be head or tail (got {self.drop!r})")
         positive(self.host_queue_pkts, "links.host_queue_pkts")
+        if self.host_queue not in ("fifo", "fair"):
+            raise SpecError(f"links.host_queue: must be fifo or fair (got {self.host_queue!r})")
         if self.delay_us < 0:
             raise SpecError(f"links.delay_us: must be >= 0 (got {self.delay_us})")
         if not 0 <= self.loss_pct <= 100:

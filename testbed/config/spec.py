@@ -116,6 +116,9 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
     spec.hosts.check()
     if spec.qos is not None:
         links = spec.links
+        if links.host_queue == "fair":
+            raise SpecError("links.host_queue: fair and a qos section both shape the host "
+                            "NICs (the class dataplane owns them); leave out one")
         try:
             validate_qos(spec.qos, "qos", links.mtu_bytes, links.buffer_pkts, links.buffer_bytes)
         except QosError as exc:
@@ -151,6 +154,10 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
         raise SpecError("qos.pfc: PFC and lossless classes run on one machine only so far "
                         "(the pause executor reads every server's BPF maps at each event); "
                         "leave out pfc and lossless, or cluster")
+    if spec.links.host_queue == "fair":
+        raise SpecError("links.host_queue: fair runs on one machine only so far (its "
+                        "classifier is built and loaded on this machine); use fifo, or "
+                        "leave out cluster")
     if spec.datapath != "user":
         raise SpecError(f"datapath: {spec.datapath}: a cluster runs the userspace datapath "
                         "(the one measured; every server's OVS is started by the testbed)")

@@ -2,7 +2,10 @@
 
 Each switch egress port gets an HTB root with one class at the link rate and a FIFO leaf
 holding the configured buffer (packets: pfifo, bytes: bfifo). Host NICs get the same
-shaping with a NIC-like queue. Delay and loss need netem, which not every kernel has; asking
+shaping with a NIC-like queue: one FIFO, or with `links.host_queue: fair` one FIFO per flow
+bucket under the link's class, served round robin (HTB's DRR among classes that borrow),
+each flow in a bucket of its own (bpf/fairq.bpf.c): the per-flow fairness of fq or
+fq_codel, which this kernel lacks. Delay and loss need netem, which not every kernel has; asking
 for them on a kernel without it is an error, never a silent no-op.
 
 Commands are rendered as argv lists first (golden-tested), then run in one `tc -batch` per
@@ -11,6 +14,7 @@ network namespace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.config.units import frame_bytes, htb_burst_bytes
 from testbed.system import TestbedError, in_netns, run
@@ -19,6 +23,22 @@ ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
 LEAF_HANDLE = "10:"
 OFFLOADS = ("rx", "tx", "tso", "gso", "gro")
+# links.host_queue: fair. 32 buckets, classes 1:100 to 1:11f; each new flow takes the next
+# (round robin), so flows share one only when 32 others appeared between them on that NIC
+FAIR_SOURCE = Path(__file__).resolve().parent / "bpf" / "fairq.bpf.c"
+FAIR_BUCKETS = 32
+FAIR_FIRST_MINOR = 0x100
+# A bucket's DRR quantum: a host's own TCP hands the qdisc GSO packets of up to 64 KB (cut
+# into frames after it, in software), forwarded packets are single frames, and HTB takes at
+# least one whole packet from a class at each turn; a quantum of one frame served a host's
+# own flow 5-7x the bytes of each flow it relayed (docs/FIDELITY.md)
+FAIR_QUANTUM_BYTES = 65536 + 1514
+
+
+def fair_defines() -> dict[str, int]:
+    """What fairq.bpf.c is compiled with: the class ids it returns."""
+    return {"FAIR_MAJOR": int(ROOT_HANDLE.rstrip(":")), "FAIR_FIRST_MINOR": FAIR_FIRST_MINOR,
+            "FAIR_BUCKETS": FAIR_BUCKETS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,10 +53,15 @@ class PortQueue:
     drop: str = "tail"  # tail | head
     mtu_bytes: int = 1500
     burst_us: int = 0  # 0: tc's default burst (about rate/HZ + one frame)
+    fair: bool = False  # a FIFO of buffer_pkts per flow bucket (host NICs; see above)
 
     def __post_init__(self) -> None:
         if (self.buffer_pkts is None) == (self.buffer_bytes is None):
             raise ValueError(f"{self.ifname}: exactly one of buffer_pkts, buffer_bytes")
+        if self.fair and (self.buffer_pkts is None or self.delay_us or self.loss_pct
+                          or self.drop != "tail"):
+            raise ValueError(f"{self.ifname}: a fair queue has packet-limited tail-drop "
+                             "FIFOs and no netem")
 
 
 def _limit_pkts(q: PortQueue) -> int:
@@ -50,15 +75,23 @@ def _burst_args(q: PortQueue) -> list[str]:
     return ["burst", str(nbytes), "cburst", str(nbytes)] if nbytes else []
 
 
-def htb_commands(q: PortQueue) -> list[list[str]]:
-    """tc argv lists (without the leading 'tc') that shape `q.ifname`."""
-    rate = f"{int(round(q.rate_mbps * 1_000_000))}bit"
+def htb_commands(q: PortQueue, fair_object: Path | None = None) -> list[list[str]]:
+    """tc argv lists (without the leading 'tc') that shape `q.ifname`; a fair queue's
+    classifier is `fair_object` (fairq.bpf.c built with fair_defines())."""
+    rate_bit = int(round(q.rate_mbps * 1_000_000))
+    rate = f"{rate_bit}bit"
+    default = f"{FAIR_FIRST_MINOR:x}" if q.fair else "1"
     cmds = [
-        ["qdisc", "replace", "dev", q.ifname, "root", "handle", ROOT_HANDLE, "htb", "default", "1"],
+        ["qdisc", "replace", "dev", q.ifname, "root", "handle", ROOT_HANDLE, "htb",
+         "default", default],
         ["class", "replace", "dev", q.ifname, "parent", ROOT_HANDLE, "classid", CLASS_ID,
          "htb", "rate", rate, "ceil", rate, *_burst_args(q),
          "quantum", str(frame_bytes(q.mtu_bytes))],
     ]
+    if q.fair:
+        if fair_object is None:
+            raise ValueError(f"{q.ifname}: a fair queue needs its classifier's object")
+        return cmds + _fair_commands(q, rate_bit, fair_object)
     if q.delay_us or q.loss_pct:
         leaf = ["netem", "limit", str(_limit_pkts(q))]
         if q.delay_us:
@@ -73,6 +106,27 @@ def htb_commands(q: PortQueue) -> list[list[str]]:
         leaf = ["bfifo", "limit", str(q.buffer_bytes)]
     cmds.append(["qdisc", "replace", "dev", q.ifname, "parent", CLASS_ID, "handle", LEAF_HANDLE,
                  *leaf])
+    return cmds
+
+
+def _fair_commands(q: PortQueue, rate_bit: int, fair_object: Path) -> list[list[str]]:
+    """One class per bucket, each guaranteed an equal part of the link and borrowing the
+    rest (so that the busy buckets share it equally: HTB serves borrowers by DRR), a FIFO
+    of `buffer_pkts` in each, and the classifier."""
+    major = ROOT_HANDLE.rstrip(":")
+    part = f"{max(1, rate_bit // FAIR_BUCKETS)}bit"
+    cmds = []
+    for i in range(FAIR_BUCKETS):
+        minor = f"{FAIR_FIRST_MINOR + i:x}"
+        cmds.append(["class", "replace", "dev", q.ifname, "parent", CLASS_ID,
+                     "classid", f"{major}:{minor}", "htb", "rate", part,
+                     "ceil", f"{rate_bit}bit", *_burst_args(q),
+                     "quantum", str(FAIR_QUANTUM_BYTES)])
+        cmds.append(["qdisc", "replace", "dev", q.ifname, "parent", f"{major}:{minor}",
+                     "handle", f"{minor}:", "pfifo", "limit", str(q.buffer_pkts)])
+    cmds.append(["filter", "replace", "dev", q.ifname, "parent", ROOT_HANDLE, "protocol",
+                 "all", "prio", "1", "handle", "1", "bpf", "obj", str(fair_object),
+                 "sec", "classifier"])
     return cmds
 
 

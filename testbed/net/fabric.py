@@ -97,6 +97,7 @@ class Fabric:
     needed_buffer_bytes: int = 0
     qos: QosConfig | None = None  # traffic classes, ECN and PFC (the BPF dataplane)
     qos_plane: QosPlane | None = None
+    fair_object: Path | None = None  # links.host_queue: fair: the host NICs' classifier
     jobs: bool = False  # training jobs side by side: the jobs app and its directory
 
     # ---- queues ------------------------------------------------------------------
@@ -111,7 +112,8 @@ class Fabric:
                 if self.topo.is_host(node):
                     host_q.setdefault(node, []).append(dataplane.PortQueue(
                         ifname=name, rate_mbps=rate, buffer_pkts=self.links.host_queue_pkts,
-                        mtu_bytes=self.links.mtu_bytes))
+                        mtu_bytes=self.links.mtu_bytes,
+                        fair=self.links.host_queue == "fair"))
                 else:
                     switch_q.append(dataplane.PortQueue(
                         ifname=name, rate_mbps=rate, buffer_pkts=self.links.buffer_pkts,
@@ -185,6 +187,8 @@ class Fabric:
         if any(q.delay_us or q.loss_pct for q in switch_q):
             dataplane.check_mechanisms(switch_q, netem_available=_netem_available())
         self.datapath = ovs.datapath_for(self.datapath_setting).name
+        if self.links.host_queue == "fair":  # the host NICs' classifier, before any fabric
+            self.fair_object = build_object(dataplane.FAIR_SOURCE, dataplane.fair_defines())
         if self.qos is not None:
             build_object()
             self.qos_plane = self._make_qos_plane()
@@ -449,7 +453,7 @@ class Fabric:
                 [c for q in switch_q if q.ifname in names for c in dataplane.htb_commands(q)]))
         for host, queues in host_q.items():
             self.host_run(host, dataplane.TC_BATCH, input=dataplane.tc_lines(
-                [c for q in queues for c in dataplane.htb_commands(q)]))
+                [c for q in queues for c in dataplane.htb_commands(q, self.fair_object)]))
 
     def _wait_connected(self, t0: float, timeout: float = 60.0) -> None:
         deadline = time.time() + timeout

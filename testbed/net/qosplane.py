@@ -38,20 +38,22 @@ def ensure_bpffs() -> None:
         run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
 
 
-def build_object() -> Path:
-    """Compile tbqos.bpf.c once per source version (clang-14 from the bootstrap)."""
+def build_object(source: Path = BPF_SOURCE, defines: dict[str, int] | None = None) -> Path:
+    """Compile a BPF program (tbqos.bpf.c unless told) once per source version and set of
+    `defines` (clang-14 from the bootstrap)."""
     clang = shutil.which("clang-14") or shutil.which("clang")
     if clang is None:
         raise TestbedError("clang is missing (needed for the BPF dataplane); run "
                            "scripts/bootstrap.sh")
-    digest = hashlib.sha1(BPF_SOURCE.read_bytes()).hexdigest()[:12]
-    obj = BUILD_DIR / f"tbqos-{digest}.o"
+    flags = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    digest = hashlib.sha1(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
+    obj = BUILD_DIR / f"{source.name.split('.')[0]}-{digest}.o"
     if not obj.exists():
         BUILD_DIR.mkdir(exist_ok=True)
         tmp = obj.with_suffix(".tmp")
-        run([clang, "-O2", "-g", "-mcpu=v3", "-target", "bpf",
+        run([clang, "-O2", "-g", "-mcpu=v3", "-target", "bpf", *flags,
              "-I/usr/include/x86_64-linux-gnu", "-I/usr/include/aarch64-linux-gnu",
-             "-c", str(BPF_SOURCE), "-o", str(tmp)])
+             "-c", str(source), "-o", str(tmp)])
         tmp.replace(obj)
     return obj
 

@@ -105,6 +105,8 @@ def test_what_does_not_run_on_a_cluster_yet_is_refused_before_anything_is_built(
     with pytest.raises(SpecError, match="experiments\\[0\\].faults: fabric faults do not run"):
         loads(spec({"servers": TWO}, [{"type": "training", "faults": [
             {"link": ["e1", "a1"], "at_s": 1.0}]}]))
+    with pytest.raises(SpecError, match="links.host_queue: fair runs on one machine only"):
+        loads(spec({"servers": TWO}, links={"host_queue": "fair"}))
     loaded, _ = loads(spec({"servers": TWO}, [{"type": "permutation"}]))
     assert loaded.cluster is not None and loaded.cluster.overhead == 50
     # classes and ECN run on every server's own dataplane, and training with them

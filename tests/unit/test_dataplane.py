@@ -60,3 +60,33 @@ def test_burst_allowance_for_emulator_jitter():
     small = PortQueue(ifname="x", rate_mbps=1, buffer_pkts=100, burst_us=5000)
     assert "3028" in htb_commands(small)[1]  # never below two full frames
     assert "burst" not in htb_commands(PortQueue(ifname="x", rate_mbps=1, buffer_pkts=1))[1]
+
+
+def test_fair_host_queue_one_fifo_per_flow_bucket():
+    from pathlib import Path
+
+    from testbed.net.dataplane import FAIR_BUCKETS, FAIR_FIRST_MINOR, fair_defines
+    q = PortQueue(ifname="h1-eth1", rate_mbps=20, buffer_pkts=100, mtu_bytes=9000, fair=True)
+    cmds = htb_commands(q, Path("/b/fairq.o"))
+    assert cmds[0][-2:] == ["default", "100"]  # unclassified: the first bucket, a leaf
+    classes = [c for c in cmds if c[0] == "class"][1:]
+    leaves = [c for c in cmds if c[0] == "qdisc"][1:]
+    assert len(classes) == len(leaves) == FAIR_BUCKETS == 32
+    # each bucket is guaranteed 1/32 of the link and may borrow all of it; DRR by a GSO packet
+    assert classes[0] == ["class", "replace", "dev", "h1-eth1", "parent", "1:1",
+                          "classid", "1:100", "htb", "rate", "625000bit", "ceil",
+                          "20000000bit", "quantum", "67050"]
+    assert classes[-1][7] == "1:11f"
+    assert leaves[-1][-5:] == ["handle", "11f:", "pfifo", "limit", "100"]
+    assert cmds[-1] == ["filter", "replace", "dev", "h1-eth1", "parent", "1:", "protocol",
+                        "all", "prio", "1", "handle", "1", "bpf", "obj", "/b/fairq.o",
+                        "sec", "classifier"]
+    # the classifier returns 1:(first + hash % buckets): compiled with the same numbers
+    assert fair_defines() == {"FAIR_MAJOR": 1, "FAIR_FIRST_MINOR": FAIR_FIRST_MINOR,
+                              "FAIR_BUCKETS": FAIR_BUCKETS}
+    with pytest.raises(ValueError, match="classifier"):
+        htb_commands(q)
+    with pytest.raises(ValueError, match="packet-limited"):
+        PortQueue(ifname="x", rate_mbps=1, buffer_bytes=30000, fair=True)
+    with pytest.raises(ValueError, match="packet-limited"):
+        PortQueue(ifname="x", rate_mbps=1, buffer_pkts=10, delay_us=10, fair=True)
