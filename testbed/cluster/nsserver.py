@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.net.ovs import MALLOC_TUNABLES
 from testbed.system import TestbedError, run
 
 BRIDGE = "tbclu0"  # the servers' network, in the initial namespace
@@ -46,7 +47,9 @@ ip link set lo up
 for _ in $(seq 200); do ip link show "$IFACE" >/dev/null 2>&1 && break; sleep 0.05; done
 ip link set "$IFACE" mtu "$MTU" up
 ip addr add "$ADDR/$PREFIX" dev "$IFACE"
-if [ "$OVS" = 1 ]; then /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null; fi
+if [ "$OVS" = 1 ]; then
+  GLIBC_TUNABLES="$MALLOC_TUNABLES" /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+fi
 /usr/sbin/sshd -f "$DIR/sshd_config" -E "$DIR/sshd.log"
 echo ready
 # the namespace's init: it adopts every orphan (the node shells' sudo, when their ssh ends)
@@ -135,7 +138,8 @@ class NamespaceServer:
         ensure_bridge()
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IFACE": self.iface,
                "ADDR": self.address, "PREFIX": str(PREFIX), "MTU": str(OUTER_MTU),
-               "DIR": str(self.workdir), "OVS": "1" if self.ovs else "0"}
+               "DIR": str(self.workdir), "OVS": "1" if self.ovs else "0",
+               "MALLOC_TUNABLES": MALLOC_TUNABLES}
         self.proc = subprocess.Popen(
             ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc",
              "--kill-child=SIGKILL", "bash", "-c", IN_NAMESPACE],

@@ -204,6 +204,16 @@ class Fabric:
                 self.log(f"OVS send buffer {current} B < {self.needed_buffer_bytes} B needed; "
                          "restarting ovs-vswitchd")
                 ovs.restart_vswitchd(self.needed_buffer_bytes, self.record.remember_sysctl)
+            elif not ovs.malloc_tuned():
+                if ovs.bridges():  # others' bridges: not ours to restart
+                    self.log("warning: ovs-vswitchd runs without the testbed's malloc "
+                             "thresholds; its first busy fabric forwards slowly "
+                             "(docs/FIDELITY.md)")
+                else:
+                    self.log("ovs-vswitchd started without the testbed's malloc "
+                             "thresholds; restarting it")
+                    ovs.restart_vswitchd(self.needed_buffer_bytes,
+                                         self.record.remember_sysctl)
 
     def start(self) -> None:
         self.preflight()

@@ -142,3 +142,25 @@ def test_an_interrupted_background_client_reports_what_it_sent_or_nothing():
     # not zero
     assert sent_mbps("Fatal glibc error: malloc assertion failure in sysmalloc: ...") is None
     assert sent_mbps(json.dumps({"start": {}, "intervals": [], "end": {}})) is None
+
+
+def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_is_told(
+        tmp_path, monkeypatch):
+    import subprocess
+
+    from testbed.net import ovs
+    argv = ovs.ctl_argv("restart", "--system-id=random")
+    assert argv[:2] == ["env", f"GLIBC_TUNABLES={ovs.MALLOC_TUNABLES}"]
+    assert argv[2:] == [ovs.OVS_CTL, "restart", "--system-id=random"]
+    assert "glibc.malloc.mmap_threshold=" in ovs.MALLOC_TUNABLES
+    pidfile = tmp_path / "ovs-vswitchd.pid"
+    monkeypatch.setattr(ovs, "PIDFILE", str(pidfile))
+    assert ovs.malloc_tuned()  # no daemon to read: not ours to judge
+    for env, tuned in (({"GLIBC_TUNABLES": ovs.MALLOC_TUNABLES}, True), ({}, False)):
+        proc = subprocess.Popen(["sleep", "5"], env=env)
+        try:
+            pidfile.write_text(f"{proc.pid}\n")
+            assert ovs.malloc_tuned() is tuned
+        finally:
+            proc.kill()
+            proc.wait()
