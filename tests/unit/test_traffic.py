@@ -147,6 +147,8 @@ def test_an_interrupted_background_client_reports_what_it_sent_or_nothing():
 def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_is_told(
         tmp_path, monkeypatch):
     import subprocess
+    import time
+    from pathlib import Path
 
     from testbed.net import ovs
     argv = ovs.ctl_argv("restart", "--system-id=random")
@@ -159,6 +161,10 @@ def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_i
     for env, tuned in (({"GLIBC_TUNABLES": ovs.MALLOC_TUNABLES}, True), ({}, False)):
         proc = subprocess.Popen(["sleep", "5"], env=env)
         try:
+            cmdline = Path(f"/proc/{proc.pid}/cmdline")
+            deadline = time.time() + 5
+            while not cmdline.read_bytes().startswith(b"sleep") and time.time() < deadline:
+                time.sleep(0.01)  # until it has exec'd: the environment is sleep's own
             pidfile.write_text(f"{proc.pid}\n")
             assert ovs.malloc_tuned() is tuned
         finally:
