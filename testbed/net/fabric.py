@@ -199,21 +199,16 @@ class Fabric:
                 [q.buffer_pkts for q in switch_q if q.buffer_pkts],
                 [q.buffer_bytes for q in switch_q if q.buffer_bytes], self.links.mtu_bytes)
         if self.traits.send_socket:
-            current = ovs.send_socket_buffer()
-            if current is not None and current < self.needed_buffer_bytes:
-                self.log(f"OVS send buffer {current} B < {self.needed_buffer_bytes} B needed; "
-                         "restarting ovs-vswitchd")
+            tuned = ovs.malloc_tuned()
+            reason = ovs.restart_reason(ovs.send_socket_buffer(), self.needed_buffer_bytes,
+                                        tuned, not tuned and bool(ovs.bridges()))
+            if reason:
+                self.log(f"{reason}; restarting ovs-vswitchd")
                 ovs.restart_vswitchd(self.needed_buffer_bytes, self.record.remember_sysctl)
-            elif not ovs.malloc_tuned():
-                if ovs.bridges():  # others' bridges: not ours to restart
-                    self.log("warning: ovs-vswitchd runs without the testbed's malloc "
-                             "thresholds; its first busy fabric forwards slowly "
-                             "(docs/FIDELITY.md)")
-                else:
-                    self.log("ovs-vswitchd started without the testbed's malloc "
-                             "thresholds; restarting it")
-                    ovs.restart_vswitchd(self.needed_buffer_bytes,
-                                         self.record.remember_sysctl)
+            elif not tuned:  # others' bridges are up: not ours to restart
+                self.log("warning: ovs-vswitchd runs without the testbed's malloc "
+                         "thresholds; its first busy fabric forwards slowly "
+                         "(docs/FIDELITY.md)")
 
     def start(self) -> None:
         self.preflight()

@@ -250,6 +250,19 @@ def restart_vswitchd(sndbuf_bytes: int,
                            "/var/log/openvswitch/ovs-vswitchd.log")
 
 
+def restart_reason(buffer_bytes: int | None, needed_bytes: int, tuned: bool,
+                   has_bridges: bool) -> str | None:
+    """Why a running ovs-vswitchd must be restarted before a fabric is built, or None: its
+    send socket is smaller than the fabric's queues need (restart_vswitchd refuses while
+    others' bridges are up), or it was started without MALLOC_TUNABLES and carries no
+    bridges (with bridges it is not ours to restart)."""
+    if buffer_bytes is not None and buffer_bytes < needed_bytes:
+        return f"OVS send buffer {buffer_bytes} B < {needed_bytes} B needed"
+    if not tuned and not has_bridges:
+        return "ovs-vswitchd started without the testbed's malloc thresholds"
+    return None
+
+
 def ensure_started(sndbuf_bytes: int = 256 * 1024 * 1024) -> str:
     """Start OVS if needed; if its send socket already exists with too small a buffer,
     restart ovs-vswitchd. Returns what was done."""
@@ -258,13 +271,12 @@ def ensure_started(sndbuf_bytes: int = 256 * 1024 * 1024) -> str:
     if not running():
         start(sndbuf_bytes)
         return "started"
-    current = send_socket_buffer()
-    if current is not None and current < sndbuf_bytes:
+    tuned = malloc_tuned()
+    reason = restart_reason(send_socket_buffer(), sndbuf_bytes, tuned,
+                            not tuned and bool(bridges()))
+    if reason:
         restart_vswitchd(sndbuf_bytes)
-        return f"restarted (send buffer was {current} bytes)"
-    if not malloc_tuned() and not bridges():
-        restart_vswitchd(sndbuf_bytes)
-        return "restarted (started without the testbed's malloc thresholds)"
+        return f"restarted ({reason})"
     return "running"
 
 

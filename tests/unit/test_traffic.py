@@ -170,3 +170,16 @@ def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_i
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_why_ovs_is_restarted_before_a_fabric():
+    from testbed.net.ovs import restart_reason
+    small = restart_reason(212_992, 8_000_000, True, False)
+    assert small == "OVS send buffer 212992 B < 8000000 B needed"
+    # too small a buffer is a reason even with others' bridges (restart_vswitchd then
+    # refuses, naming them); missing malloc thresholds only on an idle OVS
+    assert restart_reason(212_992, 8_000_000, False, True) == small
+    assert restart_reason(None, 8_000_000, False, False) == \
+        "ovs-vswitchd started without the testbed's malloc thresholds"
+    assert restart_reason(8_000_000, 8_000_000, False, True) is None
+    assert restart_reason(None, 8_000_000, True, False) is None
