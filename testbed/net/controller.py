@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config.controller import CONFIG_ENV, GUARD_CHANGES, ControllerConfig
+from controllers import plugin_guard
+from testbed.config.controller import CONFIG_ENV, ControllerConfig
 from testbed.config.loader import dump_json
 from testbed.system import TestbedError
 
@@ -144,12 +145,13 @@ def controller_death(returncode: int | None, killed_at: float | None,
 
 
 def plugin_warnings(label: str, guard: dict[str, dict[str, int]]) -> list[str]:
-    """One warning per plugin whose messages the plugin guard changed in a phase
-    (controllers/plugin_guard.py; `guard`: its counts per plugin)."""
+    """One warning per plugin whose messages the plugin guard changed or refused in a phase
+    (controllers/plugin_guard.py; `guard`: its counts per plugin), naming each kind."""
     out = []
     for who, counts in sorted(guard.items()):
-        changed = [f"{counts[k]} {what}" for k, what in GUARD_CHANGES.items() if counts.get(k)]
+        changed = plugin_guard.changes(counts)
         if changed:
             out.append(f"{label}: plugin {who}: {', '.join(changed)} (the plugin guard keeps "
-                       "plugins from flooding the fabric or shadowing its routing; README)")
+                       "plugins from flooding the fabric, shadowing its routing or taking its "
+                       "ports and switch settings; README)")
     return out
