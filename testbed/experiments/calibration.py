@@ -10,7 +10,14 @@ from testbed.config.loader import SpecError
 from testbed.config.network import positive
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import (
+    mark_cpu_bound,
+    pyplot,
+    save,
+    several_experiments,
+    tagged,
+    title,
+)
 from testbed.results.stats import percentile
 from testbed.workloads.flows import assign_ports
 from topologies import dumbbell, nonblocking
@@ -83,16 +90,27 @@ def run_links(ctx: Context, exp: LinkCalibration) -> Outcome:
 
 
 def plot_links(rows: list[dict], plots: Path) -> Path:
+    """Goodput against the configured rate, beside the rate and its model, the TCP payload
+    the frames leave room for (a line per experiment when there are several)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    rates = [float(r["rate_mbps"]) for r in rows]
-    ax.plot(rates, rates, "k--", lw=0.8, label="configured")
-    ax.plot(rates, [float(r["rate_mbps"]) * float(r["tcp_payload_limit"]) for r in rows], ":",
-            color="gray", label="TCP payload limit")
-    ax.plot(rates, [float(r["goodput_mbps"]) for r in rows], "o-", label="measured goodput")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    several = several_experiments(rows)
+    limit = sorted({(float(r["rate_mbps"]), float(r["tcp_payload_limit"])) for r in rows})
+    ax.plot([x for x, _ in limit], [x for x, _ in limit], "k--", lw=0.8,
+            label="configured rate")
+    ax.plot([x for x, _ in limit], [x * f for x, f in limit], ":", color="gray",
+            label="model (TCP payload limit)")
+    for exp in dict.fromkeys(r.get("experiment") for r in rows):
+        mine = sorted((r for r in rows if r.get("experiment") == exp),
+                      key=lambda r: float(r["rate_mbps"]))
+        ax.plot([float(r["rate_mbps"]) for r in mine], [float(r["goodput_mbps"]) for r in mine],
+                "o-", label=tagged("measured goodput", mine[0], several))
+    mark_cpu_bound(ax, rows, [float(r["goodput_mbps"]) for r in rows],
+                   [float(r["rate_mbps"]) for r in rows])
     ax.set_xlabel("configured link rate (Mb/s)")
     ax.set_ylabel("iperf3 goodput (Mb/s)")
-    ax.legend()
+    ax.set_title(title("Link calibration", "goodput vs configured rate", rows), fontsize=10)
+    ax.legend(fontsize=8)
     return save(fig, plots / "link_calibration.png")
 
 
@@ -135,15 +153,25 @@ def run_queue(ctx: Context, exp: QueueCalibration) -> Outcome:
 
 
 def plot_queue(rows: list[dict], plots: Path) -> Path:
+    """The bottleneck's queue and its cumulative drops over time (a line per experiment and
+    port when there are several)."""
     plt = pyplot()
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    t = [float(r["t_s"]) for r in rows]
-    ax.plot(t, [int(r["qlen_pkts"]) for r in rows], lw=0.8)
+    several = several_experiments(rows)
+    keys = list(dict.fromkeys((r.get("experiment"), r["port"]) for r in rows))
+    for key in keys:
+        mine = [r for r in rows if (r.get("experiment"), r["port"]) == key]
+        label = tagged(key[1], mine[0], several)
+        t = [float(r["t_s"]) for r in mine]
+        ax.plot(t, [int(r["qlen_pkts"]) for r in mine], lw=0.8, label=label)
+        ax2.plot(t, [int(r["drops_pkts"]) for r in mine], lw=0.8, label=label)
     ax.set_ylabel("queue depth (packets)")
-    ax.set_title(f"Bottleneck egress queue ({rows[0]['port']})")
-    ax2.plot(t, [int(r["drops_pkts"]) for r in rows], color="tab:red", lw=0.8)
+    ax.set_title(title("Queue calibration", "bottleneck egress queue and its drops", rows,
+                       ("port",)), fontsize=10)
     ax2.set_ylabel("drops (packets, cumulative)")
     ax2.set_xlabel("time (s)")
+    if len(keys) > 1:
+        ax.legend(fontsize=8)
     return save(fig, plots / "queue_depth.png")
 
 

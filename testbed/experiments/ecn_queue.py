@@ -14,7 +14,7 @@ from testbed.config.network import positive
 from testbed.config.qos import EcnProfile, QosConfig, TrafficClass
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import frame_bytes
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import pyplot, save, several_experiments, tagged, title
 from testbed.results.stats import percentile
 from testbed.workloads.flows import Flow
 from topologies import dumbbell
@@ -170,10 +170,11 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
 def plot(rows: list[dict], plots: Path) -> Path:
     """Queue depth over a 2 s window of each phase, and its histogram (time-weighted)."""
     plt = pyplot()
-    by = defaultdict(list)
+    several = several_experiments(rows)
+    by = defaultdict(list)  # a phase of one experiment -> its samples
     for r in rows:
-        by[r["phase"]].append((float(r["t_s"]), int(r["qlen_pkts"])))
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        by[tagged(r["phase"], r, several)].append((float(r["t_s"]), int(r["qlen_pkts"])))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.3))
     for phase, pts in by.items():
         t0 = pts[0][0] + 5.0
         window = [(t - t0, q) for t, q in pts if t0 <= t <= t0 + 2.0]
@@ -188,13 +189,15 @@ def plot(rows: list[dict], plots: Path) -> Path:
         ax2.plot(qs, cdf, label=phase)
     ax.set_xlabel("time (s, 2 s of the steady state)")
     ax.set_ylabel("bottleneck queue (packets)")
-    ax.set_title("ECN queue occupancy")
+    ax.set_title("queue occupancy", fontsize=9)
     ax.legend()
     ax2.set_xscale("symlog", linthresh=10)
     ax2.set_xlabel("queue (packets)")
-    ax2.set_ylabel("fraction of time")
-    ax2.set_title("queue depth CDF (1 kHz, time-weighted)")
+    ax2.set_ylabel("fraction of time at or below (CDF)")
+    ax2.set_title("queue depth CDF (time-weighted)", fontsize=9)
     ax2.legend()
+    fig.suptitle(title("ECN queue", "bottleneck queue, drop-tail vs ECN marking", rows),
+                 fontsize=10)
     return save(fig, plots / "ecn_queue.png")
 
 

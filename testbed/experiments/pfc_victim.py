@@ -13,7 +13,7 @@ from testbed.config.loader import SpecError
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
 from testbed.workloads.flows import Flow
 from topologies import leafspine
 from topologies.model import Topology
@@ -159,17 +159,25 @@ def analyse(rows: list[dict], victim: str, incast: str) -> tuple[dict, list[str]
 
 
 def plot(rows: list[dict], plots: Path) -> Path:
+    """The victim flow's goodput per phase (bar, with the pauses PFC sent) beside the incast's
+    aggregate; CPU-bound phases marked, experiments named when there are several."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    phases = [r["phase"] for r in rows]
-    ax.bar(phases, [float(r["victim_mbps"]) for r in rows], color="tab:blue", label="victim")
-    ax.plot(phases, [float(r["incast_mbps"]) for r in rows], "ks", label="incast (aggregate)")
+    fig, ax = plt.subplots(figsize=(7, 4.3))
+    several = several_experiments(rows)
+    x = list(range(len(rows)))
+    victim = [float(r["victim_mbps"]) for r in rows]
+    ax.bar(x, victim, color="tab:blue", label="victim")
+    ax.plot(x, [float(r["incast_mbps"]) for r in rows], "ks", label="incast (aggregate)")
     for i, r in enumerate(rows):
-        ax.annotate(f"{r['pauses']} pauses", (i, float(r["victim_mbps"])), ha="center",
-                    va="bottom", fontsize=8)
+        ax.annotate(f"{r['pauses']} pauses", (i, victim[i]), xytext=(0, 14),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    mark_cpu_bound(ax, rows, victim)
+    ax.set_xticks(x, [tagged(r["phase"], r, several) for r in rows])
+    ax.set_xlabel("phase")
     ax.set_ylabel("goodput (Mb/s)")
-    ax.set_title("PFC congestion spreading: the victim flow")
-    ax.legend()
+    ax.set_title(title("PFC victim", "the victim flow's goodput as PFC spreads congestion",
+                       rows), fontsize=10)
+    ax.legend(fontsize=8)
     return save(fig, plots / "pfc_victim.png")
 
 

@@ -10,7 +10,7 @@ from testbed.config.loader import SpecError
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import udp_payload_fraction
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
 from testbed.workloads.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology
@@ -91,17 +91,26 @@ def run(ctx: Context, exp: PriorityQueues) -> Outcome:
 
 
 def plot(rows: list[dict], plots: Path) -> Path:
+    """What each class received per scheduler (filled) inside what it offered (outline);
+    CPU-bound phases marked, experiments named when there are several."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.3))
+    several = several_experiments(rows)
     x = range(len(rows))
-    ax.bar([i - 0.2 for i in x], [float(r["high_received_mbps"]) for r in rows], 0.4,
-           label="high class")
-    ax.bar([i + 0.2 for i in x], [float(r["low_received_mbps"]) for r in rows], 0.4,
-           label="low class")
-    ax.set_xticks(list(x), [r["scheduler"] for r in rows])
-    ax.set_ylabel("received (Mb/s)")
-    ax.set_title("Two classes on one saturated port")
-    ax.legend()
+    for shift, cls, colour in ((-0.2, "high", "tab:blue"), (0.2, "low", "tab:orange")):
+        xs = [i + shift for i in x]
+        ax.bar(xs, [float(r[f"{cls}_received_mbps"]) for r in rows], 0.4, color=colour,
+               label=f"{cls} class received")
+        ax.bar(xs, [float(r[f"{cls}_offered_mbps"]) for r in rows], 0.4, fill=False,
+               edgecolor=colour, ls="--", label=f"{cls} class offered")
+    mark_cpu_bound(ax, rows, [max(float(r["high_offered_mbps"]), float(r["high_received_mbps"]))
+                              for r in rows], [i - 0.2 for i in x])
+    ax.set_xticks(list(x), [tagged(r["scheduler"], r, several) for r in rows])
+    ax.set_xlabel("scheduler")
+    ax.set_ylabel("rate (Mb/s)")
+    ax.set_title(title("Priority queues", "two classes on one saturated port", rows),
+                 fontsize=10)
+    ax.legend(fontsize=8)
     return save(fig, plots / "priority.png")
 
 

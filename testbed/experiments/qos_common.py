@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.results.files import read_rows
 from testbed.results.pfc import pause_intervals
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import pyplot, save, several_experiments, tagged, title
 from testbed.results.stats import percentile_or_none
 
 if TYPE_CHECKING:
@@ -123,8 +123,10 @@ def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
         for i, (_, sp) in enumerate(sorted(spans.items())):
             ax.broken_barh(sp, (i - 0.4, 0.8), color="tab:red")
         ax.set_yticks(range(len(spans)), sorted(spans))
-        ax.set_xlabel("time (s)")
-        ax.set_title(f"PFC pauses ({log.parent.name})")
+        ax.set_xlabel("time since the fabric's first PFC event (s)")
+        ax.set_ylabel("paused transmitter→port/class", fontsize=8)
+        ax.set_title(f"PFC pauses of fabric {log.parent.name}: paused intervals per link",
+                     fontsize=10)
         made.append(save(fig, plots / f"pfc_{log.parent.name}.png"))
     return made
 
@@ -133,9 +135,11 @@ def class_queues(rows: list[dict], plots: Path) -> Path:
     """Per port and class: the queue over time (the busiest port of each phase) and the
     time-weighted histogram of every port that held packets."""
     plt = pyplot()
-    series = defaultdict(list)
+    several = several_experiments(rows)
+    series = defaultdict(list)  # (phase of one experiment, port, class) -> samples
     for r in rows:
-        series[(r["phase"], r["port"], r["class"])].append((float(r["t_s"]), int(r["qlen_pkts"])))
+        series[(tagged(r["phase"], r, several), r["port"], r["class"])].append(
+            (float(r["t_s"]), int(r["qlen_pkts"])))
     busy = sorted(series, key=lambda k: -max(q for _, q in series[k]))[:8]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for key in busy[:3]:
@@ -143,9 +147,9 @@ def class_queues(rows: list[dict], plots: Path) -> Path:
         t0 = pts[0][0]
         ax.step([t - t0 for t, _ in pts], [q for _, q in pts], where="post", lw=0.7,
                 label=" ".join(key))
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel("time since the queue's first sample (s)")
     ax.set_ylabel("queue (packets)")
-    ax.set_title("busiest queues over time")
+    ax.set_title("busiest queues over time (phase, port, class)", fontsize=9)
     ax.legend(fontsize=7)
     for key in busy:
         weights = time_weights(series[key])
@@ -153,8 +157,10 @@ def class_queues(rows: list[dict], plots: Path) -> Path:
     ax2.set_xlabel("queue (packets)")
     ax2.set_ylabel("fraction of time")
     ax2.set_yscale("log")
-    ax2.set_title("queue depth histogram per port/class (1 kHz)")
+    ax2.set_title("queue depth histogram per port/class (time-weighted)", fontsize=9)
     ax2.legend(fontsize=6)
+    fig.suptitle(title("Class queues", "the busiest switch queues per traffic class", rows),
+                 fontsize=10)
     return save(fig, plots / "class_queues.png")
 
 

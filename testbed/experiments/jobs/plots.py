@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.files import read_rows
-from testbed.results.plots import mark_cpu_bound, pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
+
+from .model import STAYS_BELOW
 
 
 def _f(value: str | None) -> float:
@@ -18,7 +20,8 @@ def iterations(rows: list[dict], plots: Path) -> Path | None:
     rows = [r for r in rows if r["policy"] != "alone"]
     if not rows:
         return None
-    labels = [f"{r['placement']} {r['policy']}\n{r['job']}" for r in rows]
+    several = several_experiments(rows)
+    labels = [tagged(f"{r['placement']} {r['policy']}\n{r['job']}", r, several) for r in rows]
     x = list(range(len(rows)))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(rows) + 2), 4.8))
@@ -30,7 +33,8 @@ def iterations(rows: list[dict], plots: Path) -> Path | None:
     mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
-    ax.set_title("Jobs sharing a fabric: each policy against the job alone")
+    ax.set_title(title("Jobs sharing a fabric", "each policy against the job alone", rows,
+                       ("placement",)), fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, plots / "jobs_iteration.png")
 
@@ -42,6 +46,7 @@ def phases(rows: list[dict], plots: Path) -> Path | None:
                                 if r["policy"] != "alone"))
     if not rounds:
         return None
+    several = len({key[0] for key in rounds}) > 1
     plt = pyplot()
     fig, axes = plt.subplots(len(rounds), 1, figsize=(10, 1.9 * len(rounds) + 0.6),
                              squeeze=False)
@@ -58,18 +63,22 @@ def phases(rows: list[dict], plots: Path) -> Path | None:
             ax.broken_barh([(_f(r["start_s"]), _f(r["sync_start_s"]) - _f(r["start_s"]))
                             for r in its], (y - 0.1, 0.2), color=c, alpha=0.3)
         ax.set_yticks(range(len(jobs)), jobs, fontsize=7)
-        ax.set_title(f"{key[1]} {key[2]}: communication (thick), compute (thin)", fontsize=8)
-        ax.set_xlabel("seconds since the round's first start", fontsize=7)
+        ax.set_title(tagged(f"{key[1]} {key[2]}: communication (thick), compute (thin)",
+                            {"experiment": key[0]}, several), fontsize=8)
+        ax.set_xlabel("time since the round's first start (s)", fontsize=7)
+    fig.suptitle(title("Jobs sharing a fabric", "each job's phases per round", rows,
+                       ("placement",)), fontsize=10)
     return save(fig, plots / "jobs_phases.png")
 
 
 def overlap(rows: list[dict], plots: Path) -> Path | None:
     """Overlap per iteration, one line per shared round (mean over its jobs)."""
+    several = several_experiments([r for r in rows if r["policy"] != "alone"])
     series: dict[tuple[str, str], dict[int, list[float]]] = {}
     for r in rows:
         if r["policy"] == "alone":
             continue
-        series.setdefault((r["placement"], r["policy"]), {}).setdefault(
+        series.setdefault((tagged(r["placement"], r, several), r["policy"]), {}).setdefault(
             int(r["iteration"]), []).append(_f(r["overlap"]))
     if not series:
         return None
@@ -79,10 +88,14 @@ def overlap(rows: list[dict], plots: Path) -> Path | None:
         its = sorted(by_it)
         ax.plot(its, [sum(by_it[i]) / len(by_it[i]) for i in its], "o-", ms=3,
                 label=f"{placement} {policy}")
-    ax.axhline(0.2, color="k", ls="--", lw=0.8)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("share of a communication phase overlapped")
+    ax.axhline(STAYS_BELOW, color="k", ls="--", lw=0.8,
+               label="a converged interleaving stays below this")
+    ax.set_xlabel("iteration (count)")
+    ax.set_ylabel("communication phase overlapped (fraction)")
     ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title("Jobs sharing a fabric", "overlap per iteration (mean over jobs)",
+                       [r for r in rows if r["policy"] != "alone"], ("placement", "policy")),
+                 fontsize=10)
     ax.legend(fontsize=7)
     return save(fig, plots / "jobs_overlap.png")
 

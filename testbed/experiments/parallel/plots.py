@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.files import read_rows
-from testbed.results.plots import mark_cpu_bound, pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
 
 
 def _f(value: str | None) -> float:
@@ -14,21 +14,23 @@ def _f(value: str | None) -> float:
 def kinds(rows: list[dict], plots: Path) -> Path:
     """Per job and collective type: bytes a rank sends per iteration and the time it spends,
     measured beside the model."""
-    labels = [f"{r['fabric']} {r['job']}\n{r['kind']}" for r in rows]
+    several = several_experiments(rows)
+    labels = [tagged(f"{r['fabric']} {r['job']}\n{r['kind']}", r, several) for r in rows]
     x = list(range(len(rows)))
     plt = pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.7 * len(rows) + 2), 7), sharex=True)
     for ax, (m, mod, unit) in zip(axes, (("wire_bytes_per_rank", "model_wire_bytes_per_rank",
-                                          "bytes on the wire per rank and iteration"),
+                                          "on the wire per rank and iteration (B)"),
                                          ("comm_s", "model_comm_s",
-                                          "seconds per iteration"))):
+                                          "communication per iteration (s)"))):
         ax.bar([i - 0.2 for i in x], [_f(r[m]) for r in rows], 0.4, label="measured")
         ax.bar([i + 0.2 for i in x], [_f(r[mod]) for r in rows], 0.4, label="model",
                color="tab:gray")
         ax.set_ylabel(unit, fontsize=8)
         ax.legend(fontsize=8)
     axes[1].set_xticks(x, labels, rotation=70, ha="right", fontsize=7)
-    axes[0].set_title("Parallel jobs: each collective type, measured vs model")
+    axes[0].set_title(title("Parallel jobs", "each collective type, measured vs model", rows,
+                            ("fabric", "job")), fontsize=10)
     return save(fig, plots / "parallel_kinds.png")
 
 
@@ -36,7 +38,8 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     """Iteration time per job (measured, model), and the pipeline bubble beside
     (p-1)/(m+p-1)."""
     made = []
-    labels = [f"{r['fabric']}\n{r['job']}" for r in rows]
+    several = several_experiments(rows)
+    labels = [tagged(f"{r['fabric']}\n{r['job']}", r, several) for r in rows]
     x = list(range(len(rows)))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
@@ -46,21 +49,27 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
+    ax.set_title(title("Parallel jobs", "iteration time, measured vs model", rows,
+                       ("fabric", "host_rate_mbps")), fontsize=10)
     ax.legend(fontsize=8)
     made.append(save(fig, plots / "parallel_iteration.png"))
     pipes = [r for r in rows if int(r["pp"]) > 1]
     if pipes:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for sched, marker in (("gpipe", "o"), ("1f1b", "s")):
-            pts = sorted((int(r["micro_batches"]), _f(r["bubble"]), _f(r["bubble_ideal"]))
-                         for r in pipes if r["schedule"] == sched)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker + "-",
-                        label=f"{sched} measured")
+        for exp in dict.fromkeys(r.get("experiment") for r in pipes):
+            for sched, marker in (("gpipe", "o"), ("1f1b", "s")):
+                mine = [r for r in pipes if r["schedule"] == sched and r.get("experiment") == exp]
+                pts = sorted((int(r["micro_batches"]), _f(r["bubble"])) for r in mine)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker + "-",
+                            label=tagged(f"{sched} measured", mine[0], several))
         ideal = sorted({(int(r["micro_batches"]), _f(r["bubble_ideal"])) for r in pipes})
-        ax.plot([p[0] for p in ideal], [p[1] for p in ideal], "k--", label="(p-1)/(m+p-1)")
+        ax.plot([p[0] for p in ideal], [p[1] for p in ideal], "k--",
+                label="model: (p-1)/(m+p-1)")
         ax.set_xlabel("micro-batches per iteration (m)")
-        ax.set_ylabel("pipeline bubble (share of the pipeline phase idle)")
+        ax.set_ylabel("pipeline bubble (fraction of the pipeline phase idle)")
+        ax.set_title(title("Parallel jobs", "pipeline bubble vs micro-batches", pipes,
+                           ("fabric", "pp")), fontsize=10)
         ax.legend(fontsize=8)
         made.append(save(fig, plots / "parallel_bubble.png"))
     return made
@@ -69,10 +78,11 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
 def by_rate(rows: list[dict], plots: Path) -> Path | None:
     """Iteration time against the link rate, per job (dashed: the model), and bytes each
     rank sends per iteration: FSDP against plain data parallelism, for instance."""
+    several = several_experiments(rows)
     series: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
     for r in rows:
         sent = sum(_f(r.get(f"{k}_bytes")) for k in ("tp", "pp", "dp", "ep", "fsdp"))
-        series.setdefault((r["fabric"].split("@")[0], r["job"]), []).append(
+        series.setdefault((r["fabric"].split("@")[0], tagged(r["job"], r, several)), []).append(
             (_f(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_iter_s"]), sent))
     if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
         return None
@@ -83,13 +93,15 @@ def by_rate(rows: list[dict], plots: Path) -> Path | None:
         line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{fabric} {job}")
         ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=line.get_color(), lw=0.8)
         bx.bar(f"{job}", pts[0][3] / 1e6, color=line.get_color())
+    ax.plot([], [], "--", color="gray", lw=0.8, label="model (dashed, per job)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("link rate (Mb/s)")
-    ax.set_ylabel("iteration time (s); dashed: model")
+    ax.set_ylabel("iteration time (s)")
     ax.legend(fontsize=7)
-    bx.set_ylabel("MB a rank sends per iteration (all types)")
+    bx.set_ylabel("a rank sends per iteration, all types (MB)")
     bx.tick_params(axis="x", rotation=60, labelsize=7)
+    fig.suptitle(title("Parallel jobs", "iteration time vs link rate", rows), fontsize=10)
     return save(fig, plots / "parallel_rate.png")
 
 
