@@ -1,4 +1,4 @@
-"""Cross-job policies for training jobs sharing a fabric (issue 13), as pure decisions.
+"""Cross-job policies for training jobs sharing a fabric, as pure decisions.
 
 A *round* is one set of jobs running together (`Round`: each job's DSCP and its profile
 measured when it ran alone, the traffic classes the fabric has for jobs, the policy and its

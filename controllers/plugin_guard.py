@@ -1,4 +1,4 @@
-"""What a plugin may do to the fabric's switches (issue 15): it sees every event and may add
+"""What a plugin may do to the fabric's switches: it sees every event and may add
 behaviour of its own, but it cannot by accident flood a looped fabric, shadow the built-in
 router or take the fabric's ports and switch settings from it.
 

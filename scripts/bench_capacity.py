@@ -1,4 +1,4 @@
-"""What one core of this machine carries (issue 16, part 4), on a quiet machine: the
+"""What one core of this machine carries, on a quiet machine: the
 constants of `testbed plan` (testbed/plan.py, CAPACITY).
 
 1. Forwarding: a Fat-Tree k=4 under ECMP, every host sending across the core (stride:8:

@@ -1,4 +1,4 @@
-"""A fabric on one server and the same fabric split across two (issue 16), on a quiet
+"""A fabric on one server and the same fabric split across two, on a quiet
 machine: the second server is a namespace server on this machine (testbed/cluster/
 nsserver.py), so both share its two cores. Reachability and permutation on a Fat-Tree k=4
 at 20 Mb/s; a single VXLAN-carried link at 10 and 50 Mb/s (leaf-spine 1-2-1 with one leaf

@@ -1,4 +1,4 @@
-"""What the live view costs a run (issue 15): the same permutation run twice on a quiet
+"""What the live view costs a run: the same permutation run twice on a quiet
 machine, without and with `--live` and a page open in headless Chromium the whole time;
 the CPU the view's server and the browser took, and each run's headroom and results.
 

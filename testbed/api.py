@@ -1,26 +1,34 @@
-"""The testbed as a library for experiment scripts (issue 15), the way Mininet's users write
-theirs: build the fabric of a spec, run commands and long-lived processes in its hosts,
-read the switches' queues while traffic runs, and leave a results directory in the format
-of `testbed run`. Run under sudo; everything is torn down when the `with` block ends, by
-an exception or Ctrl-C as well.
+"""The testbed as a library for experiment scripts, the way Mininet's users write theirs:
+build the fabric of a spec, run commands and long-lived processes in its hosts, read the
+switches' queues while traffic runs, and leave a results directory in the format of
+`testbed run`. Run under sudo; everything is torn down when the `with` block ends, by an
+exception or Ctrl-C as well.
 
     from testbed.api import Testbed
 
-    with Testbed("experiments/reachability.yaml", out="results/my-script") as tb:
-        fab = tb.fabric()                       # the spec's routing, QoS and plugins
-        h1, h16 = fab.host("h1"), fab.host("h16")
-        print(h1.run(["ping", "-c", "3", h16.ip]).stdout)
-        server = h16.start(["iperf3", "-s", "-1"])
-        client = h1.run(["iperf3", "-c", h16.ip, "-t", "3", "--json"])
+    spec = {"name": "my-script", "links": {"rate_mbps": 10},
+            "topology": {"kind": "leafspine",
+                         "params": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}}}
+    with Testbed(spec, out="results/my-script") as tb:
+        fab = tb.fabric()                       # the spec's routing, classes and plugins
+        h1, h4 = fab.host("h1"), fab.host("h4")
+        print(h1.run(["ping", "-c", "3", h4.ip], check=True).stdout)
+        server = h4.start(["iperf3", "-s", "-1"])
+        fab.wait_listening([("h4", 5201)])      # the server listens before the client starts
+        client = h1.run(["iperf3", "-c", h4.ip, "-t", "3", "--json"], check=True)
+        fab.stop([server])
+        (flow,) = fab.flows([("h1", "h4")], duration_s=3)   # the same, as metrics/script_flows.csv
 
 A spec given as a file, plain data or a `Spec` needs no `experiments` here; `Testbed.fabric`
-may also take another topology, routing or classes than the spec's (one fabric at a time).
+may also take another topology, routing or classes than the spec's (one fabric at a time),
+as the plain data a spec takes.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
+import shlex
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,14 +37,15 @@ from typing import Any
 
 from topologies.model import Topology
 
-from .config.loader import registered
+from .config.loader import SpecError, from_data, registered
+from .config.network import TopologySpec
 from .config.qos import QosConfig
-from .config.spec import ExperimentSpec, Spec, check, load, loads
+from .config.spec import ExperimentSpec, Spec, check, load, loads, with_topology
 from .errors import TestbedError
 from .experiments import reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
-from .workloads.flows import FlowResult, assign_ports
+from .workloads.flows import FlowResult, assign_ports, carried_nothing
 
 
 class Host:
@@ -49,11 +58,14 @@ class Host:
     def __repr__(self) -> str:
         return f"Host({self.name!r}, {self.ip})"
 
-    def run(self, argv: list[str], timeout: float = 60.0,
+    def run(self, argv: list[str] | str, timeout: float = 60.0,
             check: bool = False) -> subprocess.CompletedProcess:
         """`argv` in the host's network namespace, to completion: its exit status and its
-        output (text). `check`: a non-zero exit raises TestbedError with its stderr."""
+        output (text). A string is split as a shell would split it (`shlex`), but no shell
+        runs it: no pipes, globs or variables. `check`: a non-zero exit raises
+        TestbedError with its stderr."""
         self.live.pid(self.name)  # a known host
+        argv = command_argv(argv)
         try:
             done = subprocess.run(self.live.fabric.host_argv(self.name, argv),
                                   capture_output=True, text=True,
@@ -66,11 +78,13 @@ class Host:
                                f"{done.stderr.strip()[-300:]}")
         return done
 
-    def start(self, argv: list[str], log: str | Path | None = None) -> subprocess.Popen:
+    def start(self, argv: list[str] | str, log: str | Path | None = None) -> subprocess.Popen:
         """A long-lived process in the host, its output to `log` (default: the results
         directory's scripts/<host>-<n>.log); its PID is recorded so that the fabric's
-        teardown and `testbed clean` stop it. Stop it earlier with `LiveFabric.stop`."""
+        teardown and `testbed clean` stop it. Stop it earlier with `LiveFabric.stop`. A
+        string is split as in `run`."""
         self.live.pid(self.name)  # refuses a torn-down fabric
+        argv = command_argv(argv)
         self.live.started += 1
         path = Path(log) if log else (self.live.out_dir / "scripts" /
                                       f"{self.name}-{self.live.started}.log")
@@ -78,6 +92,25 @@ class Host:
         proc = self.live.fabric.start_process(self.name, argv, f"{argv[0]} in {self.name}", path)
         self.live.procs.append(proc)
         return proc
+
+
+def command_argv(command: list[str] | str) -> list[str]:
+    """A command as argv: a list as it is, a string split by shell rules (`shlex`); an
+    empty or unsplittable command is a TestbedError naming it."""
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise TestbedError(f"command {command!r}: {exc}") from None
+    else:
+        argv = list(command)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise TestbedError(f"command {command!r}: expected a string or a list of strings")
+    return argv
+
+
+SCRIPT_FLOW_HEADER = ["call", "src", "dst", "duration_s", "goodput_mbps", "sent_mbps",
+                      "retransmits_pkts", "sender_cc", "fct_s", "error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,18 +179,33 @@ class LiveFabric:
         loss %, pairs with loss, round-trip times (`reachability`'s headline)."""
         self._alive("its network")
         rows = reachability.ping_all(self.fabric, count, interval_s)
-        return reachability.analyse(rows).headline
+        out = reachability.analyse(rows)
+        if not self.fabric.ports_down:  # no cable pulled to explain a loss
+            self.ctx.degraded += out.degraded
+        return out.headline
 
     def flows(self, pairs: list[tuple[str, str]], duration_s: float = 10.0,
               omit_s: float = 1.0, nbytes: int | None = None,
               tag: str = "script") -> list[FlowResult]:
         """iperf3 TCP flows between (src, dst) pairs, all at once (finite transfers of
         `nbytes` with their completion times, when given): each flow's goodput, sent rate,
-        retransmits and congestion control as the receiver measured them. The raw iperf3
-        JSON goes to the results directory's flows/."""
+        retransmits and congestion control as the receiver measured them. Each call is
+        numbered in the session: its raw iperf3 JSON goes to flows/<tag>-<call>-*, its rows
+        to metrics/script_flows.csv."""
         for src, dst in pairs:
             self.pid(src), self.pid(dst)  # unknown hosts and a torn-down fabric refused
-        return self.fabric.run_flows(assign_ports(pairs, duration_s, omit_s, nbytes), tag)
+        self.ctx.script_flow_calls += 1
+        call = self.ctx.script_flow_calls
+        res = self.fabric.run_flows(assign_ports(pairs, duration_s, omit_s, nbytes),
+                                    f"{tag}-{call}")
+        why = carried_nothing(res)
+        if why and not self.fabric.ports_down:  # no cable pulled to explain it
+            self.ctx.degraded.append(f"flows() call {call}: {why}")
+        self.ctx.write_csv("script_flows.csv", SCRIPT_FLOW_HEADER, [
+            [call, r.src, r.dst, duration_s, round(r.goodput_mbps, 3), round(r.sent_mbps, 3),
+             r.retransmits, r.sender_cc, round(r.seconds, 4) if nbytes else None, r.error]
+            for r in res])
+        return res
 
     def wait_listening(self, endpoints: list[tuple[str, int]]) -> None:
         """Until each (host, TCP port) has a listener (a server started with `start`)."""
@@ -256,6 +304,29 @@ class Testbed:
         assert self._stack is not None  # the fabric's teardown first, then the session's
         return self._stack.__exit__(*exc)
 
+    def checked(self, topo: Topology | str | dict | None, routing: str | None,
+                qos: QosConfig | dict | None) -> tuple[Topology, QosConfig | None]:
+        """`fabric`'s arguments through the spec's loader and checks: the topology and
+        classes to build, or SpecError with the bad field's path."""
+        if isinstance(topo, Topology) or (topo is None and isinstance(qos, QosConfig | None)
+                                          and routing is None):
+            return topo or self.topo, qos
+        spec = self.spec
+        if isinstance(topo, str):
+            topo = with_topology({}, topo)["topology"]
+        if topo is not None:
+            spec = dataclasses.replace(spec, topology=from_data(TopologySpec, topo, "topology"))
+        if isinstance(qos, dict):
+            qos = from_data(QosConfig, qos, "qos")
+        if routing is not None:
+            spec = dataclasses.replace(spec, controller=dataclasses.replace(
+                spec.controller, routing=routing))
+        if not isinstance(qos, QosConfig | None):
+            raise SpecError(f"qos: expected a mapping or a QosConfig, got {type(qos).__name__}")
+        built = check(dataclasses.replace(spec, experiments=[], qos=qos or spec.qos),
+                      experiments_required=False)
+        return (built if topo is not None else self.topo), qos
+
     @property
     def out_dir(self) -> Path:
         return self._context().out_dir
@@ -283,17 +354,21 @@ class Testbed:
         ctx.spec = dataclasses.replace(ctx.spec, experiments=[*ctx.spec.experiments, spec])
         return ctx.run_experiment(spec)
 
-    def fabric(self, label: str = "script", *, topo: Topology | None = None,
-               routing: str | None = None, qos: QosConfig | None = None) -> LiveFabric:
+    def fabric(self, label: str = "script", *,
+               topo: Topology | str | dict | None = None, routing: str | None = None,
+               qos: QosConfig | dict | None = None) -> LiveFabric:
         """Build and start a fabric: the spec's topology, routing, classes and plugins
-        unless given here. The previous one is torn down first."""
+        unless given here. `topo` as a spec's `topology` (a mapping, or "KIND
+        [PARAM=VALUE ...]" as `--topology` takes it) or a built Topology, `qos` as a spec's
+        `qos` mapping or a QosConfig: checked as a spec is (SpecError naming the field)
+        before anything changes. The previous fabric is torn down first."""
         ctx = self._context()
+        topo, qos = self.checked(topo, routing, qos)
         if self._fabric is not None:
             self._fabric.close()
         stack = contextlib.ExitStack()
-        fab = stack.enter_context(ctx.fabric(topo or self.topo,
-                                             routing or self.spec.controller.routing, label,
-                                             qos=qos))
+        fab = stack.enter_context(ctx.fabric(topo, routing or self.spec.controller.routing,
+                                             label, qos=qos))
         self._fabric = LiveFabric(fab, ctx, stack)
         assert self._stack is not None
         self._stack.callback(self._fabric.close)

@@ -18,7 +18,16 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from .provenance import version_line
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="the version and the commit of this checkout, then exit")
 def main() -> None:
     """Packet-level emulation testbed for data-center networks carrying DL traffic."""
 
@@ -64,27 +73,42 @@ def topo_describe(kind: str, params: tuple[str, ...], as_json: bool, pair) -> No
 topology_option = click.option(
     "--topology", metavar="'KIND [PARAM=VALUE ...]'",
     help="run SPEC's experiments on this fabric instead of its own (e.g. 'dcell n=4 k=1')")
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="PATH=VALUE",
+    help="change a field of SPEC (repeatable), e.g. links.rate_mbps=50 or "
+         "experiments.0.duration_s=20")
+
+
+def _load(spec: Path, topology: str | None = None, sets: tuple[str, ...] = (),
+          experiments_required: bool = True):
+    """SPEC loaded and checked with its --topology and --set applied, or exit 2 with one
+    line naming the bad field."""
+    from .spec import SpecError, load
+    try:
+        return load(spec, experiments_required, topology=topology, sets=sets)
+    except SpecError as exc:
+        _fail(f"{spec}: {exc}")
 
 
 @main.command()
 @click.argument("spec", type=click.Path(path_type=Path))
 @topology_option
-def validate(spec: Path, topology: str | None) -> None:
-    """Check SPEC offline: types, unknown keys, values."""
-    from .spec import SpecError, load
-    try:
-        s, t = load(spec, topology=topology)
-    except SpecError as exc:
-        _fail(f"{spec}: {exc}")
+@set_option
+def validate(spec: Path, topology: str | None, sets: tuple[str, ...]) -> None:
+    """Check SPEC offline: types, unknown keys, values (every point of its sweep too)."""
+    s, t = _load(spec, topology, sets)
+    points = f", a sweep of {len(s.sweep.points())} points" if s.sweep else ""
     click.echo(f"{spec}: ok ({s.name}: {t.kind}, {len(t.hosts)} hosts, "
-               f"{len(s.experiments)} experiment(s))")
+               f"{len(s.experiments)} experiment(s){points})")
 
 
 @main.command()
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--cores", type=click.IntRange(1), help="cores of each server (default: the "
               "reference machine's, on which the costs were measured)")
-def plan(spec: Path, cores: int | None) -> None:
+@topology_option
+@set_option
+def plan(spec: Path, cores: int | None, topology: str | None, sets: tuple[str, ...]) -> None:
     """The CPU SPEC needs at its link rates and MTU, whether one machine is enough, and how
     many servers it would take (offline, from costs measured on the reference machine)."""
     import dataclasses
@@ -92,15 +116,17 @@ def plan(spec: Path, cores: int | None) -> None:
     from .config.capacity import REFERENCE
     from .plan import plan as make_plan
     from .plan import render
-    from .spec import SpecError, load
-    try:
-        s, t = load(spec)
-    except SpecError as exc:
-        _fail(f"{spec}: {exc}")
+    s, t = _load(spec, topology, sets)
     # another server size: the cores the fabric leaves trainers grow with it
     cap = dataclasses.replace(REFERENCE, cores=cores, compute_cores=REFERENCE.compute_cores
                               + cores - REFERENCE.cores) if cores else REFERENCE
-    click.echo(render(make_plan(s, t, cap)))
+    from .config.spec import spec_data, sweep_points
+    points = sweep_points(spec_data(spec, topology, sets))
+    for p in points:  # a sweep: each point's load (its spec, without the sweep)
+        values = ", ".join(f"{k}={v}" for k, v in p.values.items())
+        click.echo(f"sweep point {p.index}: {values}\n{render(make_plan(p.spec, p.topo, cap))}\n")
+    if not points:
+        click.echo(render(make_plan(s, t, cap)))
 
 
 LIVE_PORT = 8088
@@ -115,28 +141,29 @@ live_port_option = click.option("--live-port", type=click.IntRange(1, 65535), de
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @topology_option
+@set_option
+@click.option("--strict", is_flag=True, help="exit 1 when a phase was CPU-bound or otherwise "
+              "not faithful, or the run ended degraded (for CI)")
 @live_option
 @live_port_option
-def run_cmd(spec: Path, out: Path | None, topology: str | None, live: bool,
-            live_port: int) -> None:
+def run_cmd(spec: Path, out: Path | None, topology: str | None, sets: tuple[str, ...],
+            strict: bool, live: bool, live_port: int) -> None:
     """Run SPEC on an emulated fabric; results go to a directory."""
+    from .config.spec import spec_data, sweep_points
+    from .results.verdict import strict_reasons
     from .runner import run_spec
-    from .spec import SpecError, load
-    try:
-        s, t = load(spec, topology=topology)
-    except SpecError as exc:
-        _fail(f"{spec}: {exc}")
+    s, t = _load(spec, topology, sets)
     text = spec.read_text()
-    if topology:  # the results keep the spec as it ran: its data with the new topology
+    data = spec_data(spec, topology, sets)
+    if topology or sets:  # the results keep the spec as it ran
         import yaml
-
-        from .config.loader import read_yaml
-        from .config.spec import with_topology
-        text = (f"# {spec} run with --topology '{topology}'\n"
-                + yaml.safe_dump(with_topology(read_yaml(spec), topology), sort_keys=False))
+        how = " ".join([f"--topology '{topology}'"] * bool(topology)
+                       + [f"--set {x}" for x in sets])
+        text = f"# {spec} run with {how}\n" + yaml.safe_dump(data, sort_keys=False)
     try:
         out_dir = run_spec(s, t, text, out, log=lambda m: click.echo(m, err=True),
-                           live_port=live_port if live else None)
+                           live_port=live_port if live else None,
+                           points=sweep_points(data))
     except TestbedError as exc:
         _fail(str(exc))
     summary = json.loads((out_dir / "summary.json").read_text())
@@ -145,6 +172,15 @@ def run_cmd(spec: Path, out: Path | None, topology: str | None, live: bool,
         click.echo(f"  {name}: {json.dumps(res['headline'])}")
     for w in summary["fidelity_warnings"]:
         click.echo(f"  warning: {w}")
+    if summary["status"] != "ok":
+        click.echo(f"  status: {summary['status']}: {'; '.join(summary.get('degraded', []))}")
+    reasons = strict_reasons(summary)
+    if strict and reasons:
+        click.echo(f"error: --strict: {len(reasons)} reason(s) the numbers are not "
+                   f"faithful: {reasons[0]}" + (f" (and {len(reasons) - 1} more in "
+                                               f"{out_dir / 'summary.json'})"
+                                               if len(reasons) > 1 else ""), err=True)
+        sys.exit(1)
 
 
 @main.command()
@@ -152,16 +188,22 @@ def run_cmd(spec: Path, out: Path | None, topology: str | None, live: bool,
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="run these CLI commands (one per line) instead of the prompt")
+@topology_option
+@set_option
 @live_option
 @live_port_option
-def up(spec: Path, out: Path | None, script: Path | None, live: bool, live_port: int) -> None:
+def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
+       sets: tuple[str, ...], live: bool, live_port: int) -> None:
     """Bring SPEC's fabric up (controller, routing, classes, plugins) and open Mininet's
     CLI on it, with the testbed's `queue`, `paths` and `ports`; `exit` or Ctrl-D tears
     down what it built."""
     from .api import Testbed
+    from .config.spec import spec_data
     from .spec import SpecError
+    _load(spec, topology, sets, experiments_required=False)  # one line for a bad spec
     try:
-        tb = Testbed(spec, out=out, log=lambda m: click.echo(m, err=True),
+        tb = Testbed(spec if not (topology or sets) else spec_data(spec, topology, sets),
+                     out=out, log=lambda m: click.echo(m, err=True),
                      what="`testbed up`", live_port=live_port if live else None)
     except SpecError as exc:
         _fail(f"{spec}: {exc}")
@@ -192,6 +234,24 @@ def view(results: Path, port: int) -> None:
     click.echo(f"replaying {results} at http://127.0.0.1:{port}/ (Ctrl-C to stop)", err=True)
     from .view.server import main as serve
     sys.exit(serve(["--replay", str(results), "--port", str(port)]))
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--tolerance", type=click.FloatRange(0, min_open=True), default=0.05,
+              show_default=True, help="relative difference beyond which a headline differs")
+def compare(run_a: Path, run_b: Path, tolerance: float) -> None:
+    """Every headline number of two runs side by side, with the ratio B/A; flags those
+    that differ beyond the tolerance (offline)."""
+    from .results.analysis import NotARun, format_comparison, load
+    from .results.analysis import compare as compare_runs
+    try:
+        a, b = load(run_a), load(run_b)
+    except NotARun as exc:
+        _fail(str(exc))
+    click.echo(format_comparison(compare_runs(a, b, tolerance), [str(run_a), str(run_b)],
+                                 rel_tol=tolerance))
 
 
 @main.command()

@@ -1,6 +1,6 @@
 """`testbed plan SPEC`: the CPU a spec's experiments need at their link rates and MTU, from
 the costs measured on the reference machine (testbed/config/capacity.py), before anything
-is built (issue 16, part 4). Offline like `testbed validate` (no root, no fabric); a spec
+is built. Offline like `testbed validate` (no root, no fabric); a spec
 with real-compute trainers has their step timed here, on one core of this machine.
 
 Each experiment offers the fabric a load at its busiest: the TCP flows it runs at once (a

@@ -6,15 +6,13 @@ import contextlib
 import dataclasses
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,8 @@ from testbed.config.qos import QosConfig
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
-from .config.spec import ExperimentSpec, Spec
+from . import provenance
+from .config.spec import ExperimentSpec, Spec, SweepPoint
 from .experiments import EXPERIMENTS, csv_plots, dir_plots
 from .experiments.base import Outcome, slug
 from .measure import checks
@@ -38,10 +37,12 @@ from .net.fabric import Fabric
 from .net.faults import FaultInjector
 from .net.traffic import REPO_ROOT
 from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
-from .results import timeline
-from .results.files import append_csv
+from .results import sweep, timeline
+from .results.files import append_csv, read_rows
 from .results.plots import draw_all
-from .system import TestbedError, congestion_controls, is_root, kernel_release, port_free, run
+from .results.verdict import unfaithful
+from .system import TestbedError, congestion_controls, is_root, port_free
+from .workloads.flows import carried_nothing
 
 QOS_MECHANISMS = {
     "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/net/bpf/tbqos.bpf.c)",
@@ -76,6 +77,17 @@ class RunContext:
     warnings: list[str] = field(default_factory=list)  # the session's own, beside experiments'
     samplers: int = 0  # class samplers made so far (their timeline files are numbered)
     live: bool = False  # a live view follows the run (live.json says which fabric is up)
+    # the spec index of the experiment running now (None: a script's own fabric); every
+    # table row and raw file name carries it, so that two equal experiments never collide
+    experiment: int | None = None
+    # a sweep's point running now (None: no sweep) and its swept fields' values
+    point: int | None = None
+    point_values: dict[str, Any] = field(default_factory=dict)
+    sweep: list[dict[str, Any]] = field(default_factory=list)  # every point's values
+    # (experiment, point, start, end) on the CPU monitor's clock: cpu.csv's rows say which
+    experiment_spans: list[tuple[int, int | None, float, float]] = field(default_factory=list)
+    script_flow_calls: int = 0  # a script's LiveFabric.flows calls (numbered in the session)
+    degraded: list[str] = field(default_factory=list)  # the session's own, beside experiments'
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
@@ -83,9 +95,17 @@ class RunContext:
     def run_experiment(self, exp: ExperimentSpec) -> dict:
         """One experiment of the session's spec: its headline and warnings, kept for
         summary.json under "<n>:<type>" (n: the experiments run before it)."""
-        outcome: Outcome = EXPERIMENTS[exp.type].run(self, exp)
-        key = f"{len(self.results)}:{exp.type}"
-        self.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings}
+        self.experiment = index = next(i for i, e in enumerate(self.spec.experiments)
+                                       if e is exp)
+        t0 = time.time() - self.cpu.t0
+        try:
+            outcome: Outcome = EXPERIMENTS[exp.type].run(self, exp)
+        finally:
+            self.experiment_spans.append((index, self.point, t0, time.time() - self.cpu.t0))
+            self.experiment = None
+        key = f"{index}:{exp.type}" if self.point is None else f"p{self.point}-{index}:{exp.type}"
+        self.results[key] = {"headline": outcome.headline, "warnings": outcome.warnings,
+                             "degraded": outcome.degraded}
         return self.results[key]
 
     def phase_slug(self, label: str) -> str:
@@ -96,18 +116,44 @@ class RunContext:
         self.slugs[base] = self.slugs.get(base, 0) + 1
         return base if self.slugs[base] == 1 else f"{base}-{self.slugs[base]}"
 
+    def raw_name(self, name: str) -> str:
+        """A raw file's name in the run's directory, prefixed with the running experiment's
+        index ("3-perm-ecmp-stride8-0"), so that two experiments never write the same file."""
+        if self.experiment is not None:
+            name = f"{self.experiment}-{name}"
+        return name if self.point is None else f"p{self.point}-{name}"
+
+    def row_keys(self) -> tuple[list[str], list]:
+        """The columns every table row starts with, and their values now: the experiment,
+        and in a sweep the point and its swept fields' values."""
+        if self.point is None:
+            return ["experiment"], [self.experiment]
+        return (["experiment", "point", *self.point_values],
+                [self.experiment, self.point, *self.point_values.values()])
+
     def write_csv(self, name: str, header: list[str], rows: list[list]) -> Path:
         """metrics/<name>: rows under a header with units, appended to what another
-        experiment of the run wrote there (results/files.py)."""
+        experiment of the run wrote there (results/files.py). The first column is
+        `experiment`, the spec index of the experiment that wrote the row (added here
+        unless the rows carry their own)."""
+        keys, values = self.row_keys()
+        if "experiment" in header:  # the rows carry their own
+            keys, values = keys[1:], values[1:]
+        header, rows = [*keys, *header], [[*values, *r] for r in rows]
         return append_csv(self.out_dir / "metrics" / name, header, rows)
 
     @contextlib.contextmanager
     def traffic_phase(self, fab: Fabric, outcome: Outcome, label: str) -> Iterator[dict]:
         """Packet conservation and CPU checks around one traffic phase (measure/checks.py);
         yields the dict that holds "conservation" and "cpu" once the block has ended."""
+        first = len(fab.flow_results)
         with checks.traffic_phase(self.cpu, self.events, fab, outcome.warnings,
                                   label) as result:
             yield result
+        # flows that carried nothing, with no fault in this phase to explain them
+        why = carried_nothing(fab.flow_results[first:])
+        if why and not result.get("faults") and not fab.ports_down:
+            outcome.degraded.append(f"{label}: {why}")
 
     @contextlib.contextmanager
     def faults(self, fab: Fabric, faults: list[FabricFault], label: str,
@@ -198,17 +244,17 @@ class RunContext:
             from testbed.cluster.fabric import ClusterFabric
             kind, extra = ClusterFabric, {"cluster": self.spec.cluster}
         fab = kind(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
-                     qos=qos, **extra,
-                     out_dir=self.out_dir, record=self.record,
-                     plugins=tuple(self.spec.controller.plugins),
-                     hedera=replace(self.spec.controller.hedera, **(hedera or {})),
-                     flow_priority=self.spec.controller.flow_priority,
-                     circuits=replace(self.spec.controller.circuits, **(circuits or {})),
-                     fast_failover=self.spec.controller.fast_failover,
-                     on_death=self.spec.controller.on_death,
-                     datapath_setting=self.spec.datapath, jobs=jobs,
-                     topology_json=self.out_dir / "topologies" / f"{phase}.json",
-                     log=self.log)
+                   qos=qos, **extra,
+                   out_dir=self.out_dir, record=self.record,
+                   plugins=tuple(self.spec.controller.plugins),
+                   hedera=replace(self.spec.controller.hedera, **(hedera or {})),
+                   flow_priority=self.spec.controller.flow_priority,
+                   circuits=replace(self.spec.controller.circuits, **(circuits or {})),
+                   fast_failover=self.spec.controller.fast_failover,
+                   on_death=self.spec.controller.on_death,
+                   datapath_setting=self.spec.datapath, jobs=jobs,
+                   topology_json=self.out_dir / "topologies" / f"{phase}.json",
+                   log=self.log, flow_tag_prefix=self.raw_name(""))
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
@@ -242,29 +288,13 @@ class RunContext:
             t = fab.times
             # evaluated now, when the samples covering the startup have been taken
             cpu = self.cpu.window(t_start, t_up if t_up is not None else time.time() - self.cpu.t0)
-            self.startups.append([label, topo.kind, len(topo.hosts), len(topo.switches),
+            self.startups.append([self.experiment, *([self.point] if self.sweep else []),
+                                  label, topo.kind, len(topo.hosts), len(topo.switches),
                                   round(t.net_up_s, 3), round(t.controller_connected_s, 3),
                                   round(t.paths_installed_s, 3), round(t.total_s, 3),
                                   round(t.teardown_s, 3), cpu["machine_idle_min"],
                                   cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
-
-
-def _versions() -> dict:
-    def pkg(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "absent"
-    try:
-        from mininet.net import VERSION as mn_version
-    except ImportError:
-        mn_version = "absent"
-    iperf = run(["iperf3", "--version"], check=False).stdout.split("\n")[0]
-    return {"testbed": pkg("dcn-testbed"), "python": platform.python_version(),
-            "ryu": pkg("ryu"), "eventlet": pkg("eventlet"), "torch": pkg("torch"),
-            "pyroute2": pkg("pyroute2"), "mininet": mn_version, "openvswitch": ovs.version(),
-            "iperf3": iperf, "kernel": kernel_release()}
 
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -372,35 +402,66 @@ def start_view(out_dir: Path, port: int, record: RunRecord,
 
 
 def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
-             log: Callable[[str], None] = print, live_port: int | None = None) -> Path:
-    """`testbed run`: every experiment of the spec, one after another, in one session."""
+             log: Callable[[str], None] = print, live_port: int | None = None,
+             points: Sequence[SweepPoint] = ()) -> Path:
+    """`testbed run`: every experiment of the spec, one after another, in one session; with
+    `points` (a sweep, config/spec.py sweep_points), every experiment of every point."""
     with session(spec, topo, spec_text, out_dir, log, "`testbed run`", live_port) as ctx:
-        for i, exp in enumerate(spec.experiments):
-            log(f"experiment {i + 1}/{len(spec.experiments)}: {exp.type}")
-            for w in ctx.run_experiment(exp)["warnings"]:
-                log(f"  warning: {w}")
+        ctx.sweep = [p.values for p in points]
+        ran = []  # (point, values, type, index, headline): the sweep's table
+        for p in points or [None]:
+            if p is not None:
+                what = ", ".join(f"{k}={v}" for k, v in p.values.items())
+                log(f"sweep point {p.index + 1}/{len(points)}: {what}")
+                ctx.spec, ctx.topo = p.spec, p.topo
+                ctx.point, ctx.point_values = p.index, p.values
+            for i, exp in enumerate(ctx.spec.experiments):
+                log(f"experiment {i + 1}/{len(ctx.spec.experiments)}: {exp.type}")
+                result = ctx.run_experiment(exp)
+                for w in result["warnings"]:
+                    log(f"  warning: {w}")
+                if p is not None:
+                    ran.append((p.index, p.values, exp.type, i, result["headline"]))
+        ctx.spec, ctx.topo, ctx.point = spec, topo, None
+        if ran:
+            ctx.write_csv("sweep.csv", *sweep.table(list(points[0].values), ran))
     return ctx.out_dir
+
+
+def experiment_at(spans: list[tuple[int, int | None, float, float]], t: float,
+                  with_point: bool) -> list[int | None]:
+    """The experiment running at `t` (spans: index, point, start, end), and its sweep
+    point when `with_point`; None between experiments."""
+    found = next(((i, p) for i, p, t0, t1 in spans if t0 <= t <= t1), (None, None))
+    return list(found) if with_point else [found[0]]
 
 
 def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                    elapsed: float) -> None:
     out = ctx.out_dir
-    ctx.write_csv("startup.csv", ["phase", "topology", "hosts", "switches", "net_up_s",
+    ctx.point = None  # the rows below say their own experiment and point
+    point = ["point"] if ctx.sweep else []
+    ctx.write_csv("startup.csv", ["experiment", *point, "phase", "topology", "hosts",
+                                  "switches", "net_up_s",
                                   "controller_connected_s", "paths_installed_s", "startup_total_s",
                                   "teardown_s", "startup_machine_idle_min",
                                   "startup_machine_idle_mean", "startup_ovs_thread_p90_core"],
                   ctx.startups)
-    ctx.write_csv("cpu.csv", ["t_s", "machine_busy_fraction", "ovs_thread_core_fraction",
-                              "ovs_rx_backlog_bytes"],
-                  [[round(s.t, 3), round(s.machine_busy, 4), round(s.ovs_thread, 4),
-                    s.ovs_rx_backlog_bytes] for s in ctx.cpu.samples])
+    ctx.write_csv("cpu.csv", ["experiment", *point, "t_s", "machine_busy_fraction",
+                              "ovs_thread_core_fraction", "ovs_rx_backlog_bytes"],
+                  [[*experiment_at(ctx.experiment_spans, s.t, bool(ctx.sweep)), round(s.t, 3),
+                    round(s.machine_busy, 4), round(s.ovs_thread, 4), s.ovs_rx_backlog_bytes]
+                   for s in ctx.cpu.samples])
     with (out / "events.jsonl").open("w") as fh:
         for ev in ctx.events:
             fh.write(json.dumps(ev) + "\n")
     manifest = {
         "spec_name": ctx.spec.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "elapsed_s": round(elapsed, 1), "versions": _versions(),
-        "machine": {"cpus": os.cpu_count(), "kernel": kernel_release()},
+        "elapsed_s": round(elapsed, 1),
+        # what produced the run: the code (commit, uncommitted changes), the command line
+        "provenance": {**provenance.code_state(), "command": provenance.command_line(),
+                       "cwd": os.getcwd()},
+        "versions": provenance.versions(), "machine": provenance.machine(),
         "datapath": ctx.datapath or "not started",
         "datapath_setting": ctx.spec.datapath,
         "datapath_traits": (dataclasses.asdict(TRAITS[ctx.datapath]) if ctx.datapath in TRAITS
@@ -418,10 +479,15 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "phases": ctx.phases,  # what each fabric really ran with (experiments override the spec)
         "clock": {**ctx.clock, "cpu_t0_unix_s": ctx.cpu.t0},  # for timeline.json
         "spec": dataclasses.asdict(ctx.spec),
+        "sweep_points": ctx.sweep,  # each point's swept values, by point index
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     try:
         made = draw_all(out, csv_plots(), dir_plots())
+        if ctx.sweep and ctx.spec.sweep and (out / "metrics" / "sweep.csv").exists():
+            drawn = sweep.plot(read_rows(out / "metrics" / "sweep.csv"), list(ctx.sweep[0]),
+                               ctx.spec.sweep.plot, out / "plots")
+            made += [drawn] if drawn else []
     except Exception as exc:  # plots never hide results
         made = []
         results.setdefault("plots", {})["error"] = str(exc)
@@ -430,9 +496,13 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
     except Exception as exc:  # the timeline never hides results
         results.setdefault("timeline", {})["error"] = f"{type(exc).__name__}: {exc}"
     warnings = [w for r in results.values() for w in r.get("warnings", [])] + ctx.warnings
+    degraded = [d for r in results.values() for d in r.get("degraded", [])] + ctx.degraded
+    if status == "ok" and degraded:  # it ran to its end, but the fabric did not carry
+        status = "degraded"
     summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
                "experiments": results, "fidelity_warnings": warnings,
                "cpu_bound": any("CPU-bound" in w for w in warnings),
+               "degraded": degraded, "unfaithful": unfaithful(ctx.events, degraded),
                "plots": [str(p.relative_to(out)) for p in made]}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1))

@@ -1,4 +1,4 @@
-"""What one machine carries before its numbers stop being the network's (issue 16): the
+"""What one machine carries before its numbers stop being the network's: the
 limits the runner's CPU verdict applies to every traffic phase, and the costs measured on
 the reference machine that `testbed plan` (testbed/plan.py) turns into a verdict before a
 run. Measured by `scripts/bench_capacity.py` (docs/BENCHMARKS.md, "Capacity of one

@@ -1,4 +1,4 @@
-"""The spec's `cluster` section: a fabric split across servers (issue 16, docs/CLUSTER.md).
+"""The spec's `cluster` section: a fabric split across servers (docs/CLUSTER.md).
 
     cluster:
       servers:

@@ -3,7 +3,10 @@ per-phase configuration file through which the runner hands all of it to the Ryu
 (`ControllerConfig`, loaded by the apps with the same strict loader as the spec)."""
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -185,8 +188,40 @@ class ControllerSpec:
         self.hedera.check()
         self.circuits.check()
         for i, plugin in enumerate(self.plugins):
-            if plugin.endswith(".py") and not Path(plugin).exists():
-                raise SpecError(f"controller.plugins[{i}]: file {plugin} does not exist")
+            if problem := plugin_problem(plugin):
+                raise SpecError(f"controller.plugins[{i}]: {problem}")
+
+
+# the controller process imports from the project's root (its working directory) first
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def plugin_problem(plugin: str) -> str | None:
+    """Why ryu-manager could not load `plugin` (None: it can): a file must be an existing
+    .py file, anything else a module found on the controller's import path. Found without
+    importing it or its packages, so that `testbed validate` stays offline and loads no
+    Ryu."""
+    if "/" in plugin or plugin.endswith(".py"):
+        path = Path(plugin)
+        if path.suffix != ".py":
+            return f"{plugin}: a file plugin is a Python file (.py); a module is named with dots"
+        if not path.is_file():
+            return f"file {plugin} does not exist"
+        return None
+    if not MODULE_RE.fullmatch(plugin):
+        return f"{plugin!r} is neither a module name (ryu.app.simple_switch_13) nor a .py file"
+    search: list[str] | None = [str(PROJECT_ROOT), *sys.path]
+    for i, part in enumerate(plugin.split(".")):
+        found = importlib.machinery.PathFinder.find_spec(part, search)
+        if found is None:
+            where = ".".join(plugin.split(".")[:i + 1])
+            return (f"no module {where!r} (for {plugin}); name a module the controller can "
+                    "import, or a .py file")
+        search = list(found.submodule_search_locations or []) or None
+        if search is None and i < len(plugin.split(".")) - 1:
+            return f"{'.'.join(plugin.split('.')[:i + 1])} is a module, not a package"
+    return None
 
 
 # What the plugin guard (controllers/plugin_guard.py) changes of a plugin's messages, as the

@@ -23,6 +23,7 @@ from .loader import SpecError, from_data, read_yaml
 from .network import HostConfig, LinkConfig, TopologySpec, positive
 from .qos import QosConfig, QosError
 from .qos import validate as validate_qos
+from .sweep import SweepSpec, with_sets, with_value
 
 E = TypeVar("E", bound=type)
 
@@ -99,6 +100,8 @@ class Spec:
     experiments: list[ExperimentSpec] = field(default_factory=list)
     # the fabric split across servers (config/cluster.py); None: this machine alone
     cluster: ClusterSpec | None = None
+    # run the spec once per point of a parameter's values or a grid (config/sweep.py)
+    sweep: SweepSpec | None = None
 
     def build_topology(self) -> Topology:
         return build(self.topology.kind, **self.topology.params)
@@ -133,8 +136,12 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
             exp.check(path, spec, topo)
         except QosError as exc:
             raise SpecError(str(exc)) from None
+        except TopologyError as exc:  # the fabric an experiment builds from its own fields
+            raise SpecError(f"{path}: {exc}") from None
     if spec.cluster is not None:
         check_cluster(spec, topo)
+    if spec.sweep is not None:
+        spec.sweep.check()
     check_tree(spec)
     return topo
 
@@ -171,16 +178,60 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
 
 
 def loads(data: Any, experiments_required: bool = True) -> tuple[Spec, Topology]:
-    """Convert and check plain data. Raises SpecError with the path of the first bad field."""
+    """Convert and check plain data (every point of its sweep too). Raises SpecError with
+    the path of the first bad field."""
     spec = from_data(Spec, data, "")
-    return spec, check(spec, experiments_required)
+    topo = check(spec, experiments_required)
+    if spec.sweep is not None:
+        sweep_points(data, experiments_required)
+    return spec, topo
 
 
 def load(path: str | Path, experiments_required: bool = True,
-         topology: str | None = None) -> tuple[Spec, Topology]:
+         topology: str | None = None, sets: list[str] | tuple[str, ...] = ()
+         ) -> tuple[Spec, Topology]:
     """Load, convert, check a YAML spec file; `topology` ("KIND [PARAM=VALUE ...]")
-    replaces its topology (the same experiments on another fabric)."""
-    return loads(with_topology(read_yaml(path), topology), experiments_required)
+    replaces its topology (the same experiments on another fabric), `sets` change fields
+    (`--set PATH=VALUE`, config/sweep.py)."""
+    return loads(spec_data(path, topology, sets), experiments_required)
+
+
+def spec_data(path: str | Path, topology: str | None = None,
+              sets: list[str] | tuple[str, ...] = ()) -> Any:
+    """A spec file's data as a run uses it: its topology replaced, its `--set`s applied."""
+    return with_sets(with_topology(read_yaml(path), topology), sets)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: the swept fields' values, and the spec they make."""
+    index: int
+    values: dict[str, Any]
+    spec: Spec
+    topo: Topology
+
+
+def sweep_points(data: Any, experiments_required: bool = True) -> list[SweepPoint]:
+    """Every point of the spec data's `sweep:`, each loaded and checked as a spec of its
+    own (without the sweep); SpecError names the point and the field. Empty without a
+    sweep."""
+    if not isinstance(data, dict) or data.get("sweep") is None:
+        return []
+    sweep = from_data(SweepSpec, data["sweep"], "sweep")
+    sweep.check()
+    base = {k: v for k, v in data.items() if k != "sweep"}
+    out = []
+    for i, values in enumerate(sweep.points()):
+        point = base
+        what = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        for path, value in values.items():
+            point = with_value(point, path, value, f"sweep: {path}")
+        try:
+            spec, topo = loads(point, experiments_required)
+        except SpecError as exc:
+            raise SpecError(f"sweep point {what}: {exc}") from None
+        out.append(SweepPoint(i, values, spec, topo))
+    return out
 
 
 def with_topology(data: Any, topology: str | None) -> Any:

@@ -77,6 +77,9 @@ class Context(Protocol):
     topo: Topology
     out_dir: Path
     log: Callable[[str], None]
+    experiment: int | None  # the spec index of the running experiment
+
+    def raw_name(self, name: str) -> str: ...
 
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
@@ -106,6 +109,9 @@ class Outcome:
     """What an experiment returns: headline metrics and fidelity warnings."""
     headline: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # what broke without a fault of the spec to explain it (pings lost, flows that carried
+    # nothing): the run ends "degraded" instead of "ok"
+    degraded: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def run(ctx: Context, exp: Circuits) -> Outcome:
                             pairs[0][0], probe_argv(fab.topo.host(pairs[0][1]).ip,
                                                     exp.probe_ms / 1000, exp.turn_s),
                             f"circuit probe {pairs[0][0]}",
-                            ctx.out_dir / "flows" / f"circuits-{i}-probe.log")
+                            ctx.out_dir / "flows" / ctx.raw_name(f"circuits-{i}-probe.log"))
                         try:
                             res = fab.run_flows(flows, f"circuits-{i}")
                         finally:

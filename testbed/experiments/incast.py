@@ -20,7 +20,7 @@ from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, c
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
-from testbed.results.plots import pyplot, save
+from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
 from topologies import dumbbell
 from topologies.model import Topology
 
@@ -58,9 +58,9 @@ class Incast(ExperimentSpec):
                         access_rate_mbps=self.rate_mbps, bottleneck_rate_mbps=self.rate_mbps)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
-        check_faults(self.faults, path, self.fabric())
         if not self.senders or min(self.senders) < 1 or max(self.senders) > 63:
             raise SpecError(f"{path}.senders: sender counts in 1..63 (got {self.senders})")
+        check_faults(self.faults, path, self.fabric())  # on the fabric the senders make
         for j, v in enumerate(self.variants):
             if v not in INCAST_VARIANTS:
                 raise SpecError(f"{path}.variants[{j}]: one of {', '.join(INCAST_VARIANTS)} "
@@ -112,7 +112,8 @@ def run(ctx: Context, exp: Incast) -> Outcome:
             servers = [fab.start_process(f"h{i + 1}", [sys.executable, "-m",
                                      "testbed.workloads.incast", "serve", "--port", "7000",
                                      "--dscp", str(exp.dscp)], f"incast server h{i + 1}",
-                                     ctx.out_dir / "flows" / f"incast-{variant}-server-h{i + 1}.log")
+                                     ctx.out_dir / "flows" /
+                                     ctx.raw_name(f"incast-{variant}-server-h{i + 1}.log"))
                        for i in range(n_max)]
             try:
                 fab.wait_listening([(f"h{i + 1}", 7000) for i in range(n_max)])
@@ -189,23 +190,29 @@ def analyse(rows: list[dict], exp: Incast, pfc_reaction: dict,
 
 
 def plot(rows: list[dict], plots: Path) -> Path:
+    """Goodput and TCP timeouts against the number of synchronised senders, per variant
+    (and experiment, when there are several); CPU-bound points marked."""
     plt = pyplot()
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    by = defaultdict(list)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.3))
+    several = several_experiments(rows)
+    by = defaultdict(list)  # a variant of one experiment -> its rows
     for r in rows:
-        by[r["variant"]].append(r)
+        by[tagged(r["variant"], r, several)].append(r)
     for variant, rs in by.items():
         n = [int(r["senders"]) for r in rs]
         ax.plot(n, [float(r["goodput_mbps"]) for r in rs], "o-", label=variant)
         ax2.plot(n, [int(r["tcp_timeouts"]) for r in rs], "o-", label=variant)
-    ax.set_xlabel("synchronized senders N")
+    mark_cpu_bound(ax, rows, [float(r["goodput_mbps"]) for r in rows],
+                   [int(r["senders"]) for r in rows])
+    ax.set_xlabel("synchronized senders N (count)")
     ax.set_ylabel("goodput (Mb/s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("TCP incast: fixed block split N ways")
-    ax.legend()
-    ax2.set_xlabel("synchronized senders N")
-    ax2.set_ylabel("TCP timeouts (all senders)")
-    ax2.legend()
+    ax.set_title("goodput of a fixed block split N ways", fontsize=9)
+    ax.legend(fontsize=8)
+    ax2.set_xlabel("synchronized senders N (count)")
+    ax2.set_ylabel("TCP timeouts (count, all senders)")
+    ax2.legend(fontsize=8)
+    fig.suptitle(title("TCP incast", "goodput and timeouts vs senders", rows), fontsize=10)
     return save(fig, plots / "incast.png")
 
 

@@ -137,8 +137,11 @@ def analyse(rows: list[list], out: Outcome | None = None, cpu_bound: bool = Fals
                     "rtt_max_ms": round(max(rtts), 3) if rtts else None,
                     "rtt_min_median_ms": round(statistics.median(rtt_mins), 3) if rtt_mins else None,
                     "cpu_bound": cpu_bound}
-    if failed:
+    if failed:  # no fault is ever injected here: a lost ping is a broken fabric
         out.warnings.append(f"reachability: {len(failed)} pairs lost pings, e.g. {failed[:3]}")
+        out.degraded.append(f"reachability: {len(failed)} of {len(rows)} pairs lost pings "
+                            f"({100 * (sent - received) / max(1, sent):.1f}% of "
+                            f"{sent}), e.g. {', '.join(failed[:3])}")
     if cpu_bound:
         out.warnings.append("reachability: the round-trip times above were measured while the "
                             "emulation was CPU-bound; they are the machine's, not the fabric's")

@@ -65,7 +65,8 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
             f"of queueing (median), machine idle {verdict['machine_idle_mean']:.0%} on average); "
             "its numbers are not faithful")
     events.append({"phase": label, "seconds": round(t_end - t_start, 3),
-                   "conservation": report, "cpu": verdict})
+                   "t_start": round(t_start, 3), "t_end": round(t_end, 3),
+                   "conservation": report, "cpu": verdict, "faults": bool(checks.get("faults"))})
     checks.update(conservation=report, cpu=verdict)
     if unasked and fab.on_death == "fail":
         raise TestbedError(f"{label}: {unasked[0]} (controller.on_death: fail)")

@@ -78,6 +78,9 @@ class Fabric:
     on_death: str = "warn"  # the spec's controller.on_death: warn | fail | restart
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
+    # before every flow tag: the experiment's index, so that raw flow files never collide
+    flow_tag_prefix: str = ""
+    flow_results: list[FlowResult] = field(default_factory=list)  # every flow run so far
     datapath_setting: str = "user"  # the spec's: user | kernel | auto
     datapath: str = "user"  # the one chosen (config/datapath.py)
     times: StartupTimes = field(default_factory=StartupTimes)
@@ -506,7 +509,10 @@ class Fabric:
 
     def run_flows(self, flows: list[Flow], tag: str) -> list[FlowResult]:
         """iperf3 flows (or finite transfers) at once; their results in order."""
-        return traffic.FlowRunner(self, self.out_dir / "flows").run(flows, tag)
+        res = traffic.FlowRunner(self, self.out_dir / "flows").run(
+            flows, self.flow_tag_prefix + tag)
+        self.flow_results += res
+        return res
 
     def start_process(self, host: str, argv: list[str], what: str,
                       log: Path) -> subprocess.Popen:

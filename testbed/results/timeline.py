@@ -1,4 +1,4 @@
-"""One timeline per run (issue 15): `timeline.json`, a trace in the Chrome JSON format that
+"""One timeline per run: `timeline.json`, a trace in the Chrome JSON format that
 Perfetto (ui.perfetto.dev, "Open trace file") and chrome://tracing open. It merges, on one
 clock (seconds from the run's start):
 

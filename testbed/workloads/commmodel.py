@@ -1,4 +1,4 @@
-"""Analytical communication models put beside every training measurement (issue 4): the
+"""Analytical communication models put beside every training measurement: the
 time a synchronisation step should take on an idle network with per-host bandwidth B and
 per-message latency alpha. Pure functions, seconds."""
 from __future__ import annotations

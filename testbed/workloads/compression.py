@@ -1,4 +1,4 @@
-"""Gradient compression applied to what crosses the wire (issue 4): fp16, top-k
+"""Gradient compression applied to what crosses the wire: fp16, top-k
 sparsification with error feedback, QSGD with s levels, and 1-bit sign with error feedback.
 
 A compressor turns one gradient tensor into a `Payload`: the tensors that are actually sent

@@ -219,3 +219,15 @@ def crosses(conns: set[Conn] | list[Conn], conn: Conn) -> bool:
     measure/linkflows.py), in either direction (data or ACKs)."""
     a, b, sp, dp = conn
     return any(c == (a, b, sp, dp) or c == (b, a, dp, sp) for c in conns)
+
+
+def carried_nothing(results: list[FlowResult]) -> str | None:
+    """What a set of flows says about a broken fabric: the flows that carried no byte (no
+    goodput, no completion), counted and the first named with its error; None when every
+    flow carried something."""
+    dead = [r for r in results if r.goodput_mbps <= 0 and r.seconds <= 0]
+    if not dead:
+        return None
+    first = dead[0]
+    return (f"{len(dead)} of {len(results)} flows carried nothing ({first.src}->{first.dst}: "
+            f"{first.error or '0 Mb/s'})")

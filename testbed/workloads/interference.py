@@ -1,4 +1,4 @@
-"""Training jobs sharing one bottleneck, as a fluid model (issue 13): what each job's
+"""Training jobs sharing one bottleneck, as a fluid model: what each job's
 iteration should take when its communication phases meet other jobs' on the link, and the
 start offsets that keep them apart (CASSINI's idea, NSDI'24).
 

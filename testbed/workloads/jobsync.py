@@ -1,5 +1,5 @@
 """What passes between a training job's workers, the runner and a cross-job policy while
-jobs share a fabric (issue 13): the start the runner gives every job once all are ready
+jobs share a fabric: the start the runner gives every job once all are ready
 (so that the jobs' first iterations begin when the spec says, not when each job's
 processes happened to finish starting), the gate a policy sets (when each iteration may
 start) and the progress a job reports (how far into its iteration it is, in bytes). All are

@@ -1,4 +1,4 @@
-"""Models and data of the training workers (issue 4): an MLP, a small ResNet-style CNN and a
+"""Models and data of the training workers: an MLP, a small ResNet-style CNN and a
 small transformer language model whose parameter count is set by `width` (and `depth`), on
 scikit-learn's digits (real data shipped inside the package, so accuracy means something)
 or synthetic tensors. Deterministic given the seed."""

@@ -1,4 +1,4 @@
-"""Parameter server over torch.distributed point-to-point (issue 4).
+"""Parameter server over torch.distributed point-to-point.
 
 Ranks 0..S-1 are the servers, one shard each (a contiguous, balanced slice of the flattened
 parameters); ranks S..S+n-1 are the workers. Each iteration a worker pushes its (optionally

@@ -1,4 +1,4 @@
-"""One training process per emulated host (issue 4):
+"""One training process per emulated host:
 
     python -m testbed.workloads.train --rank R --world-size W --master IP:PORT \\
         --sync ring|ps|local --model mlp --width 256 --iters 20 --out DIR [--ifname h1-eth0]

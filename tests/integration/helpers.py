@@ -3,6 +3,7 @@ import json
 import os
 from pathlib import Path
 
+from testbed.config.spec import sweep_points
 from testbed.runner import run_spec
 from testbed.spec import loads
 
@@ -14,7 +15,8 @@ def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
     if os.environ.get("TESTBED_TEST_DATAPATH") and "datapath" not in data:
         data = {**data, "datapath": os.environ["TESTBED_TEST_DATAPATH"]}
     spec, topo = loads(data)
-    out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None)
+    out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None,
+                   points=sweep_points(data))
     return out, json.loads((out / "summary.json").read_text())
 
 

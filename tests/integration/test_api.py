@@ -1,4 +1,4 @@
-"""Experiment scripts and `testbed up` (issue 15): the shipped example scripts run as they
+"""Experiment scripts and `testbed up`: the shipped example scripts run as they
 are, `testbed up` driven by a command file pings across the fabric, and every way out of a
 script (its end, an error, a bad host name, a command after teardown) leaves nothing
 behind."""
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.api import Testbed
+from testbed.config.loader import SpecError
 from testbed.errors import TestbedError
 
 from .helpers import leftovers, rows
@@ -70,6 +71,35 @@ def test_example_flows_training(tmp_path):
     assert 0.9 <= float(job["tx_over_expected"]) <= 1.2, job  # bytes against the model
     assert "0:training" in json.loads((out / "summary.json").read_text())["experiments"]
     assert_nothing_left(out)
+
+
+def test_the_api_docstring_example_runs_as_written(tmp_path):
+    """The example at the top of testbed/api.py, run as it is (its results directory moved
+    into tmp_path), with a string command and a second fabric given as a spec's data."""
+    import testbed.api
+    lines = [line[4:] for line in testbed.api.__doc__.splitlines() if line.startswith("    ")]
+    out = tmp_path / "out"
+    code = "\n".join(lines).replace('"results/my-script"', repr(str(out)))
+    assert "fab.wait_listening" in code and "iperf3" in code
+    scope: dict = {}
+    exec(compile(code, "testbed/api.py docstring", "exec"), scope)
+    client = json.loads(scope["client"].stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    flow = scope["flow"]
+    # one flow across a 10 Mb/s leaf-spine: iperf3's goodput, 90-100% of the link, both ways
+    assert 9.0 <= client <= 10.0 and 9.0 <= flow.goodput_mbps <= 10.0, (client, flow)
+    (row,) = rows(out, "script_flows.csv")
+    assert row["call"] == "1" and row["experiment"] == "" and float(row["goodput_mbps"]) > 9
+    assert (out / "flows" / "script-1-0-client.json").exists()
+    assert_nothing_left(out)
+
+    with Testbed(SMALL, out=tmp_path / "strings", log=lambda m: None) as tb:
+        fab = tb.fabric()
+        assert fab.host("h1").run(f"ping -c 1 -W 2 {fab.host('h4').ip}").returncode == 0
+        with pytest.raises(SpecError, match="qos.classes"):
+            tb.fabric("again", qos={"classes": "many"})
+        fab = tb.fabric("bcube", topo="bcube n=2 k=1")  # a spec's data, checked, built
+        assert fab.topo.kind == "bcube" and len(fab.hosts) == 4
+    assert_nothing_left(tmp_path / "strings")
 
 
 def test_testbed_up_with_a_command_file(tmp_path):

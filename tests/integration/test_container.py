@@ -1,4 +1,4 @@
-"""The container's start rehearsed on this machine (issue 15): no image registry is reachable
+"""The container's start rehearsed on this machine: no image registry is reachable
 here, so the Dockerfile's image is never built; what it does at start is. In a fresh mount and
 PID namespace sharing the host's network (as `docker run --network host` does), with an empty
 Open vSwitch database and run directory and no OVS running, the README's bootstrap starts OVS

@@ -1,5 +1,5 @@
 """Build each fabric, route every pair, calibrate links and queues; assert on measured
-numbers in result files, with the tolerances stated in the issue."""
+numbers in result files, with stated tolerances."""
 import os
 import signal
 import subprocess
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("fattree", {"k": 4}, "ecmp"),
     ("leafspine", {"spines": 2, "leaves": 4, "hosts_per_leaf": 4}, "ecmp"),
     ("bcube", {"n": 4, "k": 1}, "ecmp"),
-    # the survey's other fabrics (issue 17), each with its own routing: servers relaying
+    # the survey's other fabrics, each with its own routing: servers relaying
     # over server-to-server links (DCell, FiConn) and across joined switches (MDCube),
     # VLB's in_port bounce, dimension order, rail-aligned; the hybrid's packet part
     ("dcell", {"n": 4, "k": 1}, "own"),
@@ -227,7 +227,7 @@ def test_sigkill_at_any_phase_then_clean_restores_the_machine(tmp_path, phase,
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     during = machine_state()
-    if phase == "build":  # killed with OVS's socket buffers raised: the leak of issue 14
+    if phase == "build":  # killed with OVS's socket buffers raised: the sysctl leak seen before
         assert during["sysctls"] != before["sysctls"]
     else:
         assert during["bridges"] - before["bridges"], "the kill left nothing to clean?"

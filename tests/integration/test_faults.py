@@ -1,4 +1,4 @@
-"""Failures during traffic (issue 14): the controller routes around a failed switch, every
+"""Failures during traffic: the controller routes around a failed switch, every
 flow it cut carries traffic again, and the run records the fault, the reroute and each
 flow's outage; a killed controller costs no traffic and is reported, and a restarted one
 resynchronises without changing a table; a ring job survives a link failure on its path

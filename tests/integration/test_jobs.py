@@ -1,4 +1,4 @@
-"""Training jobs sharing a fabric (issue 13), measured: two identical jobs whose rings cross
+"""Training jobs sharing a fabric, measured: two identical jobs whose rings cross
 one leaf->spine uplink, alone, with fair sharing and with MLTCP-like weights; and one job
 failing stops every job. Short jobs; tolerances are stated per assertion."""
 import json

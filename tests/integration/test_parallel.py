@@ -1,4 +1,4 @@
-"""Large-model parallelism in the fabric (issue 12): a real-compute 3D-parallel job (TP x PP
+"""Large-model parallelism in the fabric: a real-compute 3D-parallel job (TP x PP
 x DP) whose losses are the data-parallel job's and whose bytes per collective type are the
 model's; an emulated expert-parallel and sharded job; a rank that dies or hangs fails the
 job naming it. Short jobs; tolerances are stated per assertion."""

@@ -1,6 +1,6 @@
 """The traffic-class dataplane on small fabrics: ECN marking, priority scheduling, PFC on
 incast and PFC congestion spreading. Assertions on counters and queue traces in the result
-files, with the tolerances of the issue (shorter runs than the benchmarks)."""
+files, with stated tolerances (shorter runs than the benchmarks)."""
 import json
 from pathlib import Path
 

@@ -1,6 +1,6 @@
-"""The survey's fabrics under load (issue 17): a permutation under each fabric's own
+"""The survey's fabrics under load: a permutation under each fabric's own
 routing against the max-min model of the paths that routing gives, and c-Through moving
-an optical circuit, with the tolerances the issue states (10%) and the dark time measured
+an optical circuit, with a 10% tolerance and the dark time measured
 on the optical switch's ports."""
 from .helpers import leftovers, rows, run
 

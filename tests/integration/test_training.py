@@ -1,4 +1,4 @@
-"""Real Gloo workers inside the fabric (issue 4): ring allreduce and a parameter server on
+"""Real Gloo workers inside the fabric: ring allreduce and a parameter server on
 a small leaf-spine, measured against the analytical model; compression's bytes on the wire;
 a worker that dies fails the run fast with its error. Shorter jobs than the benchmarks; the
 tolerances are wider than the benchmarks' (stated per assertion) because CI's CPU is shared."""

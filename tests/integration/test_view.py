@@ -1,4 +1,4 @@
-"""The live view in a real browser (issue 15): headless Chromium from Debian's packages,
+"""The live view in a real browser: headless Chromium from Debian's packages,
 driven by Selenium through Debian's ChromeDriver, loads the page of `testbed run --live`
 during a short PFC run, sees link loads change and a paused port drawn as paused, and
 saves a screenshot; `testbed view` replays the same run with its slider; a port already in

@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 14): every case goes through the command line as a user's file
+"""The bad-input corpus: every case goes through the command line as a user's file
 would, `testbed validate` and `testbed run`, and must give a non-zero exit, one error line
 naming the field (or the file's problem), no traceback, and nothing created: no results
 directory, no run record, and `run` never reaches the fabric."""
@@ -111,7 +111,7 @@ HARD_EDGES: list[tuple[str | bytes, str]] = [
      "experiments[0].model_desc.hidden: out of range for a layer width"),
     (experiment(type="parallel", jobs=[{"seed": -3}]),
      "experiments[0].jobs[0].seed: out of range for a seed"),
-    # datapaths, faults and probes (issue 14's later settings)
+    # datapaths, faults and probes (later settings)
     (base_with("datapath", "netdev"), "datapath: must be one of user, kernel, auto"),
     (base_with("controller.on_death", "ignore"), "controller.on_death: must be one of warn"),
     (base_with("controller.fast_failover", "yes"), "controller.fast_failover: expected true/false"),
@@ -125,6 +125,38 @@ HARD_EDGES: list[tuple[str | bytes, str]] = [
      "experiments[0].faults[0].at_iter: must be in 0..9"),
     (experiment(type="training", faults=[{"controller": True, "at_s": 1, "for_s": float("nan")}]),
      "experiments[0].faults[0].for_s: must be a finite number"),
+    # an experiment's own fabric built from a bad field; plugins ryu-manager cannot load
+    ("name: a\ntopology: {kind: dumbbell}\nexperiments: [{type: incast, senders: [0]}]\n",
+     "experiments[0].senders: sender counts in 1..63 (got [0])"),
+    (base_with("controller.plugins", ["no_such_plugin.app"]),
+     "controller.plugins[0]: no module 'no_such_plugin'"),
+    (base_with("controller.plugins", ["ryu.app.no_such_app"]),
+     "controller.plugins[0]: no module 'ryu.app.no_such_app'"),
+    (base_with("controller.plugins", ["examples/port_monitor"]),
+     "controller.plugins[0]: examples/port_monitor: a file plugin is a Python file (.py)"),
+    (base_with("controller.plugins", ["plugins/mine.py"]),
+     "controller.plugins[0]: file plugins/mine.py does not exist"),
+    (base_with("controller.plugins", ["my plugin"]),
+     "controller.plugins[0]: 'my plugin' is neither a module name"),
+    # sweeps
+    (base_with("sweep", {"parameter": "links.rate_mbps", "values": []}),
+     "sweep.values: no values to sweep"),
+    (base_with("sweep", {"parameter": "links.rate_mpbs", "values": [10, 20]}),
+     "sweep point links.rate_mpbs=10: links.rate_mpbs: unknown key"),
+    (base_with("sweep", {"parameter": "links.rate_mbps", "values": [10, "fast"]}),
+     "sweep point links.rate_mbps='fast': links.rate_mbps: expected a number"),
+    (base_with("sweep", {"parameter": "experiments.3.duration_s", "values": [5]}),
+     "sweep: experiments.3.duration_s: experiments.3: no such entry (1 in the spec)"),
+    (base_with("sweep", {"parameter": "links.rate_mbps", "values": [10],
+                         "grid": {"links.buffer_pkts": [10]}}),
+     "sweep: give either parameter and values, or grid, not both"),
+    (base_with("sweep", {}), "sweep: give a parameter and its values, or a grid"),
+    (base_with("sweep", {"grid": {"links..rate": [1]}}),
+     "sweep.grid.links..rate: 'links..rate' is not a field path"),
+    (base_with("sweep", {"parameter": "links.rate_mbps", "values": [10, 10]}),
+     "sweep.values: a value is listed twice"),
+    (base_with("sweep", {"parameter": "name", "values": ["a", "b"]}),
+     "sweep.values: name cannot be swept"),
     # the file itself
     ("name: a\nname: b\n" + SPEC_HEAD, "line 2: duplicate key 'name' (first on line 1)"),
     ("name: a\nlinks: {buffer_pkts: 10, buffer_pkts: 20}\n" + SPEC_HEAD,
@@ -189,6 +221,43 @@ def test_bad_input_is_one_clear_line_and_creates_nothing(sandbox, content, messa
     assert lines[0].startswith(f"error: {spec}: ") and message in lines[0], lines[0]
     assert list((sandbox / "work").iterdir()) == []
     assert not (sandbox / "results").exists() and not (sandbox / "state").exists()
+
+
+GOOD = text(BASE)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--set", "links.rate_mpbs=50"], "links.rate_mpbs: unknown key"),
+    (["--set", "links.rate_mbps=fast"], "links.rate_mbps: expected a number, got 'fast'"),
+    (["--set", "links.rate_mbps"], "--set links.rate_mbps: expected PATH=VALUE"),
+    (["--set", "=5"], "--set =5: expected PATH=VALUE"),
+    (["--set", "experiments.7.count=2"], "experiments.7: no such entry (1 in the spec)"),
+    (["--set", "experiments.type=x"], "experiments.type: a list, give an index"),
+    (["--set", "name.x=1"], "name.x: name is a value, not a mapping"),
+    (["--set", "links.rate_mbps=[1, "], "the value is not YAML"),
+    (["--set", "links..rate_mbps=1"], "is not a field path"),
+])
+@pytest.mark.parametrize("command", ["validate", "run", "plan"])
+def test_bad_options_are_one_clear_line_and_create_nothing(sandbox, options, message, command):
+    spec = sandbox / "spec.yaml"
+    spec.write_text(GOOD)
+    args = [command, str(spec), *options] + (["--out", str(sandbox / "results")]
+                                             if command == "run" else [])
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert list((sandbox / "work").iterdir()) == []
+    assert not (sandbox / "results").exists() and not (sandbox / "state").exists()
+
+
+def test_compare_refuses_what_is_not_a_run(sandbox):
+    (sandbox / "work" / "notes.txt").write_text("x")
+    for a in [sandbox / "work", sandbox / "work" / "notes.txt", sandbox / "nowhere"]:
+        result = CliRunner().invoke(cli.main, ["compare", str(a), str(a)])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "not a testbed results directory" in lines[0], lines
 
 
 @pytest.mark.parametrize("args,message", [

@@ -1,4 +1,4 @@
-"""A fabric split across servers (issue 16): the spec's `cluster` section, where each node
+"""A fabric split across servers: the spec's `cluster` section, where each node
 runs, which links become tunnels and at what MTU, and how commands reach a server. No
 server is needed: the integration tests build one (tests/integration/test_cluster.py)."""
 from __future__ import annotations

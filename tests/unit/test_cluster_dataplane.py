@@ -1,4 +1,4 @@
-"""The class dataplane of a fabric split across servers (issue 16): each server's ports are
+"""The class dataplane of a fabric split across servers: each server's ports are
 reached through that server's agent, its queues sampled there, its CPU judged with the
 others'; what the runner removes from a server's own devices. No BPF and no server: a fake
 agent stands for the other server (tests/integration/test_cluster.py runs the real one)."""

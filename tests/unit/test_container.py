@@ -1,4 +1,4 @@
-"""The Dockerfile (issue 15) stays the README's scripts and nothing else: these machines
+"""The Dockerfile stays the README's scripts and nothing else: these machines
 reach no image registry, so the image is never built here, and what keeps it true is that
 it cannot drift from the scripts the README runs (which CI runs on every commit)."""
 import re

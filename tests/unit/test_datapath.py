@@ -1,4 +1,4 @@
-"""The datapath as a choice (issue 14): what each setting picks on a machine with and
+"""The datapath as a choice: what each setting picks on a machine with and
 without the openvswitch kernel module, and what the two datapaths change for the testbed."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""Fault specs and the pure parts of fault handling (issue 14): what a fault names is checked
+"""Fault specs and the pure parts of fault handling: what a fault names is checked
 against the fabric, the timeline orders every down and up, iperf3's receiver intervals say
 how long each flow carried nothing."""
 import json

@@ -1,4 +1,4 @@
-"""The fluid model of training jobs sharing one bottleneck (issue 13, testbed/workloads/
+"""The fluid model of training jobs sharing one bottleneck (testbed/workloads/
 interference.py): the closed forms for two identical jobs, weights, overlap, and the
 offsets a time-shift policy would choose."""
 import pytest

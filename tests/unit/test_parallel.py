@@ -1,4 +1,4 @@
-"""Large-model parallelism (issue 12): layout and placement, pipeline schedules, the model
+"""Large-model parallelism: layout and placement, pipeline schedules, the model
 descriptions, the analytical model, and real jobs on loopback."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`testbed plan` (issue 16, part 4): the fluid max-min rates it loads a fabric with, its
+"""`testbed plan`: the fluid max-min rates it loads a fabric with, its
 verdicts against the reference machine's limits, and its verdict on every shipped spec
 against the CPU-bound flags measured for it (docs/BENCHMARKS.md)."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ MEASURED_CPU_BOUND = {
     "jobs_training": False, "plugins_fattree": False,
     # measured for this on 2026-11-24: no phase flagged; ranks waited 30% and 12%
     "quickstart": False, "parallel_smoke": True,
-    # issue 17, measured 2026-11-24 (permutation_survey on its default DCell(4, 1)): no
+    # measured 2026-11-24 (permutation_survey on its default DCell(4, 1)): no
     # phase flagged
     "permutation_survey": False, "circuits_hybrid": False, "training_survey": False,
     # measured 2026-11-25 on FiConn(4, 1), DCell(4, 1) and MDCube: no phase flagged

@@ -1,4 +1,4 @@
-"""Jobs sharing a fabric (issue 13): bad specs refused before anything starts, naming the
+"""Jobs sharing a fabric: bad specs refused before anything starts, naming the
 field; the cross-job placement; the experiment's pure model and analysis."""
 import pytest
 

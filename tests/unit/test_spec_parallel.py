@@ -1,5 +1,4 @@
-"""Bad parallel-training specs are refused before any process starts, naming the field
-(issue 12)."""
+"""Bad parallel-training specs are refused before any process starts, naming the field."""
 import pytest
 
 from testbed.spec import SpecError, loads

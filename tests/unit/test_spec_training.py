@@ -1,4 +1,4 @@
-"""Bad training specs are refused before anything starts, naming the field (issue 4)."""
+"""Bad training specs are refused before anything starts, naming the field."""
 import pytest
 
 from testbed.experiments.training.model import place, spread

@@ -1,4 +1,4 @@
-"""Training jobs sharing one fabric (issue 13): interference, cross-job placement, and the
+"""Training jobs sharing one fabric: interference, cross-job placement, and the
 cross-job policies of Crux, CASSINI and MLTCP as controller apps (controllers/jobpolicy.py),
 each job alone and together, beside the fluid model (testbed/workloads/interference.py).
 docs/JOBS.md.

@@ -280,8 +280,7 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
 
 def run(ctx: Context, exp: Jobs) -> Outcome:
     out = Outcome()
-    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
-    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Jobs))
+    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
     topo = exp.fabric_topology(ctx.topo)
     fabric: Topology = at_rate(topo, ctx.spec.links.rate_mbps) if ctx.spec.links.rate_mbps \
         else topo

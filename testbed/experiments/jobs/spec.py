@@ -1,4 +1,4 @@
-"""The spec of training jobs sharing one fabric (issue 13): the jobs (each a parallel job
+"""The spec of training jobs sharing one fabric: the jobs (each a parallel job
 with its own model, size and hosts or a place in the cross-job placement, or a job of the
 training worker: ring, parameter server, local SGD, compression), the placements and
 cross-job policies to compare, and every field checked before anything starts."""

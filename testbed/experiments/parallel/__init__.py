@@ -1,4 +1,4 @@
-"""Large-model parallel training (issue 12): tensor, pipeline (GPipe, 1F1B), sharded
+"""Large-model parallel training: tensor, pipeline (GPipe, 1F1B), sharded
 (ZeRO / FSDP) and expert parallelism, combined, with real Gloo workers placed on the
 fabric, real or emulated compute, and every collective type's bytes and time beside the
 analytical model (testbed/workloads/parallel/cost.py). docs/PARALLEL.md.

@@ -141,8 +141,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
 
 def run(ctx: Context, exp: Parallel) -> Outcome:
     out = Outcome()
-    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
-    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Parallel))
+    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
     rows, kind_rows, iter_rows = [], [], []
     qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     index = 0

@@ -339,8 +339,7 @@ def fault_context(topo: Topology, faults: list[FabricFault], steps: list[dict],
 
 def run(ctx: Context, exp: Training) -> Outcome:
     out = Outcome()
-    position = next(i for i, e in enumerate(ctx.spec.experiments) if e is exp)
-    experiment = sum(1 for e in ctx.spec.experiments[:position] if isinstance(e, Training))
+    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
     rows, iter_rows = [], []
     qos = training_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     routing = ctx.spec.controller.routing

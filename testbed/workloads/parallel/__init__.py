@@ -1,4 +1,4 @@
-"""Large-model parallelism (issue 12): tensor (Megatron-LM), pipeline (GPipe, 1F1B), sharded
+"""Large-model parallelism: tensor (Megatron-LM), pipeline (GPipe, 1F1B), sharded
 data (ZeRO / FSDP) and expert parallelism, combined, with real Gloo collectives and real or
 emulated compute.
 

@@ -1,4 +1,4 @@
-"""One rank of a parallel training job (issue 12):
+"""One rank of a parallel training job:
 
     python -m testbed.workloads.parallel.worker --rank R --world-size W --master IP:PORT \\
         --config job.json --out DIR [--ifname h1-eth0]
