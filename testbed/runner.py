@@ -409,22 +409,24 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     with session(spec, topo, spec_text, out_dir, log, "`testbed run`", live_port) as ctx:
         ctx.sweep = [p.values for p in points]
         ran = []  # (point, values, type, index, headline): the sweep's table
-        for p in points or [None]:
-            if p is not None:
-                what = ", ".join(f"{k}={v}" for k, v in p.values.items())
-                log(f"sweep point {p.index + 1}/{len(points)}: {what}")
-                ctx.spec, ctx.topo = p.spec, p.topo
-                ctx.point, ctx.point_values = p.index, p.values
-            for i, exp in enumerate(ctx.spec.experiments):
-                log(f"experiment {i + 1}/{len(ctx.spec.experiments)}: {exp.type}")
-                result = ctx.run_experiment(exp)
-                for w in result["warnings"]:
-                    log(f"  warning: {w}")
+        try:
+            for p in points or [None]:
                 if p is not None:
-                    ran.append((p.index, p.values, exp.type, i, result["headline"]))
-        ctx.spec, ctx.topo, ctx.point = spec, topo, None
-        if ran:
-            ctx.write_csv("sweep.csv", *sweep.table(list(points[0].values), ran))
+                    what = ", ".join(f"{k}={v}" for k, v in p.values.items())
+                    log(f"sweep point {p.index + 1}/{len(points)}: {what}")
+                    ctx.spec, ctx.topo = p.spec, p.topo
+                    ctx.point, ctx.point_values = p.index, p.values
+                for i, exp in enumerate(ctx.spec.experiments):
+                    log(f"experiment {i + 1}/{len(ctx.spec.experiments)}: {exp.type}")
+                    result = ctx.run_experiment(exp)
+                    for w in result["warnings"]:
+                        log(f"  warning: {w}")
+                    if p is not None:
+                        ran.append((p.index, p.values, exp.type, i, result["headline"]))
+        finally:  # an interrupted sweep keeps the points it finished
+            ctx.spec, ctx.topo, ctx.point = spec, topo, None
+            if ran:
+                ctx.write_csv("sweep.csv", *sweep.table(list(points[0].values), ran))
     return ctx.out_dir
 
 

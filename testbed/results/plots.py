@@ -135,15 +135,16 @@ def draw_all(out_dir: Path, csv_plots: Mapping[str, CsvPlot],
 def phase_spans(events: list[dict], t0_unix_s: float) -> list[dict]:
     """The run's fabric phases on cpu.csv's clock (seconds since `t0_unix_s`), from the
     runner's phase_up and phase_down events: label, start_s, end_s (None: the run ended
-    with the fabric up), how many traffic phases ran on it and the labels of those whose CPU
-    verdict was CPU-bound. checks.traffic_phase records a verdict without its times, after
-    the traffic: it belongs to the fabric last brought up and not yet down."""
+    with the fabric up), how many traffic phases ran on it, the labels of those whose CPU
+    verdict was CPU-bound and, where the verdict has its times (t_start, t_end), their spans
+    (`bound_s`). checks.traffic_phase records a verdict after the traffic: it belongs to
+    the fabric last brought up and not yet down."""
     spans: list[dict] = []
     up: dict[str, dict] = {}  # slug -> its span, while the fabric is up
     for ev in events:
         if "phase_up" in ev:
             up[ev["slug"]] = {"label": ev["phase_up"], "start_s": ev["time"] - t0_unix_s,
-                              "end_s": None, "traffic": 0, "cpu_bound": []}
+                              "end_s": None, "traffic": 0, "cpu_bound": [], "bound_s": []}
             spans.append(up[ev["slug"]])
         elif "phase_down" in ev and ev.get("slug") in up:
             up.pop(ev["slug"])["end_s"] = ev["time"] - t0_unix_s
@@ -152,6 +153,8 @@ def phase_spans(events: list[dict], t0_unix_s: float) -> list[dict]:
             span["traffic"] += 1
             if ev["cpu"].get("cpu_bound"):
                 span["cpu_bound"].append(ev["phase"])
+                if "t_start" in ev and "t_end" in ev:
+                    span["bound_s"].append((ev["t_start"] - t0_unix_s, ev["t_end"] - t0_unix_s))
     return spans
 
 
@@ -176,8 +179,10 @@ def cpu(out_dir: Path, plots: Path) -> list[Path]:
         start, end = span["start_s"], span["end_s"] if span["end_s"] is not None else t[-1]
         for a in (ax, ax2):
             a.axvspan(start, end, color=("tab:blue", "tab:green")[i % 2], alpha=0.1, lw=0)
-            if span["cpu_bound"]:
-                a.axvspan(start, end, facecolor="none", edgecolor="tab:red", hatch="//",
+            # the CPU-bound traffic phases themselves, or the whole fabric's span for a
+            # verdict recorded without its times
+            for b0, b1 in (span["bound_s"] or [(start, end)] if span["cpu_bound"] else []):
+                a.axvspan(b0, b1, facecolor="none", edgecolor="tab:red", hatch="//",
                           lw=0, alpha=0.4)
         bound = (f"\nCPU-bound {len(span['cpu_bound'])}/{span['traffic']}"
                  if span["cpu_bound"] else "")
@@ -195,7 +200,7 @@ def cpu(out_dir: Path, plots: Path) -> list[Path]:
         handles.append(Patch(color="tab:blue", alpha=0.1, label="a fabric up (named)"))
     if any(s["cpu_bound"] for s in spans):
         handles.append(Patch(facecolor="none", edgecolor="tab:red", hatch="//", alpha=0.4,
-                             label=f"{CPU_BOUND}: k/n traffic phases on that fabric"))
+                             label=f"{CPU_BOUND}: a traffic phase (k/n of the fabric's)"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax2.plot(t, [int(r["ovs_rx_backlog_bytes"]) / 1e3 for r in rows], color="tab:purple")
     ax2.set_ylabel("waiting in OVS (kB)")

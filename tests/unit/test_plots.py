@@ -112,12 +112,16 @@ def test_phase_spans_put_each_fabric_and_its_cpu_verdicts_on_the_cpu_clock():
     t0 = 1000.0
     events = [{"phase_up": "a", "slug": "a", "time": t0 + 2},
               {"phase": "x", "seconds": 1, "cpu": {"cpu_bound": True}},
+              {"phase": "y", "seconds": 1, "cpu": {"cpu_bound": True}, "t_start": t0 + 3,
+               "t_end": t0 + 4},
               {"phase_down": "a", "slug": "a", "time": t0 + 6},
               {"phase": "outside any fabric", "seconds": 1, "cpu": {"cpu_bound": True}},
               {"phase_up": "b", "slug": "b", "time": t0 + 8}]  # the run ended with it up
     assert phase_spans(events, t0) == [
-        {"label": "a", "start_s": 2.0, "end_s": 6.0, "traffic": 1, "cpu_bound": ["x"]},
-        {"label": "b", "start_s": 8.0, "end_s": None, "traffic": 0, "cpu_bound": []}]
+        {"label": "a", "start_s": 2.0, "end_s": 6.0, "traffic": 2, "cpu_bound": ["x", "y"],
+         "bound_s": [(3.0, 4.0)]},
+        {"label": "b", "start_s": 8.0, "end_s": None, "traffic": 0, "cpu_bound": [],
+         "bound_s": []}]
 
 
 def test_the_cpu_plot_shades_each_phase_and_hatches_the_cpu_bound_one(tmp_path, figures):
