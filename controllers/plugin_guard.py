@@ -49,7 +49,6 @@ from types import FrameType
 from typing import Any
 
 from controllers.routing import PRIORITY_ROUTE
-from testbed.config.controller import GUARD_CHANGES
 from topologies.model import Topology
 
 COOKIE_BAND = 0xFFFF << 48         # the top 16 bits: zero for the router's entries
@@ -87,6 +86,10 @@ REFUSED = {"OFPGroupMod": "group_refused", "OFPTableMod": "table_mod_refused",
 # What each refusal says in the log and the run's warnings ("<count> <what>"), beside the
 # changes of GUARD_CHANGES (group_refused among them); UNKNOWN + a class name: a message of
 # a kind the guard does not know
+# what the guard changes of a plugin's messages, as the run's warnings and its log name it
+GUARD_CHANGES = {"flood_confined": "floods confined to the fabric's loop-free tree",
+                 "priority_capped": "entries capped below the router's priorities",
+                 "group_refused": "group changes refused (the router owns the groups)"}
 REFUSALS = {
     "port_stop_refused": "port-mods refused (would stop a port forwarding, receiving or "
                          "sending the router its packet-ins)",

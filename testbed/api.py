@@ -304,27 +304,36 @@ class Testbed:
         assert self._stack is not None  # the fabric's teardown first, then the session's
         return self._stack.__exit__(*exc)
 
-    def checked(self, topo: Topology | str | dict | None, routing: str | None,
-                qos: QosConfig | dict | None) -> tuple[Topology, QosConfig | None]:
+    def _checked(self, topo: Topology | str | dict | None, routing: str | None,
+                 qos: QosConfig | dict | None) -> tuple[Topology, QosConfig | None]:
         """`fabric`'s arguments through the spec's loader and checks: the topology and
-        classes to build, or SpecError with the bad field's path."""
-        if isinstance(topo, Topology) or (topo is None and isinstance(qos, QosConfig | None)
-                                          and routing is None):
-            return topo or self.topo, qos
-        spec = self.spec
-        if isinstance(topo, str):
-            topo = with_topology({}, topo)["topology"]
-        if topo is not None:
-            spec = dataclasses.replace(spec, topology=from_data(TopologySpec, topo, "topology"))
+        classes to build, or SpecError with the bad field's path. A built Topology is taken
+        as it is, its routing checked against it."""
         if isinstance(qos, dict):
             qos = from_data(QosConfig, qos, "qos")
+        if not isinstance(qos, QosConfig | None):
+            raise SpecError(f"qos: expected a mapping or a QosConfig, got {type(qos).__name__}")
+        if isinstance(topo, str):
+            if not topo.split():
+                raise SpecError("topo: empty (give 'KIND [PARAM=VALUE ...]', e.g. 'fattree k=4')")
+            try:
+                topo = with_topology({}, topo)["topology"]
+            except SpecError as exc:
+                raise SpecError(str(exc).replace("--topology: ", "topo: ", 1)) from None
+        spec = self.spec
+        if isinstance(topo, dict):
+            spec = dataclasses.replace(spec, topology=from_data(TopologySpec, topo, "topology"))
+        elif not isinstance(topo, Topology | None):
+            raise SpecError(f"topo: expected a mapping, 'KIND [PARAM=VALUE ...]' or a "
+                            f"Topology, got {type(topo).__name__}")
         if routing is not None:
             spec = dataclasses.replace(spec, controller=dataclasses.replace(
                 spec.controller, routing=routing))
-        if not isinstance(qos, QosConfig | None):
-            raise SpecError(f"qos: expected a mapping or a QosConfig, got {type(qos).__name__}")
-        built = check(dataclasses.replace(spec, experiments=[], qos=qos or spec.qos),
-                      experiments_required=False)
+        spec = dataclasses.replace(spec, experiments=[], qos=qos or spec.qos)
+        built = check(spec, experiments_required=False)
+        if isinstance(topo, Topology):
+            spec.controller.check(topo)  # the routing, on the fabric that will be built
+            return topo, qos
         return (built if topo is not None else self.topo), qos
 
     @property
@@ -352,7 +361,7 @@ class Testbed:
         # the session's spec lists it, as a spec file would: the manifest says what ran, and
         # an experiment numbers its rows by its place among the spec's experiments
         ctx.spec = dataclasses.replace(ctx.spec, experiments=[*ctx.spec.experiments, spec])
-        return ctx.run_experiment(spec)
+        return ctx.run_experiment(spec, len(ctx.spec.experiments) - 1)
 
     def fabric(self, label: str = "script", *,
                topo: Topology | str | dict | None = None, routing: str | None = None,
@@ -363,7 +372,7 @@ class Testbed:
         `qos` mapping or a QosConfig: checked as a spec is (SpecError naming the field)
         before anything changes. The previous fabric is torn down first."""
         ctx = self._context()
-        topo, qos = self.checked(topo, routing, qos)
+        topo, qos = self._checked(topo, routing, qos)
         if self._fabric is not None:
             self._fabric.close()
         stack = contextlib.ExitStack()

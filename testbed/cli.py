@@ -150,7 +150,6 @@ def run_cmd(spec: Path, out: Path | None, topology: str | None, sets: tuple[str,
             strict: bool, live: bool, live_port: int) -> None:
     """Run SPEC on an emulated fabric; results go to a directory."""
     from .config.spec import spec_data, sweep_points
-    from .results.verdict import strict_reasons
     from .runner import run_spec
     s, t = _load(spec, topology, sets)
     text = spec.read_text()
@@ -174,7 +173,7 @@ def run_cmd(spec: Path, out: Path | None, topology: str | None, sets: tuple[str,
         click.echo(f"  warning: {w}")
     if summary["status"] != "ok":
         click.echo(f"  status: {summary['status']}: {'; '.join(summary.get('degraded', []))}")
-    reasons = strict_reasons(summary)
+    reasons = summary["unfaithful"]
     if strict and reasons:
         click.echo(f"error: --strict: {len(reasons)} reason(s) the numbers are not "
                    f"faithful: {reasons[0]}" + (f" (and {len(reasons) - 1} more in "
@@ -200,7 +199,10 @@ def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
     from .api import Testbed
     from .config.spec import spec_data
     from .spec import SpecError
-    _load(spec, topology, sets, experiments_required=False)  # one line for a bad spec
+    s, _ = _load(spec, topology, sets, experiments_required=False)  # one line for a bad spec
+    if s.sweep is not None:
+        click.echo("note: `testbed up` builds the spec's own fabric; its sweep is for "
+                   "`testbed run`", err=True)
     try:
         tb = Testbed(spec if not (topology or sets) else spec_data(spec, topology, sets),
                      out=out, log=lambda m: click.echo(m, err=True),

@@ -10,6 +10,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -18,16 +19,22 @@ UNKNOWN = "unknown"
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:
-    """git in the project's checkout (None without git or a checkout). The checkout is
-    named safe: a run as root in a user's clone would otherwise be refused ("dubious
-    ownership")."""
+    """git in the project's checkout (None without git or a checkout), with no one's
+    configuration but a global file naming the checkout safe: a run as root in a user's
+    clone would otherwise be refused ("dubious ownership"; older gits, such as Ubuntu
+    22.04's 2.34, read that only from a global or system file), and a user's diff settings
+    (an external diff, colours, prefixes) would change the hash of the same tree."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         return None
-    try:
-        return subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), *args],
-                              capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    with tempfile.NamedTemporaryFile("w", prefix="testbed-git-", suffix=".cfg") as cfg:
+        cfg.write(f"[safe]\n\tdirectory = {REPO}\n")
+        cfg.flush()
+        env = {**os.environ, "GIT_CONFIG_GLOBAL": cfg.name, "GIT_CONFIG_NOSYSTEM": "1"}
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
+                                  timeout=30, env=env)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
 
 
 def code_state() -> dict:
@@ -39,7 +46,7 @@ def code_state() -> dict:
     head = _git("rev-parse", "HEAD")
     if head is None or head.returncode != 0:
         return {"commit": UNKNOWN, "dirty": UNKNOWN, "diff_sha256": UNKNOWN}
-    diff = _git("diff", "HEAD", "--binary")
+    diff = _git("diff", "--no-ext-diff", "--no-textconv", "--no-color", "--binary", "HEAD")
     untracked = _git("ls-files", "--others", "--exclude-standard", "-z")
     if diff is None or untracked is None or diff.returncode or untracked.returncode:
         return {"commit": head.stdout.decode().strip(), "dirty": UNKNOWN,
@@ -107,7 +114,7 @@ def machine() -> dict:
 
 
 def command_line() -> list[str]:
-    """The command that started this process, as typed (argv)."""
+    """The command that started this process: its program's name and its arguments."""
     return [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
 
 

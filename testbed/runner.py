@@ -40,7 +40,7 @@ from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results import sweep, timeline
 from .results.files import append_csv, read_rows
 from .results.plots import draw_all
-from .results.verdict import unfaithful
+from .results.verdict import cpu_bound, unfaithful
 from .system import TestbedError, congestion_controls, is_root, port_free
 from .workloads.flows import carried_nothing
 
@@ -88,15 +88,16 @@ class RunContext:
     experiment_spans: list[tuple[int, int | None, float, float]] = field(default_factory=list)
     script_flow_calls: int = 0  # a script's LiveFabric.flows calls (numbered in the session)
     degraded: list[str] = field(default_factory=list)  # the session's own, beside experiments'
+    code: dict = field(default_factory=dict)  # the code that ran (provenance.code_state)
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
 
-    def run_experiment(self, exp: ExperimentSpec) -> dict:
-        """One experiment of the session's spec: its headline and warnings, kept for
-        summary.json under "<n>:<type>" (n: the experiments run before it)."""
-        self.experiment = index = next(i for i, e in enumerate(self.spec.experiments)
-                                       if e is exp)
+    def run_experiment(self, exp: ExperimentSpec, index: int) -> dict:
+        """The experiment at `index` in the session's spec: its headline, warnings and
+        degraded reasons, kept for summary.json under "<index>:<type>" ("p<point>-<index>:
+        <type>" in a sweep)."""
+        self.experiment = index
         t0 = time.time() - self.cpu.t0
         try:
             outcome: Outcome = EXPERIMENTS[exp.type].run(self, exp)
@@ -137,9 +138,12 @@ class RunContext:
         `experiment`, the spec index of the experiment that wrote the row (added here
         unless the rows carry their own)."""
         keys, values = self.row_keys()
-        if "experiment" in header:  # the rows carry their own
-            keys, values = keys[1:], values[1:]
-        header, rows = [*keys, *header], [[*values, *r] for r in rows]
+        if "experiment" in header:  # the rows carry their own: the point's columns after it
+            at = header.index("experiment") + 1
+            header = [*header[:at], *keys[1:], *header[at:]]
+            rows = [[*r[:at], *values[1:], *r[at:]] for r in rows]
+        else:
+            header, rows = [*keys, *header], [[*values, *r] for r in rows]
         return append_csv(self.out_dir / "metrics" / name, header, rows)
 
     @contextlib.contextmanager
@@ -328,6 +332,10 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         raise TestbedError(f"--live: {why}")
     ovs.datapath_for(spec.datapath)  # refused before anything is created (each fabric
     # chooses again when it starts)
+    # the code as the run starts (not as it ends: a checkout may change meanwhile), before
+    # the results directory exists (it may sit in the checkout)
+    code = {**provenance.code_state(), "command": provenance.command_line(),
+            "cwd": os.getcwd()}
     lock = RunLock()
     lock.acquire()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -345,7 +353,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     record.save()
     cpu = CpuMonitor()
     ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu,
-                     live=live_port is not None)
+                     live=live_port is not None, code=code)
     old_handlers = _install_signal_handlers()
     status, error = "ok", ""
     t0 = time.time()
@@ -418,7 +426,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
                     ctx.point, ctx.point_values = p.index, p.values
                 for i, exp in enumerate(ctx.spec.experiments):
                     log(f"experiment {i + 1}/{len(ctx.spec.experiments)}: {exp.type}")
-                    result = ctx.run_experiment(exp)
+                    result = ctx.run_experiment(exp, i)
                     for w in result["warnings"]:
                         log(f"  warning: {w}")
                     if p is not None:
@@ -461,8 +469,7 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "spec_name": ctx.spec.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "elapsed_s": round(elapsed, 1),
         # what produced the run: the code (commit, uncommitted changes), the command line
-        "provenance": {**provenance.code_state(), "command": provenance.command_line(),
-                       "cwd": os.getcwd()},
+        "provenance": ctx.code,
         "versions": provenance.versions(), "machine": provenance.machine(),
         "datapath": ctx.datapath or "not started",
         "datapath_setting": ctx.spec.datapath,
@@ -503,8 +510,8 @@ def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         status = "degraded"
     summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
                "experiments": results, "fidelity_warnings": warnings,
-               "cpu_bound": any("CPU-bound" in w for w in warnings),
-               "degraded": degraded, "unfaithful": unfaithful(ctx.events, degraded),
+               "cpu_bound": bool(cpu_bound(warnings)),
+               "degraded": degraded, "unfaithful": unfaithful(ctx.events, degraded, warnings),
                "plots": [str(p.relative_to(out)) for p in made]}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1))

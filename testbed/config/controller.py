@@ -4,6 +4,7 @@ per-phase configuration file through which the runner hands all of it to the Ryu
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
@@ -211,9 +212,14 @@ def plugin_problem(plugin: str) -> str | None:
         return None
     if not MODULE_RE.fullmatch(plugin):
         return f"{plugin!r} is neither a module name (ryu.app.simple_switch_13) nor a .py file"
-    search: list[str] | None = [str(PROJECT_ROOT), *sys.path]
+    # the controller's path: the project's root (its working directory), then the
+    # installed packages; not this process's working directory
+    here = {"", os.getcwd()}
+    search: list[str] | None = [str(PROJECT_ROOT), *(p for p in sys.path if p not in here)]
     for i, part in enumerate(plugin.split(".")):
         found = importlib.machinery.PathFinder.find_spec(part, search)
+        if found is None and i == 0:  # an editable install's finder; imports nothing
+            found = importlib.util.find_spec(part)
         if found is None:
             where = ".".join(plugin.split(".")[:i + 1])
             return (f"no module {where!r} (for {plugin}); name a module the controller can "
@@ -223,13 +229,6 @@ def plugin_problem(plugin: str) -> str | None:
             return f"{'.'.join(plugin.split('.')[:i + 1])} is a module, not a package"
     return None
 
-
-# What the plugin guard (controllers/plugin_guard.py) changes of a plugin's messages, as the
-# run's warnings and the guard's log name it; PLUGIN_MAX_PRIORITY is the router's lowest
-# forwarding priority (controllers/routing.py) minus one.
-GUARD_CHANGES = {"flood_confined": "floods confined to the fabric's loop-free tree",
-                 "priority_capped": "entries capped below the router's priorities",
-                 "group_refused": "group changes refused (the router owns the groups)"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,7 +44,9 @@ class ControllerLaunch:
                 "--ofp-listen-host", self.host, "--ofp-tcp-listen-port", str(self.port),
                 "--wsapi-host", "127.0.0.1", "--wsapi-port", str(self.rest_port),
                 routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),
-                *self.plugins]
+                # a plugin file as the spec named it, from where the run was started (the
+                # controller runs in the project's root)
+                *(str(Path(p).resolve()) if p.endswith(".py") else p for p in self.plugins)]
 
     def env(self) -> dict[str, str]:
         return {**host_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning",

@@ -6,7 +6,8 @@ Only files: a pure function of results directories, like the plots and the timel
 pandas is imported with this module; `testbed.results` imports it only when `load` is
 first called, so `testbed validate` never loads it.
 
-Headline keys are dotted paths, "<n>:<type>.<field>[.<field>...]". A list of dicts is
+Headline keys are dotted paths, "<n>:<type>.<field>[.<field>...]" (n: the experiment's
+index in the spec; "p<point>-<n>:<type>" in a sweep). A list of dicts is
 indexed by what identifies each item (its "fabric", "job", "routing", ... joined by "/":
 "2:training.results.fattree@20Mbps/ring.iter_s_median") rather than by position, so the
 same job of two runs meets under one key even when the runs list their jobs in another
@@ -31,7 +32,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 Headline = float | str
 
-# a column's unit from how its name ends (STYLE.md: names carry units); the same suffixes
+# a column's unit from how its name ends (the project's names carry units); the same suffixes
 # as the spec's fields (testbed/config/limits.py), and `_mb`/`_gb` are MB/GB there too
 UNITS: tuple[tuple[str, str], ...] = (
     ("_mbps", "Mb/s"), ("_gbps", "Gb/s"), ("_kbps", "kb/s"), ("_tflops", "TFLOP/s"),
@@ -48,7 +49,7 @@ PER = {"iter": "iteration"}
 ID_FIELDS = ("phase", "fabric", "placement", "policy", "routing", "pattern", "variant",
              "job", "label", "name")
 # what of the manifest says where a run's numbers come from
-PROVENANCE_KEYS = ("provenance", "command", "versions", "machine", "spec_name", "started")
+PROVENANCE_KEYS = ("versions", "machine", "spec_name", "started")
 
 
 class NotARun(ValueError):
@@ -150,7 +151,9 @@ def load(run_dir: str | os.PathLike[str]) -> Run:
                       "manifest.json)")
     manifest = _read_json(path / "manifest.json")
     summary = _read_json(path / "summary.json")
-    provenance = {k: manifest[k] for k in PROVENANCE_KEYS if k in manifest}
+    # the code (commit, dirty, diff_sha256, command, cwd) at the top, beside the rest
+    provenance = {**(manifest.get("provenance") or {}),
+                  **{k: manifest[k] for k in PROVENANCE_KEYS if k in manifest}}
     provenance["path"] = str(path.resolve())
     tables = {csv.stem: read_table(csv, provenance)
               for csv in sorted((path / "metrics").glob("*.csv"))}

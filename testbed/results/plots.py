@@ -48,6 +48,14 @@ def mark_cpu_bound(ax: Any, rows: list[dict], heights: Sequence[float],
     return True
 
 
+def plot_rows(path: Path) -> list[dict]:
+    """A table's rows as the plots read them: in a sweep, each row's `experiment` names its
+    point too ("p1-0": experiment 0 at point 1, as raw file names do), so that no plot
+    merges two points' rows into one mark."""
+    return [{**r, "experiment": f"p{r['point']}-{r.get('experiment') or '-'}"}
+            if r.get("point") not in (None, "") else r for r in read_rows(path)]
+
+
 def several_experiments(rows: list[dict]) -> bool:
     """Whether the rows come from more than one experiment of the run (their `experiment`
     column, the spec index of the experiment that wrote each row): plots then keep them
@@ -122,7 +130,7 @@ def draw_all(out_dir: Path, csv_plots: Mapping[str, CsvPlot],
     plots.mkdir(exist_ok=True)
     made: list[Path] = []
     for name, fn in csv_plots.items():
-        rows = read_rows(metrics / name) if (metrics / name).exists() else []
+        rows = plot_rows(metrics / name) if (metrics / name).exists() else []
         if rows:
             drawn = fn(rows, plots)
             if drawn is not None:

@@ -65,5 +65,10 @@ def test_a_sweep_of_the_link_rate_runs_in_one_session(tmp_path):
     goodput = perm["aggregate_mbps"] / perm["links.rate_mbps"]
     assert goodput.max() / goodput.min() < 1.15, list(goodput)  # scales with the rate
     assert (out / "plots" / "sweep.png").exists()
+    for table in (out / "metrics").glob("*.csv"):  # every row says its experiment and point
+        if table.name != "sweep.csv":
+            assert table.read_text().split(",", 2)[:2] == ["experiment", "point"], table.name
+    assert sorted(p.name for p in (out / "patterns").iterdir()) == [
+        f"p{i}-0-single-stride_2-0.json" for i in range(3)]
     assert json.loads((out / "manifest.json").read_text())["sweep_points"] == [
         {"links.rate_mbps": v} for v in (5, 10, 20)]

@@ -77,6 +77,9 @@ def make_run(out: Path, ecmp_mbps: float, with_training: bool = True) -> Path:
     out.mkdir()
     (out / "manifest.json").write_text(json.dumps({
         "spec_name": "quickstart", "started": "2026-01-01T12:00:00",
+        "provenance": {"commit": "4cea3da" + "0" * 33, "dirty": False, "diff_sha256": None,
+                       "command": ["testbed", "run", "experiments/quickstart.yaml"],
+                       "cwd": "/work/main"},
         "versions": {"testbed": "0.1.0", "python": "3.11.2"},
         "machine": {"cpus": 2, "kernel": "6.1.0"}, "mtu_bytes": 9000}))
     (out / "summary.json").write_text(json.dumps({
@@ -144,6 +147,8 @@ def test_load_reads_tables_with_types_units_and_provenance(two_runs):
     prov = perm.attrs["provenance"]
     assert prov["versions"]["testbed"] == "0.1.0" and prov["machine"]["cpus"] == 2
     assert prov["spec_name"] == "quickstart" and prov["path"] == str(two_runs[0].resolve())
+    assert prov["commit"].startswith("4cea3da") and prov["dirty"] is False  # as README shows
+    assert prov["command"][:2] == ["testbed", "run"]
     assert "mtu_bytes" not in prov
     assert run.summary["status"] == "ok" and run.manifest["mtu_bytes"] == 9000
     assert run.name == "a" and "permutation" in repr(run)

@@ -35,6 +35,8 @@ MEASURED_CPU_BOUND = {
     "jobs_training": False, "plugins_fattree": False,
     # measured for this on 2026-11-24: no phase flagged; ranks waited 30% and 12%
     "quickstart": False, "parallel_smoke": True,
+    # its base spec (20 Mb/s); none of its three points (10, 20, 40 Mb/s) was CPU-bound
+    "sweep_rate": False,
     # measured 2026-11-24 (permutation_survey on its default DCell(4, 1)): no
     # phase flagged
     "permutation_survey": False, "circuits_hybrid": False, "training_survey": False,

@@ -3,6 +3,7 @@ sweep point) on every row and raw file, sweeps and `--set`, the verdict `--stric
 and scripts' commands given as strings."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -19,7 +20,8 @@ from testbed.config.sweep import parse_set, with_sets
 from testbed.errors import TestbedError
 from testbed.results import sweep
 from testbed.results.files import read_rows
-from testbed.results.verdict import strict_reasons, unfaithful
+from testbed.results.plots import plot_rows
+from testbed.results.verdict import unfaithful
 from testbed.runner import RunContext, experiment_at
 from testbed.spec import load, loads
 from testbed.workloads.flows import FlowResult, carried_nothing
@@ -79,7 +81,14 @@ def test_a_sweep_point_is_on_every_row_and_raw_file(tmp_path):
     ctx.write_csv("permutation.csv", ["routing"], [["ecmp"]])
     assert read_rows(tmp_path / "metrics" / "permutation.csv") == [
         {"experiment": "1", "point": "2", "links.rate_mbps": "50", "routing": "ecmp"}]
+    # a table whose rows carry their own experiment: the point's columns follow it
+    ctx.write_csv("training.csv", ["fabric", "experiment", "job"], [["fattree", 1, "ring"]])
+    assert list(read_rows(tmp_path / "metrics" / "training.csv")[0]) == [
+        "fabric", "experiment", "point", "links.rate_mbps", "job"]
     assert ctx.raw_name("x") == "p2-1-x"
+    # plots keep the points apart
+    assert [r["experiment"] for r in plot_rows(tmp_path / "metrics" / "permutation.csv")] == [
+        "p2-1"]
     spans = [(0, 0, 1.0, 2.0), (1, 0, 2.5, 4.0)]
     assert experiment_at(spans, 3.0, True) == [1, 0]
     assert experiment_at(spans, 2.2, False) == [None]
@@ -133,6 +142,10 @@ def test_the_sweep_table_has_the_swept_values_and_its_plot_the_chosen_headline(t
 
 
 def test_the_verdict_lists_cpu_bound_phases_losses_and_degraded_reasons():
+    warnings = ["ecmp stride:8 #0: CPU-bound (OVS's forwarding added 1.2 ms of queueing "
+                "(median), machine idle 8% on average); its numbers are not faithful",
+                "training fattree: ring-8w: CPU-bound: workers waited for a core 40% of an "
+                "iteration", "ecmp randbij #0: 5 packets lost inside switches"]
     events = [{"phase": "ecmp stride:8 #0", "cpu": {"cpu_bound": True,
                                                    "ovs_added_delay_p50_ms": 1.2},
                "conservation": {"lost_in_switches": 0, "socket_drops": 0}},
@@ -141,14 +154,13 @@ def test_the_verdict_lists_cpu_bound_phases_losses_and_degraded_reasons():
               {"phase": "single stride:8 #0", "cpu": {"cpu_bound": False},
                "conservation": {"lost_in_switches": 3, "socket_drops": 2}},
               {"phase_up": "x"}]
-    reasons = unfaithful(events, ["reachability: 3 of 240 pairs lost pings"])
-    assert reasons == ["ecmp stride:8 #0: CPU-bound (OVS added 1.2 ms of queueing, median)",
+    reasons = unfaithful(events, ["reachability: 3 of 240 pairs lost pings"], warnings)
+    assert reasons == [*warnings[:2],  # the OVS verdict's and a training job's own
                        "single stride:8 #0: 3 packets lost inside switches without being "
                        "counted",
                        "single stride:8 #0: 2 packets dropped at OVS's sockets",
                        "degraded: reachability: 3 of 240 pairs lost pings"]
-    assert strict_reasons({"unfaithful": reasons}) == reasons
-    assert strict_reasons({"unfaithful": []}) == []
+    assert unfaithful([], [], ["reachability: 2 pairs lost pings"]) == []
 
 
 def _recorded_run(tmp_path: Path, summary: dict) -> Path:
@@ -162,6 +174,9 @@ def _recorded_run(tmp_path: Path, summary: dict) -> Path:
     ({"status": "ok", "experiments": {"0:permutation": {"headline": {}}},
       "fidelity_warnings": ["ecmp stride:8 #0: CPU-bound (...)"], "cpu_bound": True,
       "unfaithful": ["ecmp stride:8 #0: CPU-bound (OVS added 1.2 ms of queueing, median)"]}, 1),
+    ({"status": "ok", "experiments": {}, "fidelity_warnings": [], "cpu_bound": False,
+      "unfaithful": ["ecmp stride:8 #0: CPU-bound (OVS added 1.2 ms of queueing, median)",
+                     "degraded: reachability: 3 of 240 pairs lost pings"]}, 1),
     ({"status": "ok", "experiments": {}, "fidelity_warnings": [], "unfaithful": []}, 0),
 ])
 def test_strict_fails_a_run_whose_phase_was_flagged(monkeypatch, tmp_path, summary, code):
@@ -172,9 +187,10 @@ def test_strict_fails_a_run_whose_phase_was_flagged(monkeypatch, tmp_path, summa
     strict = CliRunner().invoke(cli.main, ["run", str(spec), "--strict"])
     assert strict.exit_code == code, strict.output
     if code:
-        assert strict.stderr.strip().splitlines() == [
-            "error: --strict: 1 reason(s) the numbers are not faithful: ecmp stride:8 #0: "
-            "CPU-bound (OVS added 1.2 ms of queueing, median)"]
+        (line,) = strict.stderr.strip().splitlines()
+        assert line.startswith(f"error: --strict: {len(summary['unfaithful'])} reason(s) the "
+                               "numbers are not faithful: ecmp stride:8 #0: CPU-bound (OVS "
+                               "added 1.2 ms of queueing, median)"), line
     assert CliRunner().invoke(cli.main, ["run", str(spec)]).exit_code == 0
 
 
@@ -185,6 +201,30 @@ def test_flows_that_carried_nothing_are_named():
     assert carried_nothing([flow(5.0), flow(3.0)]) is None
     assert carried_nothing([flow(5.0), flow(0.0, "No route to host")]) == (
         "1 of 2 flows carried nothing (h1->h9: No route to host)")
+
+
+def test_each_experiment_runs_under_its_own_index(tmp_path, monkeypatch):
+    """The index is given, not looked up: the same spec object run twice (a script's
+    `tb.experiment(exp)` twice) is two experiments, with two summary keys and two
+    prefixes."""
+    from testbed import experiments
+    from testbed.experiments.base import Outcome
+    spec, topo = load(REPO / "experiments/quickstart.yaml")
+    seen = []
+
+    def fake(ctx, exp):
+        seen.append((ctx.experiment, ctx.raw_name("f")))
+        return Outcome(headline={"n": len(seen)})
+    monkeypatch.setitem(experiments.EXPERIMENTS, "reachability", dataclasses.replace(
+        experiments.EXPERIMENTS["reachability"], run=fake))
+    clock = type("Clock", (), {"t0": 0.0})()
+    ctx = RunContext(spec=spec, topo=topo, out_dir=tmp_path, record=None, log=print, cpu=clock)
+    exp = spec.experiments[0]
+    ctx.run_experiment(exp, 0)
+    ctx.run_experiment(exp, 2)
+    assert seen == [(0, "0-f"), (2, "2-f")] and ctx.experiment is None
+    assert set(ctx.results) == {"0:reachability", "2:reachability"}
+    assert [(i, p) for i, p, _, _ in ctx.experiment_spans] == [(0, None), (2, None)]
 
 
 def test_a_script_command_may_be_a_string():

@@ -35,7 +35,10 @@ VALID = [
     with_("links", {"rate_mbps": 20, "drop": "tail", "host_queue_pkts": 50}),
     with_("links", {"mtu_bytes": 9000}),
     with_("hosts", {"congestion_control": "reno", "ecn": True}),
-    with_("controller", {"routing": "single", "plugins": ["mypkg.myapp"]}),
+    # plugins the controller can load: modules on its path (Ryu's own), a .py file
+    with_("controller", {"routing": "single",
+                         "plugins": ["ryu.app.simple_monitor_13", "ryu.app.ofctl_rest",
+                                     "examples/port_monitor.py"]}),
     with_("topology", {"kind": "bcube", "params": {"n": 2, "k": 2}}),
     {**with_("topology", {"kind": "torus", "params": {"sides": "3x3x2"}}),
      "controller": {"routing": "own"}},

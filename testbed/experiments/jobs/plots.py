@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.results.files import read_rows
-from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
+from testbed.results.plots import (
+    mark_cpu_bound,
+    plot_rows,
+    pyplot,
+    save,
+    several_experiments,
+    tagged,
+    title,
+)
 
 from .model import STAYS_BELOW
 
@@ -103,7 +110,7 @@ def overlap(rows: list[dict], plots: Path) -> Path | None:
 def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
     """The phase and overlap plots, both from jobs_phases.csv."""
     path = out_dir / "metrics" / "jobs_phases.csv"
-    rows = read_rows(path) if path.exists() else []
+    rows = plot_rows(path) if path.exists() else []
     return [p for p in (phases(rows, plots), overlap(rows, plots)) if p is not None] \
         if rows else []
 

@@ -225,7 +225,7 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
     the policy's decisions."""
     topo = fab.topo
     names = exp.names()
-    round_dir = ctx.out_dir / "jobs" / f"{experiment}-{round_id:02d}-{slug(label)}"
+    round_dir = ctx.out_dir / "jobs" / ctx.raw_name(f"{round_id:02d}-{slug(label)}")
     members, argvs = [], {}
     shared = len(members_of) > 1
     for i in members_of:
@@ -280,7 +280,7 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
 
 def run(ctx: Context, exp: Jobs) -> Outcome:
     out = Outcome()
-    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
+    experiment = ctx.experiment or 0  # the spec index, which its rows carry
     topo = exp.fabric_topology(ctx.topo)
     fabric: Topology = at_rate(topo, ctx.spec.links.rate_mbps) if ctx.spec.links.rate_mbps \
         else topo

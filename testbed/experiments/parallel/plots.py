@@ -3,8 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.results.files import read_rows
-from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
+from testbed.results.plots import (
+    mark_cpu_bound,
+    plot_rows,
+    pyplot,
+    save,
+    several_experiments,
+    tagged,
+    title,
+)
 
 
 def _f(value: str | None) -> float:
@@ -109,10 +116,10 @@ def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
     made: list[Path] = []
     jobs_csv = out_dir / "metrics" / "parallel.csv"
     kinds_csv = out_dir / "metrics" / "parallel_kinds.csv"
-    if jobs_csv.exists() and (rows := read_rows(jobs_csv)):
+    if jobs_csv.exists() and (rows := plot_rows(jobs_csv)):
         made += jobs(rows, plots)
         if (rate := by_rate(rows, plots)) is not None:
             made.append(rate)
-    if kinds_csv.exists() and (rows := read_rows(kinds_csv)):
+    if kinds_csv.exists() and (rows := plot_rows(kinds_csv)):
         made.append(kinds(rows, plots))
     return made

@@ -69,7 +69,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     topo = fab.topo
     hosts = job_hosts(job, topo)
     label = job.label()
-    job_dir = ctx.out_dir / "parallel" / f"{experiment}-{index:02d}-{slug(fabric_label)}-{slug(label)}"
+    job_dir = ctx.out_dir / "parallel" / ctx.raw_name(
+        f"{index:02d}-{slug(fabric_label)}-{slug(label)}")
     job_dir.mkdir(parents=True, exist_ok=True)
     cfg = job_config(exp, job, rate)
     dump_json(cfg, job_dir / "job.json")
@@ -141,7 +142,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
 
 def run(ctx: Context, exp: Parallel) -> Outcome:
     out = Outcome()
-    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
+    experiment = ctx.experiment or 0  # the spec index, which its rows carry
     rows, kind_rows, iter_rows = [], [], []
     qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     index = 0

@@ -4,8 +4,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from testbed.results.files import read_rows
-from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
+from testbed.results.plots import (
+    mark_cpu_bound,
+    plot_rows,
+    pyplot,
+    save,
+    several_experiments,
+    tagged,
+    title,
+)
 
 
 def _f(value: str) -> float | None:
@@ -124,5 +131,5 @@ def draw(rows: list[dict], plots: Path) -> list[Path]:
 def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
     """The training plots of a results directory (training.csv: one row per job)."""
     path = out_dir / "metrics" / "training.csv"
-    rows = read_rows(path) if path.exists() else []
+    rows = plot_rows(path) if path.exists() else []
     return draw(rows, plots) if rows else []

@@ -216,7 +216,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     topo = fab.topo
     placement = place(topo, job, n)
     label = f"{fabric_label} {job_with(job, n).label()}"
-    job_dir = ctx.out_dir / "training" / f"{experiment}-{index:02d}-{slug(label)}"  # unique per run
+    job_dir = ctx.out_dir / "training" / ctx.raw_name(f"{index:02d}-{slug(label)}")  # unique
     job_dir.mkdir(parents=True, exist_ok=True)
     master = f"{topo.host(placement.ranks[0][1]).ip}:{MASTER_PORT + index}"
     world = len(placement.ranks)
@@ -339,7 +339,7 @@ def fault_context(topo: Topology, faults: list[FabricFault], steps: list[dict],
 
 def run(ctx: Context, exp: Training) -> Outcome:
     out = Outcome()
-    experiment = ctx.experiment or 0  # the spec index: rows and directories carry it
+    experiment = ctx.experiment or 0  # the spec index, which its rows carry
     rows, iter_rows = [], []
     qos = training_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
     routing = ctx.spec.controller.routing
