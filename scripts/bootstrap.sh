@@ -44,6 +44,15 @@ if ((${#missing[@]})); then
   [ "$ours" = 0 ] || rm -f "$policy"
 fi
 
+# --test in a git checkout its user owns: the repository's commit-msg hook
+# (CONTRIBUTING.md); a checkout of another user's is left alone (git would write its
+# config as root)
+if [ "${1:-}" = "--test" ] && [ -e "$ROOT/.git" ] && command -v git >/dev/null \
+    && [ "$(stat -c %u "$ROOT/.git")" = "$(id -u)" ] \
+    && [ -z "$(git -C "$ROOT" config --get core.hooksPath 2>/dev/null)" ]; then
+  git -C "$ROOT" config core.hooksPath .githooks && log "git hooks: .githooks (commit-msg)"
+fi
+
 stamp="$VENV/.installed-$(sha1sum "$ROOT/setup.cfg" | cut -c1-12)"
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV from /usr/bin/python3 (--system-site-packages)"
