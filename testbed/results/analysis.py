@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,20 +29,9 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
-Headline = float | str
+from .units import unit_of
 
-# a column's unit from how its name ends (the project's names carry units); the same suffixes
-# as the spec's fields (testbed/config/limits.py), and `_mb`/`_gb` are MB/GB there too
-UNITS: tuple[tuple[str, str], ...] = (
-    ("_mbps", "Mb/s"), ("_gbps", "Gb/s"), ("_kbps", "kb/s"), ("_tflops", "TFLOP/s"),
-    ("_s", "s"), ("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_hz", "Hz"),
-    ("_bytes", "B"), ("_kb", "kB"), ("_mb", "MB"), ("_gb", "GB"),
-    ("_pkts", "packets"), ("_fraction", "fraction"), ("_pct", "%"), ("_core", "cores"),
-)
-# a statistic after the unit ("iter_s_median", "peak_rss_mb_max") keeps the unit
-STATISTIC = re.compile(r"median|mean|avg|min|max|sum|total|std|p\d{1,3}")
-# "bytes_per_iter": a unit per something
-PER = {"iter": "iteration"}
+Headline = float | str
 
 # the fields that tell the items of a headline's list apart, in the order they are joined
 ID_FIELDS = ("phase", "fabric", "placement", "policy", "routing", "pattern", "variant",
@@ -54,23 +42,6 @@ PROVENANCE_KEYS = ("versions", "machine", "spec_name", "started")
 
 class NotARun(ValueError):
     """A directory that is not a testbed results directory (or cannot be read as one)."""
-
-
-def unit_of(column: str) -> str | None:
-    """The unit a column's name ends with ("goodput_mbps" -> "Mb/s", "iter_s_median" ->
-    "s", "bytes_per_iter" -> "B/iteration"), None for a count, a ratio or a label."""
-    name = "_" + column.lower()
-    head, per, tail = name.rpartition("_per_")
-    if per and tail and "_" not in tail:
-        unit = unit_of(head[1:])
-        return f"{unit}/{PER.get(tail, tail)}" if unit else None
-    for suffix, unit in UNITS:
-        if name.endswith(suffix):
-            return unit
-    stem, _, last = name.rpartition("_")
-    if stem and STATISTIC.fullmatch(last):
-        return unit_of(stem[1:])
-    return None
 
 
 @dataclass(eq=False, repr=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import read_jsonl, read_rows
+from .units import unit_of
 
 # a plot: rows of one CSV file -> the PNG it drew (None: nothing to draw)
 CsvPlot = Callable[[list[dict], Path], "Path | None"]
@@ -78,19 +79,15 @@ def number(value: Any) -> str:
     return str(int(x)) if x.is_integer() else f"{x:g}"
 
 
-# a column's unit suffix -> the unit a title prints after its value
-UNITS = {"mbps": "Mb/s", "pkts": "packets", "bytes": "B", "us": "µs", "ms": "ms", "s": "s"}
-
-
 def param(column: str, value: Any) -> str:
     """One parameter as a title names it: rate_mbps 20.0 -> '20 Mb/s', buffer_pkts 50 ->
     'buffer 50 packets', senders 4 -> 'senders 4', pattern stride:8 -> 'stride:8'."""
     name, _, suffix = column.rpartition("_")
     text = number(value)
-    if name and suffix in UNITS:
+    unit = unit_of(suffix) if name else None  # the name's last part is its unit
+    if name and unit:
         name = name.replace("_", " ")
-        return f"{text} {UNITS[suffix]}" if name.endswith("rate") else \
-            f"{name} {text} {UNITS[suffix]}"
+        return f"{text} {unit}" if name.endswith("rate") else f"{name} {text} {unit}"
     try:
         float(value)
     except (TypeError, ValueError):

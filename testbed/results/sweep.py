@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .analysis import headlines, unit_of
+from .analysis import headlines
 from .plots import pyplot, save
+from .units import unit_of
 
 
 def table(params: Sequence[str], points: Sequence[tuple[int, Mapping[str, Any], str, int, dict]]
