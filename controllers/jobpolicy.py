@@ -6,7 +6,7 @@ arguments). A policy is told the round once (`start(now, round)`) and then, ever
 what each job reports (`step(now, progress)`: its iteration, whether it is computing or
 synchronising, the bytes it has sent in this iteration); each call returns a `Decision`:
 which class each job's DSCP goes to, the classes' weighted-round-robin weights on the
-ports jobs share, and the gates that delay iteration starts (testbed/workloads/jobsync.py).
+ports jobs share, and the gates that delay iteration starts (testbed/workloads/model/jobsync.py).
 The jobs app (controllers/apps/jobs_app.py) is the shell that applies decisions; a user's
 policy is a class with the same two methods, named "file.py:Class" or "module:Class" in
 the spec.
@@ -18,7 +18,7 @@ Built in:
   from the alone profile), highest first; strict priority or WRR weights by rank.
 - `time_shift` (CASSINI-like, NSDI'24): once every job has started, gates that release
   each job's iterations on a common period (the slowest job's alone iteration plus
-  `slack`) at offsets chosen on the fluid model (workloads/interference.py) to keep their
+  `slack`) at offsets chosen on the fluid model (workloads/model/interference.py) to keep their
   communication phases apart.
 - `mltcp` (MLTCP-like, HotNets'24): each job's WRR weight grows with the share of its
   iteration's bytes it has already sent (1 + `gain` x share, in steps of 1/`levels`).
@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controllers.priority import load_class
-from testbed.workloads.interference import (
+from testbed.workloads.model.interference import (
     Job,
     best_offsets,
     overlap_fraction,
     simulate,
     steady_iteration_s,
 )
-from testbed.workloads.jobsync import GateSetting, Progress
+from testbed.workloads.model.jobsync import GateSetting, Progress
 
 BUILTIN = ("none", "priority", "time_shift", "mltcp")
 PER_JOB_CLASSES = ("priority", "mltcp")  # built-ins that give each job its own class

@@ -333,31 +333,3 @@ class Guard:
         put into each switch (for the runner's packet accounting)."""
         return {"plugins": {who: dict(sorted(c.items())) for who, c in sorted(self.counts.items())},
                 "packet_outs": {str(k): v for k, v in sorted(self.packet_outs.items())}}
-
-
-_GUARD: Guard | None = None
-
-
-def install(topo: Topology, warn: Callable[..., None]) -> Guard:
-    """Puts the guard in front of every `Datapath.send_msg` of this controller process."""
-    global _GUARD
-    from controllers.compat import Datapath
-
-    guard = _GUARD = Guard(ports=flood_ports(topo), warn=warn)
-    original = Datapath.send_msg
-
-    def send_msg(self: Any, msg: Any, close_socket: bool = False) -> Any:
-        who = sender(sys._getframe(1))
-        if who is not None:
-            msg = guard.check(self, msg, who)
-            if msg is None:
-                return False
-        return original(self, msg, close_socket=close_socket)
-
-    Datapath.send_msg = send_msg
-    return guard
-
-
-def report() -> dict:
-    """The installed guard's report (empty without one)."""
-    return _GUARD.report() if _GUARD is not None else {"plugins": {}, "packet_outs": {}}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from controllers.compat import MAIN_DISPATCHER, OFP_VERSION, RyuApp, hub, ofp_event, set_ev_cls
+from controllers.apps.compat import MAIN_DISPATCHER, OFP_VERSION, RyuApp, hub, ofp_event, set_ev_cls
 from testbed.config.controller import phase_config
 
 PERIOD_S = 1.0

@@ -78,7 +78,7 @@ fi
 if [ "${TESTBED_START_OVS:-1}" = 0 ]; then
   log "TESTBED_START_OVS=0: Open vSwitch not started"
 elif [ "$(id -u)" -eq 0 ]; then
-  "$VENV/bin/python" -m testbed.net.ovs ensure-started
+  "$VENV/bin/python" -m testbed.dataplane.ovs ensure-started
 else
   log "not root: Open vSwitch not checked (unit tests do not need it)"
 fi

@@ -35,17 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.core.errors import TestbedError
+from testbed.workloads.model.flows import FlowResult, assign_ports, carried_nothing
 from topologies.model import Topology
 
 from .config.loader import SpecError, from_data, registered
 from .config.network import TopologySpec
 from .config.qos import QosConfig
 from .config.spec import ExperimentSpec, Spec, check, load, loads, with_topology
-from .errors import TestbedError
 from .experiments import reachability
 from .net.fabric import Fabric
 from .runner import RunContext, session
-from .workloads.flows import FlowResult, assign_ports, carried_nothing
 
 
 class Host:
@@ -236,7 +236,7 @@ class LiveFabric:
 
     def dataplane(self):
         """The traffic-class dataplane (a spec or fabric with `qos`): queues, marks, drops
-        and pauses per port and class, ECN and PFC settings (testbed/net/dpapi.py)."""
+        and pauses per port and class, ECN and PFC settings (testbed/dataplane/dpapi.py)."""
         self._alive("its network")
         if self.fabric.qos is None:
             raise TestbedError("this fabric has no traffic classes (give the spec or "

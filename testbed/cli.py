@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
+from testbed.core.errors import TestbedError
 from topologies import TopologyError, build, parse_params
 from topologies.graph import describe as describe_topology
-
-from .errors import TestbedError
 
 
 def _fail(msg: str) -> None:
@@ -20,7 +19,7 @@ def _fail(msg: str) -> None:
 
 def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        from .provenance import version_line
+        from testbed.core.provenance import version_line
         click.echo(version_line())
         ctx.exit()
 
@@ -228,7 +227,7 @@ def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
 def view(results: Path, port: int) -> None:
     """Replay a finished run in the browser: its fabric, link loads, queues, marks, pauses,
     decisions and training progress, with a time slider (http://127.0.0.1:PORT/)."""
-    from .system import port_free
+    from testbed.core.system import port_free
     if not (results / "manifest.json").exists():
         _fail(f"{results}: not a finished run's results directory (no manifest.json)")
     if why := port_free(port):
@@ -259,12 +258,13 @@ def compare(run_a: Path, run_b: Path, tolerance: float) -> None:
 @main.command()
 def clean() -> None:
     """Remove what earlier (crashed) runs left behind, and only that."""
-    from .resources import clean as clean_records
-    from .system import is_root
+    from testbed.cluster.servers import release_servers
+    from testbed.core.resources import clean as clean_records
+    from testbed.core.system import is_root
     if not is_root():
         _fail("`testbed clean` needs root: run it with sudo")
     try:
-        removed = clean_records()
+        removed = clean_records(release_servers)
     except TestbedError as exc:
         _fail(str(exc))
     click.echo("\n".join(f"removed {r}" for r in removed) or "nothing to clean")

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .net import ovs
-from .system import congestion_controls, have, is_root, kernel_release, qdisc_supported, run
+from testbed.core.system import (
+    congestion_controls,
+    have,
+    is_root,
+    kernel_release,
+    qdisc_supported,
+    run,
+)
+from testbed.dataplane import ovs
 
 BOOTSTRAP = "sudo scripts/bootstrap.sh"
 
@@ -74,7 +81,7 @@ def _qos_dataplane() -> tuple[str, bool, str, str | None]:
     import shutil
     import tempfile
 
-    from .net.qosplane import BPFFS, build_object, ensure_bpffs
+    from testbed.dataplane.qosplane import BPFFS, build_object, ensure_bpffs
     try:
         ensure_bpffs()
         obj = build_object()

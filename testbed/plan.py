@@ -50,7 +50,7 @@ from testbed.experiments.training.model import (
     spread,
 )
 from testbed.experiments.training.spec import job_hosts_needed, training_topologies
-from testbed.workloads.parallel.cost import KINDS, Network, sent_bytes
+from testbed.workloads.model.parallel.cost import KINDS, Network, sent_bytes
 from topologies import patterns
 from topologies.builders import nonblocking
 from topologies.graph import shortest_paths

@@ -16,36 +16,37 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.cluster.servers import release_servers
 from testbed.config.datapath import TRAITS
 from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig
 from testbed.config.qos import QosConfig
+from testbed.core import provenance
+from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
+from testbed.core.system import TestbedError, congestion_controls, is_root, port_free
+from testbed.dataplane import ovs
+from testbed.dataplane.dpapi import Dataplane
+from testbed.workloads.model.flows import carried_nothing
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
-from . import provenance
 from .config.spec import ExperimentSpec, Spec, SweepPoint
 from .experiments import EXPERIMENTS, csv_plots, dir_plots
 from .experiments.base import Outcome, slug
 from .measure import checks
 from .measure.cpu import CpuMonitor
 from .measure.queues import ClassQueueSampler, QueueSampler
-from .net import ovs
 from .net.controller import plugin_warnings
-from .net.dpapi import Dataplane
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
 from .net.traffic import REPO_ROOT
-from .resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from .results import sweep, timeline
 from .results.files import append_csv, read_rows
 from .results.plots import draw_all
 from .results.verdict import cpu_bound, unfaithful
-from .system import TestbedError, congestion_controls, is_root, port_free
-from .workloads.flows import carried_nothing
 
 QOS_MECHANISMS = {
-    "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/net/bpf/tbqos.bpf.c)",
+    "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/dataplane/bpf/tbqos.bpf.c)",
     "classes": "HTB classes per port (strict priority or weighted round robin), DSCP -> class",
     "ecn_marking": "tc-BPF, per packet on the class's instantaneous queue (step K or RED-like)",
     "pfc": "tc-BPF per-ingress XOFF/XON detection; controller pauses the upstream class "
@@ -375,7 +376,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         for sig in _HANDLED_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         cpu.stop()
-        release_record(record)  # whatever an interrupted teardown left behind
+        release_record(record, release_servers)  # what an interrupted teardown left
         lock.release()
     try:
         _write_outputs(ctx, status, error, ctx.results, time.time() - t0)

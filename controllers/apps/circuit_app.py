@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from controllers import circuits, routing
+from controllers.apps.compat import hub
 from controllers.apps.routing_app import FabricRouting
-from controllers.compat import hub
 from controllers.fabric_routing import circuit_plan
 
 

@@ -17,9 +17,9 @@ import json
 import time
 from pathlib import Path
 
-from controllers import ofmsgs, recovery, routing
-from controllers.apps.routing_app import FabricRouting
-from controllers.compat import (
+from controllers import recovery, routing
+from controllers.apps import ofmsgs
+from controllers.apps.compat import (
     MAIN_DISPATCHER,
     hub,
     ipv4,
@@ -28,6 +28,7 @@ from controllers.compat import (
     set_ev_cls,
     tcp,
 )
+from controllers.apps.routing_app import FabricRouting
 from controllers.flowctl import FlowControl, FlowMod, FlowStat
 
 

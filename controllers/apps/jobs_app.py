@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from controllers import qos_policy
+from controllers.apps.compat import hub
 from controllers.apps.qos_base import QosApp
-from controllers.compat import hub
 from controllers.jobpolicy import (
     Decision,
     JobPolicy,
@@ -30,7 +30,7 @@ from controllers.jobpolicy import (
 )
 from testbed.config.controller import phase_config
 from testbed.config.loader import from_data
-from testbed.workloads.jobsync import read_progress, write_gate
+from testbed.workloads.model.jobsync import read_progress, write_gate
 
 MEETING_LOOK_S = 0.5
 MEETING_MIN_BYTES = 9000  # a jumbo frame: a job's traffic, not a stray packet

@@ -14,8 +14,8 @@ import os
 import time
 
 from controllers import qos_policy
+from controllers.apps.compat import BackgroundWriter, wait_readable
 from controllers.apps.qos_base import QosApp
-from controllers.compat import BackgroundWriter, wait_readable
 
 
 class PfcApp(QosApp):

@@ -8,10 +8,10 @@ import os
 import time
 from pathlib import Path
 
-from controllers.compat import RyuApp, hub
+from controllers.apps.compat import RyuApp, hub
 from testbed.config.controller import phase_config
 from testbed.config.qos import QosConfig
-from testbed.net.dpapi import Dataplane
+from testbed.dataplane.dpapi import Dataplane
 
 
 class QosApp(RyuApp):

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controllers import failover, ofmsgs, plugin_guard, recovery, routing
-from controllers.compat import (
+from controllers import failover, recovery, routing
+from controllers.apps import guard, ofmsgs
+from controllers.apps.compat import (
     CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
     OFP_VERSION,
@@ -349,7 +350,7 @@ class FabricRouting(RyuApp):
                  "counters": {str(k): v for k, v in sorted(self.counters.items())},
                  "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
                  "reroutes": self.reroutes, "resync": self.config.resync,
-                 "resyncs": self.resyncs, "plugin_guard": plugin_guard.report(),
+                 "resyncs": self.resyncs, "plugin_guard": guard.report(),
                  "commands": self.commands}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

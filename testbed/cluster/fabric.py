@@ -1,5 +1,5 @@
 """A fabric split across servers (the spec's `cluster`): the same `Fabric`, with its nodes
-placed on servers (cluster/placement.py), built with the cluster edition's remote classes
+placed on servers (config/placement.py), built with the cluster edition's remote classes
 and VXLAN links (cluster/engine.py), and every command on a node run on the node's server
 (cluster/servers.py). One controller, on this machine, at this server's cluster address.
 """
@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.cluster import ClusterSpec
+from testbed.config.placement import Crossing, crossings, inner_mtu, place
+from testbed.core.resources import STATE_DIR
+from testbed.core.system import TestbedError
+from testbed.dataplane import ovs
+from testbed.dataplane.dpapi import Agent
+from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.conservation import SwitchCounters, switch_counters
-from testbed.net import ovs
-from testbed.net.dpapi import Agent
 from testbed.net.fabric import Fabric
-from testbed.net.qosplane import QosPlane
-from testbed.resources import STATE_DIR
-from testbed.system import TestbedError
 from topologies.model import ifname
 
 from . import servers as srv
-from .placement import Crossing, crossings, inner_mtu, place
 
 # makes directory $1 and prints the outermost directory it made (empty if it existed)
 MAKE_DIR = 'd=$1; top=; while [ ! -e "$d" ]; do top=$d; d=$(dirname "$d"); done; ' \
@@ -121,7 +121,7 @@ class ClusterFabric(Fabric):
         """A server's OVS whose send socket, if it has one already, is as large as its part
         of the fabric needs (an ovs-vswitchd that carries no bridges is restarted for it, as
         on this machine; a new socket takes the raised defaults)."""
-        done = conn.run(srv.module("testbed.net.ovs", "ensure-started",
+        done = conn.run(srv.module("testbed.dataplane.ovs", "ensure-started",
                                    str(self.needed_buffer_bytes)), check=False, timeout=180)
         if done.returncode != 0:
             raise TestbedError(f"server {conn.name}: "

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.net.ovs import MALLOC_TUNABLES
-from testbed.system import TestbedError, run
+from testbed.core.system import TestbedError, run
+from testbed.dataplane.ovs import MALLOC_TUNABLES
 
 BRIDGE = "tbclu0"  # the servers' network, in the initial namespace
 NET = "10.251.0"  # the bridge is .1, server i is .(i + 1)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config.cluster import LOCAL, ClusterSpec, Server
-from testbed.net.qos_render import UNDERLAY_PRIO
-from testbed.system import REPO_ROOT, TestbedError, in_netns
+from testbed.core.resources import BPF_PIN_ROOT, STATE_DIR
+from testbed.core.system import REPO_ROOT, TestbedError, in_netns
+from testbed.dataplane.qos_render import UNDERLAY_PRIO
 
 SSH_TIMEOUT_S = 5
 PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the testbed's, at the same path everywhere
@@ -332,3 +333,9 @@ def underlay(sender: Conn, receiver: Conn, receiver_address: str,
     return {"rtt_min_ms": float(rtt.group(1)) if rtt else None,
             "rtt_avg_ms": float(rtt.group(2)) if rtt else None,
             "goodput_mbps": round(mbps, 1) if mbps is not None else None}
+
+
+def release_servers(entries: list[dict], run_id: str) -> list[str]:
+    """What a run record lists on other servers, removed (`testbed clean`, the runner's
+    teardown): `release_remote` with the record's control directory and pin root."""
+    return release_remote(entries, control_dir(STATE_DIR, run_id), BPF_PIN_ROOT)

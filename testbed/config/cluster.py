@@ -11,7 +11,7 @@
       ssh_config: null       # an ssh client configuration (ssh -F) for every ssh the run makes
 
 Where each node goes is a pure function of the topology and this section
-(`testbed/cluster/placement.py`); the checks here need no server.
+(`testbed/config/placement.py`); the checks here need no server.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ class LinkConfig:
     buffer_bytes: int | None = None
     host_queue_pkts: int = 1000
     # a host NIC's queue: one FIFO (fifo), or a FIFO of host_queue_pkts per flow bucket
-    # served round robin, a bucket per flow (fair: as fq_codel on real servers; net/dataplane.py)
+    # served round robin, a bucket per flow (fair: as fq_codel on real servers; dataplane/queues.py)
     host_queue: str = "fifo"
     delay_us: int = 0
     loss_pct: float = 0.0

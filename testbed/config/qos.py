@@ -1,7 +1,7 @@
 """Traffic classes, ECN marking and PFC as a spec describes them, their checks, and the
 facts both validation and the dataplane use: the buffer precedence of a class and the
 conversion of thresholds to bytes. The rendering into tc commands and BPF map records is
-the dataplane's (testbed/net/qos_render.py)."""
+the dataplane's (testbed/dataplane/qos_render.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -151,7 +151,7 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
     Each server has its own class dataplane (BPF maps in its kernel, reached through its
     agent); PFC's pause executor reads every server's maps at each packet event, which it
     cannot do over ssh, so lossless classes stay on one machine."""
-    from testbed.cluster.placement import place
+    from testbed.config.placement import place
 
     assert spec.cluster is not None
     spec.cluster.check()

@@ -23,7 +23,7 @@ from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.spec import ExperimentSpec, Spec, type_name
 from testbed.results.plots import CsvPlot, DirPlot
-from testbed.workloads.flows import Flow, FlowResult
+from testbed.workloads.model.flows import Flow, FlowResult
 from topologies.model import Topology
 
 

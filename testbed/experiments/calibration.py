@@ -19,7 +19,7 @@ from testbed.results.plots import (
     title,
 )
 from testbed.results.stats import percentile
-from testbed.workloads.flows import assign_ports
+from testbed.workloads.model.flows import assign_ports
 from topologies import dumbbell, nonblocking
 from topologies.model import Topology
 

@@ -41,7 +41,7 @@ from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.stats import round_or_none
-from testbed.workloads.flows import assign_ports, probe_argv
+from testbed.workloads.model.flows import assign_ports, probe_argv
 from topologies.fairshare import maxmin
 from topologies.model import Topology, ifname
 

@@ -16,7 +16,7 @@ from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import frame_bytes
 from testbed.results.plots import pyplot, save, several_experiments, tagged, title
 from testbed.results.stats import percentile
-from testbed.workloads.flows import Flow
+from testbed.workloads.model.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology
 

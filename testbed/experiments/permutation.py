@@ -28,7 +28,7 @@ from testbed.results.plots import (
     title,
 )
 from testbed.results.stats import percentile, percentile_or_none, round_or_none
-from testbed.workloads.flows import (
+from testbed.workloads.model.flows import (
     assign_ports,
     crosses,
     outage,

@@ -14,7 +14,7 @@ from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, c
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
-from testbed.workloads.flows import Flow
+from testbed.workloads.model.flows import Flow
 from topologies import leafspine
 from topologies.model import Topology
 

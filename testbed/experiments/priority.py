@@ -11,7 +11,7 @@ from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import udp_payload_fraction
 from testbed.results.plots import mark_cpu_bound, pyplot, save, several_experiments, tagged, title
-from testbed.workloads.flows import Flow
+from testbed.workloads.model.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology
 

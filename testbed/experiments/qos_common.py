@@ -14,7 +14,7 @@ from testbed.results.plots import pyplot, save, several_experiments, tagged, tit
 from testbed.results.stats import percentile_or_none
 
 if TYPE_CHECKING:
-    from testbed.net.dpapi import Dataplane
+    from testbed.dataplane.dpapi import Dataplane
 
 CLASS_QUEUES = "class_queues.csv"
 CLASS_QUEUES_HEADER = ["phase", "t_s", "port", "class", "qlen_pkts", "qlen_bytes",

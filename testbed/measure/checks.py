@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from testbed.errors import TestbedError
+from testbed.core.errors import TestbedError
 
 from .conservation import conservation_report, conservation_snapshot
 from .cpu import CpuMonitor, servers_verdict

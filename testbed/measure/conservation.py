@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
 
-from testbed.net import ovs
-from testbed.net.dpapi import Dataplane
-from testbed.system import run
+from testbed.core.system import run
+from testbed.dataplane import ovs
+from testbed.dataplane.dpapi import Dataplane
 
 from .queues import qdisc_stats
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
-from testbed.net import ovs
+from testbed.dataplane import ovs
 from testbed.results.stats import percentile
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -144,9 +144,9 @@ def servers_verdict(windows: dict[str, dict], packets_in: dict[str, int], second
 
 def main() -> int:
     """The CPU monitor of another server of a cluster (started over ssh by the runner while
-    a fabric is up; testbed/net/dpapi.py's Agent speaks to it): `{"watch": [switch ports]}`
+    a fabric is up; testbed/dataplane/dpapi.py's Agent speaks to it): `{"watch": [switch ports]}`
     first, then `window` calls with two Unix times, answered from this server's samples."""
-    from testbed.net.dpapi import serve
+    from testbed.dataplane.dpapi import serve
 
     monitor = CpuMonitor()
     monitor.start()

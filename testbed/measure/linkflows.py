@@ -9,7 +9,7 @@ import socket
 import struct
 import time
 
-from testbed.workloads.flows import Conn
+from testbed.workloads.model.flows import Conn
 
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800

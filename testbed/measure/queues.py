@@ -13,7 +13,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from testbed.config.units import class_minor
-from testbed.net.nlqdisc import QdiscReader, root_stats
+from testbed.dataplane.nlqdisc import QdiscReader, root_stats
 
 
 @dataclass

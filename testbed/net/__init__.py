@@ -1,3 +1,3 @@
-"""The emulated network: the fabric (Mininet, Open vSwitch), its queues and traffic-class
-dataplane (tc, the BPF program and its live API), the controller process, and the processes
-run in its hosts."""
+"""The emulated network: the fabric (Mininet, Open vSwitch), the controller process, the
+processes run in its hosts, faults, and a server's dataplane agent. The queues and the
+traffic-class dataplane it installs are `testbed/dataplane/`."""

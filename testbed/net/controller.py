@@ -14,7 +14,7 @@ from pathlib import Path
 from controllers import plugin_guard
 from testbed.config.controller import CONFIG_ENV, ControllerConfig
 from testbed.config.loader import dump_json
-from testbed.system import TestbedError
+from testbed.core.system import TestbedError
 
 from .traffic import REPO_ROOT, host_env
 
@@ -40,7 +40,7 @@ class ControllerLaunch:
     def argv(self) -> list[str]:
         routing_app = (CIRCUIT_APP if self.config.routing == "cthrough" else
                        FLOW_APP if self.config.per_flow else BUILTIN_APP)
-        return [sys.executable, "-m", "controllers.launch",
+        return [sys.executable, "-m", "controllers.apps.launch",
                 "--ofp-listen-host", self.host, "--ofp-tcp-listen-port", str(self.port),
                 "--wsapi-host", "127.0.0.1", "--wsapi-port", str(self.rest_port),
                 routing_app, *(f"controllers.apps.{name}_app" for name in self.qos_apps),

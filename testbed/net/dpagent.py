@@ -25,8 +25,7 @@ from typing import Any
 
 from testbed.config.loader import from_data
 from testbed.config.qos import EcnProfile, PfcConfig
-
-from .dpapi import Dataplane, serve
+from testbed.dataplane.dpapi import Dataplane, serve
 
 # the Dataplane methods another server may call (their first argument, where there is one,
 # a port of this server)
@@ -35,7 +34,7 @@ METHODS = ("set_dscp_map", "set_ecn", "set_lossless", "set_pfc", "set_schedule",
 
 
 def install(request: dict) -> dict:
-    from .qosplane import QosPlane
+    from testbed.dataplane.qosplane import QosPlane
 
     plane = QosPlane.from_data(request["install"])
     pin_dir = Path(request["pin_dir"])

@@ -27,10 +27,9 @@ from testbed.config.controller import CircuitSpec, ControllerConfig, FlowPriorit
 from testbed.config.datapath import TRAITS, Traits
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
-from testbed.measure.conservation import SwitchCounters, switch_counters
-from testbed.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
-from testbed.resources import RunRecord
-from testbed.system import (
+from testbed.core.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
+from testbed.core.resources import RunRecord
+from testbed.core.system import (
     IP_BATCH,
     TestbedError,
     batch_input,
@@ -42,15 +41,18 @@ from testbed.system import (
     sysctl_get,
     sysctl_set,
 )
-from testbed.workloads.flows import Flow, FlowResult
+from testbed.dataplane import ovs
+from testbed.dataplane import queues as dataplane
+from testbed.dataplane.dpapi import Dataplane
+from testbed.dataplane.qosplane import QOS_APPS, QosPlane, build_object
+from testbed.measure.conservation import SwitchCounters, switch_counters
+from testbed.net import traffic
 from testbed.workloads.launch import free_port
+from testbed.workloads.model.flows import Flow, FlowResult
 from topologies.mnplan import IP_BASE, populate
 from topologies.model import Topology, ifname
 
-from . import dataplane, ovs, traffic
 from .controller import ControllerLaunch, ControllerProcess, controller_death
-from .dpapi import Dataplane
-from .qosplane import QOS_APPS, QosPlane, build_object
 
 
 @dataclass

@@ -16,10 +16,9 @@ from typing import Any
 from mininet.cli import CLI
 from mininet.log import output
 
+from testbed.core.errors import TestbedError
+from testbed.core.system import run
 from topologies.graph import shortest_paths
-
-from ..errors import TestbedError
-from ..system import run
 
 
 class TestbedCLI(CLI):

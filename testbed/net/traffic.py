@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.system import REPO_ROOT, TestbedError, run
-from testbed.workloads.flows import BASE_PORT, Flow, FlowResult, parse_finite, parse_iperf3
+from testbed.core.system import REPO_ROOT, TestbedError, run
+from testbed.workloads.model.flows import BASE_PORT, Flow, FlowResult, parse_finite, parse_iperf3
 
 
 def host_env() -> dict[str, str]:

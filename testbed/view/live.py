@@ -11,8 +11,8 @@ import socket
 import time
 from pathlib import Path
 
-from testbed.net.dpapi import Dataplane
-from testbed.net.nlqdisc import root_queues
+from testbed.dataplane.dpapi import Dataplane
+from testbed.dataplane.nlqdisc import root_queues
 from topologies.model import Topology, ifname
 
 from .frames import decision_name, link_loads, port_state, recent

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from testbed.system import port_free
+from testbed.core.system import port_free
 from topologies.model import Topology
 
 from .frames import STEP_S, replay

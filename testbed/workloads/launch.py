@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.system import REPO_ROOT
+from testbed.core.system import REPO_ROOT
 
 
 def train_argv(rank: int, world: int, master: str, out: Path | str, ifname: str | None,

@@ -38,7 +38,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from .jobsync import Gate, Reporter, before_iteration
+from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
+
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window
 
 SYNCS = ("ring", "ps", "local")

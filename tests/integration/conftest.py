@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from testbed.system import is_root
+from testbed.core.system import is_root
 
 
 def _missing() -> str | None:
@@ -16,7 +16,7 @@ def _missing() -> str | None:
         import mininet.net  # noqa: F401
     except ImportError:
         return "needs Mininet (scripts/bootstrap.sh)"
-    from testbed.net import ovs
+    from testbed.dataplane import ovs
     if not ovs.running():
         return "needs a running Open vSwitch (scripts/bootstrap.sh)"
     return None

@@ -26,8 +26,8 @@ def rows(out: Path, name: str) -> list[dict]:
 
 
 def leftovers(topo_switches: list[str]) -> list[str]:
-    from testbed.net import ovs
-    from testbed.resources import records
+    from testbed.core.resources import records
+    from testbed.dataplane import ovs
     left = [b for b in ovs.bridges() if b in topo_switches]
     left += [n for n in topo_switches if Path(f"/sys/class/net/{n}").exists()]
     left += [r.run_id for r in records()]

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.api import Testbed
 from testbed.config.loader import SpecError
-from testbed.errors import TestbedError
+from testbed.core.errors import TestbedError
 
 from .helpers import leftovers, rows
 

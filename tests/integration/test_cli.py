@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 import json, os
-from controllers.compat import MAIN_DISPATCHER, OFP_VERSION, RyuApp, ofp_event, set_ev_cls
+from controllers.apps.compat import MAIN_DISPATCHER, OFP_VERSION, RyuApp, ofp_event, set_ev_cls
 from testbed.config.controller import phase_config
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from testbed.cluster.nsserver import BRIDGE, NamespaceServer, remove_bridge
-from testbed.net import ovs
-from testbed.resources import records
-from testbed.system import TestbedError
+from testbed.core.resources import records
+from testbed.core.system import TestbedError
+from testbed.dataplane import ovs
 
 from .helpers import rows, run
 

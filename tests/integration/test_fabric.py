@@ -94,8 +94,8 @@ def test_queue_fills_and_drops_at_the_bottleneck(tmp_path):
 
 
 def test_second_run_is_refused(tmp_path):
-    from testbed.resources import RunLock
-    from testbed.system import TestbedError
+    from testbed.core.resources import RunLock
+    from testbed.core.system import TestbedError
     lock = RunLock()
     lock.acquire()
     try:
@@ -146,7 +146,7 @@ def machine_state() -> dict:
     network interfaces, processes (not kernel threads; not OVS's own daemons, which a run
     restarts when their socket buffer is too small, docs/FIDELITY.md), the sysctls under
     net.core and net.ipv4, and pinned BPF objects."""
-    from testbed.net import ovs
+    from testbed.dataplane import ovs
     procs = set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -197,7 +197,7 @@ BUFFERS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_max",
 def kernel_default_buffers():
     """The socket buffer sysctls at Linux's defaults for the test (a run raises them while
     it builds its fabric only when they are below what its queues need), then as they were."""
-    from testbed.system import sysctl_get, sysctl_set
+    from testbed.core.system import sysctl_get, sysctl_set
     saved = {name: sysctl_get(name) for name in BUFFERS}
     for name in BUFFERS:
         sysctl_set(name, 212992)

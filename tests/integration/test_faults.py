@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.system import TestbedError
+from testbed.core.system import TestbedError
 
 from .helpers import rows, run
 
@@ -139,7 +139,7 @@ def kill_the_controller_later(out_dir, after_s: float) -> threading.Thread:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except (OSError, ValueError):
                 continue
-            if b"controllers.launch" in cmd:
+            if b"controllers.apps.launch" in cmd:
                 os.kill(int(pid), signal.SIGKILL)
     thread = threading.Thread(target=crash, daemon=True)
     thread.start()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from testbed.system import TestbedError
+from testbed.core.system import TestbedError
 
 from .helpers import rows, run
 

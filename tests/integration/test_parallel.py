@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testbed.system import TestbedError
+from testbed.core.system import TestbedError
 from testbed.workloads.launch import REPO_ROOT
 
 from .helpers import rows, run

@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 from testbed.config.qos import EcnProfile
-from testbed.net.dpapi import Dataplane
-from testbed.net.qos_render import QCFG, U32, slot
+from testbed.dataplane.dpapi import Dataplane
+from testbed.dataplane.qos_render import QCFG, U32, slot
 
 from .helpers import rows, run
 
@@ -89,8 +89,8 @@ def test_dataplane_api_changes_marking_at_run_time(tmp_path):
     """The ECN app's profile is in the dataplane's map; a plugin can change it live."""
     from testbed.config.network import HostConfig, LinkConfig
     from testbed.config.qos import QosConfig, TrafficClass
+    from testbed.core.resources import RunRecord, release_record
     from testbed.net.fabric import Fabric
-    from testbed.resources import RunRecord, release_record
     from topologies import dumbbell
 
     topo = dumbbell()
@@ -170,8 +170,8 @@ def test_schedule_changes_over_netlink_equal_tcs():
     from pyroute2 import NetNS
 
     from testbed.config.qos import QosConfig, TrafficClass
-    from testbed.net import qos_render as qos
-    from testbed.net.dpapi import netns_socket
+    from testbed.dataplane import qos_render as qos
+    from testbed.dataplane.dpapi import netns_socket
 
     def tc(*argv):
         subprocess.run(["tc", "-n", ns, *argv], check=True, capture_output=True)

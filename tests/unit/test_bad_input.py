@@ -10,7 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from testbed import cli, resources, runner
+from testbed import cli, runner
+from testbed.core import resources
 
 from .test_spec import BASE, INVALID, with_
 from .test_spec_jobs import BAD_JOBS

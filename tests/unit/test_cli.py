@@ -6,7 +6,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from testbed import cli, resources, runner
+from testbed import cli, runner
+from testbed.core import resources
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def not_root(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "is_root", lambda: False)
-    monkeypatch.setattr("testbed.system.is_root", lambda: False)
+    monkeypatch.setattr("testbed.core.system.is_root", lambda: False)
     monkeypatch.setattr(resources, "STATE_DIR", tmp_path / "state")
     return tmp_path
 

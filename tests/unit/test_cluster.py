@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import testbed.spec  # noqa: F401  (registers the experiment types)
-from testbed.cluster.placement import crossings, groups, inner_mtu, place
 from testbed.cluster.servers import Conn, ssh_failure
 from testbed.config.cluster import ClusterSpec, Server
 from testbed.config.loader import SpecError
+from testbed.config.placement import crossings, groups, inner_mtu, place
 from testbed.config.spec import loads
 from topologies import build
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from testbed.cluster.fabric import MAKE_DIR
 from testbed.cluster.servers import underlay_script
 from testbed.config.qos import QosConfig, TrafficClass
+from testbed.dataplane.dpapi import Dataplane, QueueState
+from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.cpu import forwarding_verdict, servers_verdict
 from testbed.measure.queues import ClassQueueSampler
-from testbed.net.dpapi import Dataplane, QueueState
-from testbed.net.qosplane import QosPlane
 from topologies import build
 
 CFG = QosConfig(classes=[TrafficClass(name="be", dscp=[0], buffer_pkts=50)], ecn_enabled=False)

@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.workloads.commmodel import parameter_server_s, ratio, ring_allreduce_s
+from testbed.workloads.model.commmodel import parameter_server_s, ratio, ring_allreduce_s
 
 
 def test_ring_allreduce_matches_the_formula():
@@ -25,7 +25,7 @@ def test_ratio():
 
 
 def test_allgather_and_a_straggler_bound_the_parameter_server():
-    from testbed.workloads.commmodel import allgather_s, parameter_server_s
+    from testbed.workloads.model.commmodel import allgather_s, parameter_server_s
     # every worker receives the 3 others' 1 MB payloads at 8 Mb/s: 3 s
     assert allgather_s(1e6, 4, 8e6) == 3.0
     assert allgather_s(1e6, 1, 8e6) == 0.0

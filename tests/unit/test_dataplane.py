@@ -1,7 +1,7 @@
 import pytest
 
-from testbed.net.dataplane import PortQueue, check_mechanisms, htb_commands, offload_command
-from testbed.system import TestbedError, in_netns
+from testbed.core.system import TestbedError, in_netns
+from testbed.dataplane.queues import PortQueue, check_mechanisms, htb_commands, offload_command
 
 
 def test_htb_pfifo_head_drop_golden():
@@ -45,7 +45,7 @@ def test_offloads_and_netns_argv():
 
 
 def test_jumbo_frames_quantum_limits_and_mtu_commands():
-    from testbed.net.dataplane import mtu_commands
+    from testbed.dataplane.queues import mtu_commands
     q = PortQueue(ifname="x", rate_mbps=20, buffer_bytes=90140, drop="head", mtu_bytes=9000)
     cmds = htb_commands(q)
     assert cmds[1][-2:] == ["quantum", "9014"]
@@ -65,7 +65,7 @@ def test_burst_allowance_for_emulator_jitter():
 def test_fair_host_queue_one_fifo_per_flow_bucket():
     from pathlib import Path
 
-    from testbed.net.dataplane import FAIR_BUCKETS, FAIR_FIRST_MINOR, fair_defines
+    from testbed.dataplane.queues import FAIR_BUCKETS, FAIR_FIRST_MINOR, fair_defines
     q = PortQueue(ifname="h1-eth1", rate_mbps=20, buffer_pkts=100, mtu_bytes=9000, fair=True)
     cmds = htb_commands(q, Path("/b/fairq.o"))
     assert cmds[0][-2:] == ["default", "100"]  # unclassified: the first bucket, a leaf

@@ -20,9 +20,9 @@ from testbed.config.units import (
     tcp_payload_fraction,
     udp_payload_fraction,
 )
-from testbed.net import qos_render
-from testbed.net.dataplane import PortQueue, htb_commands
-from testbed.net.qosplane import QosPlane
+from testbed.dataplane import qos_render
+from testbed.dataplane.qosplane import QosPlane
+from testbed.dataplane.queues import PortQueue, htb_commands
 from testbed.results.stats import median_or_none, percentile
 from topologies import bcube, dumbbell, fattree
 from topologies.mnplan import mininet_plan

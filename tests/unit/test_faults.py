@@ -7,7 +7,7 @@ import pytest
 
 from testbed.config.faults import FabricFault, fault_ports, timeline
 from testbed.spec import SpecError, loads
-from testbed.workloads.flows import outage, parse_iperf3
+from testbed.workloads.model.flows import outage, parse_iperf3
 from topologies import fattree
 
 
@@ -93,7 +93,7 @@ def test_a_frame_names_its_connection_and_flows_match_both_directions():
     import struct
 
     from testbed.measure.linkflows import parse_frame
-    from testbed.workloads.flows import crosses
+    from testbed.workloads.model.flows import crosses
     ip = bytes([0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0]) + socket.inet_aton("10.0.0.1") \
         + socket.inet_aton("10.0.0.9")
     frame = b"\x02" * 12 + b"\x08\x00" + ip + struct.pack("!HH", 40000, 5201) + b"\x00" * 16
@@ -196,7 +196,7 @@ PING = """PING 10.0.0.9 (10.0.0.9) 56(84) bytes of data.
 
 
 def test_a_probe_times_the_break_a_failure_made_in_its_path():
-    from testbed.workloads.flows import parse_probe, probe_argv, probe_outage
+    from testbed.workloads.model.flows import parse_probe, probe_argv, probe_outage
     replies = parse_probe(PING)
     assert replies[0] == (1, 100.0005) and len(replies) == 8
     # the failure at t=100.02: replies 4-12 missing (9 probes of 5 ms); the single loss

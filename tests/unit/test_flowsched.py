@@ -269,8 +269,9 @@ def test_a_plugin_supplies_its_own_policy(tmp_path):
 
 
 RYU_CHECK = """
-from controllers import ofmsgs, routing
-from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+from controllers.apps import ofmsgs
+from controllers import routing
+from controllers.apps.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
 
 class DP:
     ofproto, ofproto_parser = ofp, parser

@@ -3,7 +3,7 @@ interference.py): the closed forms for two identical jobs, weights, overlap, and
 offsets a time-shift policy would choose."""
 import pytest
 
-from testbed.workloads.interference import (
+from testbed.workloads.model.interference import (
     Job,
     best_offsets,
     overlap_fraction,
@@ -55,7 +55,7 @@ def test_the_time_shift_offsets_recover_the_interleaved_iteration():
 
 
 def test_replay_shares_the_link_among_phases_under_way():
-    from testbed.workloads.interference import replay
+    from testbed.workloads.model.interference import replay
     # together from 0: both take 2M; b half M late: a alone for M/2, then shared
     assert replay([(0.0, M, 1), (0.0, M, 1)]) == pytest.approx([2 * M, 2 * M])
     a, b = replay([(0.0, M, 1), (M / 2, M, 1)])

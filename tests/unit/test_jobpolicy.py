@@ -1,5 +1,5 @@
 """Cross-job policies (controllers/jobpolicy.py) and the gate / progress files between them
-and the workers (testbed/workloads/jobsync.py): each policy's decisions from a round and
+and the workers (testbed/workloads/model/jobsync.py): each policy's decisions from a round and
 what the jobs report, without a fabric."""
 import json
 import time
@@ -18,7 +18,7 @@ from controllers.jobpolicy import (
     policy_for,
     shift_plan,
 )
-from testbed.workloads.jobsync import Gate, GateSetting, Progress, Reporter, read_progress
+from testbed.workloads.model.jobsync import Gate, GateSetting, Progress, Reporter, read_progress
 
 C, M = 0.6, 0.4
 

@@ -12,40 +12,57 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("topologies", "testbed", "controllers")
 
-# the bottom: pure data and decisions, importable by anything, importing no runtime
-PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.plans",
-        "controllers.fabric_routing",
-        "controllers.trace", "controllers.circuits",
-        "controllers.flowsched",
-        "controllers.priority", "controllers.flowctl", "controllers.qos_policy",
-        "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
-        # cross-job policies and the gate / progress files they exchange with workers
-        "controllers.jobpolicy", "testbed.workloads.jobsync",
-        # the parallel workers' layout, schedules, model descriptions and analytical model
-        "testbed.workloads.parallel.layout", "testbed.workloads.parallel.schedule",
-        "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",
-        "testbed.workloads.parallel.job",
-        # the live view's drawing of a fabric
-        "testbed.view.layout",
-        # where a cluster's nodes run and which links cross servers
-        "testbed.cluster.placement")
-# what the pure layers may not reach
-RUNTIME = ("testbed.net", "testbed.measure", "testbed.runner", "testbed.experiments",
-           "testbed.results", "testbed.cli", "testbed.doctor", "testbed.resources",
-           "testbed.system", "testbed.workloads", "controllers.apps", "controllers.compat",
-           "controllers.ofmsgs", "controllers.launch", "mininet", "pyroute2", "torch", "ryu",
-           "eventlet", "matplotlib", "testbed.cluster.fabric", "testbed.cluster.servers",
-           "testbed.cluster.engine", "testbed.cluster.nsserver")
-
+# The layers, from the bottom up: (name, folder, pure). A module belongs to the layer of the
+# longest folder that holds it (`controllers/apps/` is the controller shells, the rest of
+# `controllers/` the decisions; `testbed/workloads/model/` the pure workload models, the rest
+# of `testbed/workloads/` the processes in hosts; `testbed/*.py` the top). A module imports
+# only from its own layer and the ones below. Pure layers import no runtime library either,
+# and the type checker checks them strictly (with the fully typed runtime folders,
+# `TYPED` below). docs/ARCHITECTURE.md's table lists the same folders in the same order.
+LAYERS = (
+    ("topologies", "topologies", True),
+    ("configuration", "testbed/config", True),
+    ("workload models", "testbed/workloads/model", True),
+    ("decisions", "controllers", True),
+    ("core", "testbed/core", False),
+    ("results", "testbed/results", False),
+    ("dataplane", "testbed/dataplane", False),
+    ("controller shells", "controllers/apps", False),
+    ("workloads", "testbed/workloads", False),
+    ("measurement", "testbed/measure", False),
+    ("network", "testbed/net", False),
+    ("cluster", "testbed/cluster", False),
+    ("experiments", "testbed/experiments", False),
+    ("live view", "testbed/view", False),
+    ("runner, API, CLI", "testbed", False),
+)
+# runtime folders typed as strictly as the pure layers
+TYPED = ("testbed/core", "testbed/results", "testbed/dataplane")
+# what a pure layer may not import besides the runtime layers
+RUNTIME_LIBRARIES = ("mininet", "pyroute2", "torch", "ryu", "eventlet", "matplotlib")
 
 # what an offline check must never load: the emulator, the controller, the workers' torch,
 # plotting, and every module that builds, measures or runs a fabric
-VALIDATE_NEVER = ("mininet", "pyroute2", "torch", "ryu", "eventlet", "matplotlib",
-                  "testbed.net", "testbed.measure", "testbed.runner", "testbed.resources",
-                  "testbed.workloads.train", "testbed.workloads.models",
-                  "testbed.workloads.ps", "testbed.workloads.layerwise",
-                  "testbed.workloads.compression", "controllers.apps", "controllers.compat",
-                  "testbed.cluster.fabric", "testbed.cluster.servers", "testbed.cluster.engine")
+VALIDATE_NEVER = RUNTIME_LIBRARIES + (
+    "testbed.dataplane", "controllers.apps", "testbed.measure", "testbed.net",
+    "testbed.cluster", "testbed.runner", "testbed.core.resources", "testbed.workloads.train",
+    "testbed.workloads.models", "testbed.workloads.ps", "testbed.workloads.layerwise",
+    "testbed.workloads.compression")
+
+
+def dotted(folder: str) -> str:
+    return folder.replace("/", ".")
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of a project module (the longest folder holding it)."""
+    best: tuple[int, int] | None = None
+    for i, (_, folder, _) in enumerate(LAYERS):
+        prefix = dotted(folder)
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > best[1]:
+                best = (i, len(prefix))
+    return None if best is None else best[0]
 
 
 def module_name(path: Path) -> str:
@@ -116,16 +133,43 @@ def within(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def test_pure_layers_import_no_runtime():
+def test_every_module_has_a_layer():
+    lost = [m for m in project_modules() if layer_of(m) is None]
+    assert not lost, f"modules outside every layer: {lost}"
+
+
+def test_layers_import_only_downward():
+    """No module imports from a layer above its own."""
+    g = graph()
+    up = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+          for m, targets in g.items() for t in targets if layer_of(t) > layer_of(m)]
+    assert not up, "imports that go up the layers: " + "; ".join(sorted(up))
+
+
+def test_pure_layers_import_no_runtime_library():
     mods = project_modules()
-    bad = []
-    for name, path in mods.items():
-        if not within(name, PURE):
-            continue
-        for imp in imports_of(path):
-            if within(imp, RUNTIME) and not within(imp, PURE):
-                bad.append(f"{name} -> {imp}")
-    assert not bad, "pure layers reach up into the runtime: " + ", ".join(sorted(bad))
+    bad = [f"{name} -> {imp}" for name, path in mods.items() if LAYERS[layer_of(name)][2]
+           for imp in imports_of(path) if within(imp, RUNTIME_LIBRARIES)]
+    assert not bad, "pure layers reach into the runtime: " + ", ".join(sorted(bad))
+
+
+def test_the_docs_state_the_layers_the_test_checks():
+    """docs/ARCHITECTURE.md's table names the same folders, in the same order."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| ")]
+    folders = [cells[2].strip().strip("`").rstrip("/") for cells in rows[1:]]
+    assert folders == [folder for _, folder, _ in LAYERS]
+
+
+def test_the_type_checker_reads_the_layers():
+    """The strict type check covers exactly the pure layers' folders and TYPED."""
+    import tomllib
+    files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    pure = [folder for _, folder, is_pure in LAYERS if is_pure]
+    # the decisions are `controllers/*.py`: their folder without the shells beneath it
+    expected = [f"{f}/*.py" if any(o.startswith(f + "/") and not p for _, o, p in LAYERS)
+                else f for f in pure] + list(TYPED)
+    assert files == expected
 
 
 def test_no_import_circle():

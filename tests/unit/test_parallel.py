@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from testbed.workloads.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
-from testbed.workloads.parallel.desc import ModelDesc, layer_work, load_models, stage_layers
-from testbed.workloads.parallel.job import JobConfig, RealModel
-from testbed.workloads.parallel.layout import Layout, place
-from testbed.workloads.parallel.schedule import (
+from testbed.workloads.model.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
+from testbed.workloads.model.parallel.desc import ModelDesc, layer_work, load_models, stage_layers
+from testbed.workloads.model.parallel.job import JobConfig, RealModel
+from testbed.workloads.model.parallel.layout import Layout, place
+from testbed.workloads.model.parallel.schedule import (
     actions,
     bubble_fraction,
     peak_in_flight,

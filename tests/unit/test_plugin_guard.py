@@ -105,8 +105,8 @@ import sys
 from types import SimpleNamespace
 
 from controllers import plugin_guard as pg
-from controllers.compat import ofproto_v1_3 as ofp
-from controllers.compat import ofproto_v1_3_parser as parser
+from controllers.apps.compat import ofproto_v1_3 as ofp
+from controllers.apps.compat import ofproto_v1_3_parser as parser
 from testbed.net.controller import plugin_warnings
 from topologies import fattree
 
@@ -170,7 +170,7 @@ def check_a_plugins_delete_reaches_its_own_entries_only():
 
 
 def check_every_flow_mod_command_is_confined_to_the_plugin_band_in_every_table():
-    from controllers.ofmsgs import COOKIE  # the router's entries
+    from controllers.apps.ofmsgs import COOKIE  # the router's entries
     g, dp = guard(), fake_dp(1)
     strict = {ofp.OFPFC_ADD, ofp.OFPFC_MODIFY_STRICT, ofp.OFPFC_DELETE_STRICT}
     for command in (ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT,
@@ -280,11 +280,12 @@ def check_ryus_spanning_tree_and_learning_switches_through_the_installed_guard()
     from ryu.lib.packet import ethernet, packet
     from ryu.ofproto import ofproto_protocol
 
-    from controllers.compat import Datapath
+    from controllers.apps import guard
+    from controllers.apps.compat import Datapath
     wire: list = []
     Datapath.send_msg = lambda self, msg, close_socket=False: wire.append(msg) or True
     warnings: list[str] = []
-    g = pg.install(fattree(4), warn=lambda fmt, *a: warnings.append(fmt % a))
+    g = guard.install(fattree(4), warn=lambda fmt, *a: warnings.append(fmt % a))
     dp = Datapath.__new__(Datapath)  # no socket: what reaches the wire is recorded
     ofproto_protocol.ProtocolDesc.__init__(dp, ofp.OFP_VERSION)
     dp.id = 1

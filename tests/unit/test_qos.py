@@ -11,10 +11,10 @@ import pytest
 from controllers import qos_policy
 from testbed.config import qos as qcfg
 from testbed.config.loader import from_data
+from testbed.dataplane import qos_render as qos
+from testbed.dataplane.nlqdisc import _stats, _stats_queue
 from testbed.experiments.ecn_queue import _marks_below_k
 from testbed.experiments.qos_common import pfc_summary
-from testbed.net import qos_render as qos
-from testbed.net.nlqdisc import _stats, _stats_queue
 from testbed.results.stats import percentile
 from testbed.spec import SpecError, loads
 from testbed.workloads import incast as incast_wl
@@ -253,7 +253,7 @@ def test_incast_workload_on_loopback():
 
 
 def test_pfc_events_are_named_by_their_kind():
-    from testbed.net.dpapi import Dataplane
+    from testbed.dataplane.dpapi import Dataplane
     record = qos.EVENT.pack(10, 5, 9, 3000, qcfg.EV_XOFF, 2, 1, 3, 12000)
     ev = Dataplane.decode(record)
     assert (ev.name, ev.rx_port, ev.cls) == ("pause", 2, 3)

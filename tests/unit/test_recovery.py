@@ -172,8 +172,9 @@ def test_a_restarted_controller_changes_only_what_differs():
 
 
 READ_BACK = """
-from controllers import failover, ofmsgs, routing
-from controllers.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+from controllers import failover, routing
+from controllers.apps import ofmsgs
+from controllers.apps.compat import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
 from topologies import fattree
 
 class DP:

@@ -12,19 +12,20 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from testbed import cli, provenance
+from testbed import cli
 from testbed.api import command_argv
 from testbed.config.loader import SpecError, read_yaml
 from testbed.config.spec import spec_data, sweep_points
 from testbed.config.sweep import parse_set, with_sets
-from testbed.errors import TestbedError
+from testbed.core import provenance
+from testbed.core.errors import TestbedError
 from testbed.results import sweep
 from testbed.results.files import read_rows
 from testbed.results.plots import plot_rows
 from testbed.results.verdict import unfaithful
 from testbed.runner import RunContext, experiment_at
 from testbed.spec import load, loads
-from testbed.workloads.flows import FlowResult, carried_nothing
+from testbed.workloads.model.flows import FlowResult, carried_nothing
 
 REPO = Path(__file__).resolve().parents[2]
 

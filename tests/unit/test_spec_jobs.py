@@ -22,7 +22,7 @@ from testbed.experiments.jobs.model import (
 )
 from testbed.experiments.jobs.spec import JOB_CLASSES, placements
 from testbed.spec import SpecError, loads
-from testbed.workloads.interference import Iteration
+from testbed.workloads.model.interference import Iteration
 from topologies import build
 
 TWO = [{"name": "a", "dp": 2}, {"name": "b", "dp": 2}]

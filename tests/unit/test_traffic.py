@@ -2,9 +2,9 @@ import json
 
 import pytest
 
+from testbed.dataplane.ovs import needed_buffer_bytes
 from testbed.measure.conservation import ConservationSnapshot, SwitchCounters, conservation_report
-from testbed.net.ovs import needed_buffer_bytes
-from testbed.workloads.flows import assign_ports, parse_iperf3, sent_mbps
+from testbed.workloads.model.flows import assign_ports, parse_iperf3, sent_mbps
 from topologies.patterns import random_bijection, stride
 
 HOSTS = [f"h{i}" for i in range(1, 17)]
@@ -57,7 +57,7 @@ def test_ovs_buffer_sizing():
 
 
 def test_buffer_sizing_scales_with_jumbo_frames():
-    from testbed.net.ovs import truesize_per_pkt
+    from testbed.dataplane.ovs import truesize_per_pkt
     assert truesize_per_pkt(1500) == 4096
     assert truesize_per_pkt(9000) >= 16384 + 1024  # a 9014-byte frame takes a 16 KiB slab
     assert needed_buffer_bytes([100] * 80, [], 9000) > needed_buffer_bytes([100] * 80, [])
@@ -118,7 +118,7 @@ def test_concurrent_pings_are_told_apart_by_their_summaries():
 
 
 def test_finite_flows_report_their_completion_time():
-    from testbed.workloads.flows import Flow, parse_finite
+    from testbed.workloads.model.flows import Flow, parse_finite
     f = Flow(src="h1", dst="h2", duration_s=30, nbytes=2_000_000)
     assert assign_ports([("h1", "h2")], 30, 5, 1000)[0].nbytes == 1000
     r = parse_finite(f, json.dumps({"servers": 1, "part_bytes": 2_000_000,
@@ -150,7 +150,7 @@ def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_i
     import time
     from pathlib import Path
 
-    from testbed.net import ovs
+    from testbed.dataplane import ovs
     argv = ovs.ctl_argv("restart", "--system-id=random")
     assert argv[:2] == ["env", f"GLIBC_TUNABLES={ovs.MALLOC_TUNABLES}"]
     assert argv[2:] == [ovs.OVS_CTL, "restart", "--system-id=random"]
@@ -173,7 +173,7 @@ def test_ovs_is_started_with_fixed_malloc_thresholds_and_a_daemon_without_them_i
 
 
 def test_why_ovs_is_restarted_before_a_fabric():
-    from testbed.net.ovs import restart_reason
+    from testbed.dataplane.ovs import restart_reason
     small = restart_reason(212_992, 8_000_000, True, False)
     assert small == "OVS send buffer 212992 B < 8000000 B needed"
     # too small a buffer is a reason even with others' bridges (restart_vswitchd then

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from testbed.workloads import models
-from testbed.workloads.commmodel import ring_allreduce_s
 from testbed.workloads.launch import free_port, start_local
+from testbed.workloads.model.commmodel import ring_allreduce_s
 
 worker = start_local
 

@@ -1,6 +1,6 @@
 """Training jobs sharing one fabric: interference, cross-job placement, and the
 cross-job policies of Crux, CASSINI and MLTCP as controller apps (controllers/jobpolicy.py),
-each job alone and together, beside the fluid model (testbed/workloads/interference.py).
+each job alone and together, beside the fluid model (testbed/workloads/model/interference.py).
 docs/JOBS.md.
 
     spec.py      the spec types, the cross-job placement and their checks

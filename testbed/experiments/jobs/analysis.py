@@ -8,7 +8,7 @@ import statistics
 
 from controllers.jobpolicy import JobInfo
 from testbed.results.stats import round_or_none as _r
-from testbed.workloads.interference import simulate, steady_iteration_s
+from testbed.workloads.model.interference import simulate, steady_iteration_s
 
 from .model import (
     Expected,

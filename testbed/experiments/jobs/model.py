@@ -1,6 +1,6 @@
 """Pure decisions of the jobs-sharing-a-fabric experiment: the classes, the links and ports
 jobs share, each job's profile and iterations from its rank rows, the overlap of the jobs'
-communication phases, and the fluid model's expectation (workloads/interference.py)."""
+communication phases, and the fluid model's expectation (workloads/model/interference.py)."""
 from __future__ import annotations
 
 import statistics
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from controllers.jobpolicy import JobInfo
 from testbed.config.qos import QosConfig, TrafficClass
-from testbed.workloads.interference import (
+from testbed.workloads.model.interference import (
     Iteration,
     best_offsets,
     overlap_fraction,
@@ -16,7 +16,7 @@ from testbed.workloads.interference import (
     simulate,
     steady_iteration_s,
 )
-from testbed.workloads.parallel.cost import KINDS
+from testbed.workloads.model.parallel.cost import KINDS
 from topologies.graph import link_shares
 from topologies.model import Topology, ifname
 

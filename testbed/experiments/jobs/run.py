@@ -14,9 +14,9 @@ from pathlib import Path
 
 from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
-from testbed.errors import TestbedError
-from testbed.workloads.jobsync import read_progress, write_start
+from testbed.core.errors import TestbedError
 from testbed.workloads.launch import parallel_argv, train_argv
+from testbed.workloads.model.jobsync import read_progress, write_start
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug

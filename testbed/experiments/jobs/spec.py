@@ -13,10 +13,10 @@ from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.qos import NCLASS, EcnProfile
 from testbed.config.spec import ExperimentSpec, Spec
-from testbed.workloads.parallel.cost import KINDS
-from testbed.workloads.parallel.desc import ModelDesc
-from testbed.workloads.parallel.job import RealModel
-from testbed.workloads.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.model.parallel.cost import KINDS
+from testbed.workloads.model.parallel.desc import ModelDesc
+from testbed.workloads.model.parallel.job import RealModel
+from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
 from topologies import TopologyError
 from topologies.model import Topology
 
@@ -146,7 +146,7 @@ class Jobs(ExperimentSpec):
     """Training jobs side by side on one fabric: each alone, then all together under each
     cross-job policy, per placement; iteration times, slowdown, bytes, marks and drops per
     job and link, and the jobs' communication phases on one time axis, beside the fluid
-    model (testbed/workloads/interference.py). docs/JOBS.md."""
+    model (testbed/workloads/model/interference.py). docs/JOBS.md."""
     type: Literal["jobs"] = "jobs"
     jobs: list[SharedJob] = field(default_factory=list)
     placements: list[str] = field(default_factory=lambda: ["packed"])

@@ -1,7 +1,7 @@
 """Large-model parallel training: tensor, pipeline (GPipe, 1F1B), sharded
 (ZeRO / FSDP) and expert parallelism, combined, with real Gloo workers placed on the
 fabric, real or emulated compute, and every collective type's bytes and time beside the
-analytical model (testbed/workloads/parallel/cost.py). docs/PARALLEL.md.
+analytical model (testbed/workloads/model/parallel/cost.py). docs/PARALLEL.md.
 
     spec.py      the spec types and their checks
     model.py     each rank's job, the bandwidth each collective type gets, the core bytes

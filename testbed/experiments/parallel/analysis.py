@@ -7,9 +7,9 @@ import statistics
 
 from testbed.results.stats import median_or_none
 from testbed.results.stats import round_or_none as _r
-from testbed.workloads.parallel.cost import KINDS, Network, Plan
-from testbed.workloads.parallel.layout import Layout
-from testbed.workloads.parallel.schedule import simulate
+from testbed.workloads.model.parallel.cost import KINDS, Network, Plan
+from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.schedule import simulate
 
 from ..training.model import cpu_bound_verdict
 from .model import wire_factor

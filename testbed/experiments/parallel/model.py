@@ -11,9 +11,9 @@ from testbed.config.units import (
     IP_TCP_HEADER_BYTES,
     tcp_payload_fraction,
 )
-from testbed.workloads.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
-from testbed.workloads.parallel.job import JobConfig
-from testbed.workloads.parallel.layout import Layout
+from testbed.workloads.model.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
+from testbed.workloads.model.parallel.job import JobConfig
+from testbed.workloads.model.parallel.layout import Layout
 from topologies.graph import link_shares, shortest_paths
 from topologies.model import Topology
 

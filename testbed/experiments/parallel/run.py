@@ -4,9 +4,9 @@ each class (collective type) put through the core are read from the switches' co
 from __future__ import annotations
 
 from testbed.config.loader import dump_json
-from testbed.errors import TestbedError
+from testbed.core.errors import TestbedError
 from testbed.workloads.launch import parallel_argv
-from testbed.workloads.parallel.cost import KINDS, sent_bytes
+from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 

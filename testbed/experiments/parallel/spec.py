@@ -10,11 +10,11 @@ from testbed.config.controller import check_routing
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
-from testbed.workloads.parallel.cost import KINDS
-from testbed.workloads.parallel.desc import ModelDesc, load_models
-from testbed.workloads.parallel.job import COMPUTE_MODES, RealModel
-from testbed.workloads.parallel.layout import POLICIES, Layout, place
-from testbed.workloads.parallel.schedule import SCHEDULES
+from testbed.workloads.model.parallel.cost import KINDS
+from testbed.workloads.model.parallel.desc import ModelDesc, load_models
+from testbed.workloads.model.parallel.job import COMPUTE_MODES, RealModel
+from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.model.parallel.schedule import SCHEDULES
 from topologies import TopologyError
 from topologies.model import Topology
 

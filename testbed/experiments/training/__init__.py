@@ -1,7 +1,7 @@
 """Distributed training traffic: real `torch.distributed` Gloo workers in the emulated
 hosts (ring allreduce, parameter servers with BSP/SSP/ASP, local SGD, compression, P3
 priorities), every job's communication time beside the analytical model's
-(testbed/workloads/commmodel.py), with its CPU headroom measured, because a CPU-bound
+(testbed/workloads/model/commmodel.py), with its CPU headroom measured, because a CPU-bound
 emulation does not give faithful numbers. docs/TRAINING.md.
 
     spec.py      the spec types and their checks

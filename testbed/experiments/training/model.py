@@ -9,7 +9,7 @@ import random
 from controllers import trace
 from controllers.routing import plan as routing_plan
 from testbed.config.qos import QosConfig, TrafficClass
-from testbed.workloads import commmodel
+from testbed.workloads.model import commmodel
 from topologies.graph import distances_to, link_shares
 from topologies.model import Topology
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from controllers.recovery import degraded
 from testbed.config.faults import FabricFault, describe_steps, fault_ports
-from testbed.errors import TestbedError
-from testbed.workloads.flows import assign_ports, sent_mbps
+from testbed.core.errors import TestbedError
 from testbed.workloads.launch import train_argv
+from testbed.workloads.model.flows import assign_ports, sent_mbps
 from topologies.graph import distances_to
 from topologies.model import Topology, at_rate, ifname
 

@@ -117,7 +117,7 @@ class Training(ExperimentSpec):
                           f"controller.routing (for {path}.topologies: {fabric.kind})")
 
     def check_cluster(self, path: str, spec: Spec, topo: Topology) -> None:
-        from testbed.cluster.placement import place
+        from testbed.config.placement import place
 
         assert spec.cluster is not None
         if self.faults:  # they read the connections on a port from this machine's sockets

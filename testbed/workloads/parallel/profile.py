@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from .desc import ModelDesc, load_models
+from testbed.workloads.model.parallel.desc import ModelDesc, load_models
 
 
 def profile(m: ModelDesc, repeat: int = 5) -> tuple[float, float]:

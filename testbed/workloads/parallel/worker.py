@@ -33,14 +33,14 @@ from pathlib import Path
 
 from testbed.config.loader import load_json
 from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
+from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
+from testbed.workloads.model.parallel.cost import KINDS
+from testbed.workloads.model.parallel.desc import LayerWork, stage_layers
+from testbed.workloads.model.parallel.job import JobConfig
+from testbed.workloads.model.parallel.schedule import actions
 
-from ..jobsync import Gate, Reporter, before_iteration
 from ..sockets import mark_sockets, socket_fds, tcp_sent
 from ..train import Timeline, counters, exit_now, report_failure, union_s
-from .cost import KINDS
-from .desc import LayerWork, stage_layers
-from .job import JobConfig
-from .schedule import actions
 
 TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
 IN_FLIGHT: list[str] = []  # what a failed rank was waiting for, for its error file

@@ -2,7 +2,7 @@
 valve_of). They take a Ryu datapath only for its ofproto/parser and never send anything."""
 from __future__ import annotations
 
-from controllers.compat import arp, ethernet, packet
+from controllers.apps.compat import arp, ethernet, packet
 from controllers.plugin_guard import COOKIE_BAND
 from controllers.routing import Group, Rule
 

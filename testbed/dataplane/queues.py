@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config.units import frame_bytes, htb_burst_bytes
-from testbed.system import TestbedError, in_netns, run
+from testbed.core.system import TestbedError, in_netns, run
 
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
@@ -66,7 +66,7 @@ class PortQueue:
 
 def _limit_pkts(q: PortQueue) -> int:
     """Packet limit for leaves that count packets only (netem, pfifo_head_drop)."""
-    return q.buffer_pkts or max(1, q.buffer_bytes // frame_bytes(q.mtu_bytes))
+    return q.buffer_pkts or max(1, (q.buffer_bytes or 0) // frame_bytes(q.mtu_bytes))
 
 
 def _burst_args(q: PortQueue) -> list[str]:

@@ -14,7 +14,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UNKNOWN = "unknown"
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cost import Plan
-from .desc import ModelDesc
-from .layout import Layout
+from testbed.workloads.model.parallel.cost import Plan
+from testbed.workloads.model.parallel.desc import ModelDesc
+from testbed.workloads.model.parallel.layout import Layout
 
 COMPUTE_MODES = ("real", "emulated")
 

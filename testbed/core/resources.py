@@ -12,10 +12,11 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .system import TestbedError, run, sysctl_set
+from testbed.core.system import TestbedError, run, sysctl_set
 
 BPF_PIN_ROOT = Path("/sys/fs/bpf/testbed")
 
@@ -146,8 +147,18 @@ def stop_pid(pid: int, start: int | None, timeout: float = 3.0) -> bool:
     return True
 
 
-def release_record(rec: RunRecord) -> list[str]:
-    """Remove everything `rec` lists; returns what was removed. Safe to call twice."""
+# what removes a record's things on other servers (a cluster's, `testbed/cluster/servers.py`
+# `release_servers`): given the record's servers and its run id, what it removed. The record
+# sits below the cluster layer, so whoever releases a record passes it in.
+ServerRelease = Callable[[list[dict], str], list[str]]
+
+
+def release_record(rec: RunRecord, release_servers: ServerRelease | None = None) -> list[str]:
+    """Remove everything `rec` lists; returns what was removed. Safe to call twice. A record
+    with other servers is refused unless `release_servers` can reach them."""
+    if rec.servers and release_servers is None:
+        raise TestbedError(f"run {rec.run_id} made things on other servers; "
+                           "`sudo testbed clean` removes them")
     removed: list[str] = []
     for entry in reversed(rec.pids):
         if stop_pid(entry["pid"], entry.get("start")):
@@ -174,9 +185,8 @@ def release_record(rec: RunRecord) -> list[str]:
             sysctl_set(name, value)
         except OSError:
             pass
-    if rec.servers:
-        from testbed.cluster.servers import control_dir, release_remote
-        removed += release_remote(rec.servers, control_dir(STATE_DIR, rec.run_id), BPF_PIN_ROOT)
+    if rec.servers and release_servers is not None:
+        removed += release_servers(rec.servers, rec.run_id)
     mark_killed(rec)
     rec.path.unlink(missing_ok=True)
     return removed
@@ -205,7 +215,7 @@ def mark_killed(rec: RunRecord) -> None:
                       f"found dead at {died}"}))
 
 
-def clean() -> list[str]:
+def clean(release_servers: ServerRelease | None = None) -> list[str]:
     """Remove what earlier runs left behind (never what a live run owns)."""
     removed: list[str] = []
     for rec in records():
@@ -213,5 +223,5 @@ def clean() -> list[str]:
         if rec.owner_pid != os.getpid() and alive:
             raise TestbedError(f"run {rec.run_id} (pid {rec.owner_pid}) is still active; "
                                "stop it first (Ctrl-C or kill that pid)")
-        removed += release_record(rec)
+        removed += release_record(rec, release_servers)
     return removed

@@ -8,10 +8,10 @@ import socket
 import subprocess
 from pathlib import Path
 
-from .errors import TestbedError
+from testbed.core.errors import TestbedError
 
 # the checkout the testbed runs from (a cluster's servers have it at the same path)
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(argv: list[str], check: bool = True, timeout: float = 60,

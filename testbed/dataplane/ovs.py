@@ -16,14 +16,14 @@ import contextlib
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from testbed.config.datapath import Traits
 from testbed.config.datapath import choose as choose_datapath
 from testbed.config.units import frame_bytes
-from testbed.system import TestbedError, have, run, sysctl_get, sysctl_set
+from testbed.core.system import TestbedError, have, run, sysctl_get, sysctl_set
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 # glibc's malloc thresholds for ovs-vswitchd. Started without them, it returned memory to
@@ -186,7 +186,8 @@ BUFFER_SYSCTLS = ("net.core.wmem_max", "net.core.wmem_default", "net.core.rmem_m
 
 
 @contextlib.contextmanager
-def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | None = None):
+def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | None = None
+                          ) -> Iterator[dict[str, str]]:
     """Raise the default/max socket buffers while OVS creates its sockets, then restore.
     `remember(name, old value)` is called before each change (a run's record, so that
     `testbed clean` restores them after a SIGKILL that skips the `finally`)."""
@@ -292,7 +293,7 @@ def main(argv: list[str]) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
-    print("usage: python -m testbed.net.ovs ensure-started [SNDBUF_BYTES]", file=sys.stderr)
+    print("usage: python -m testbed.dataplane.ovs ensure-started [SNDBUF_BYTES]", file=sys.stderr)
     return 2
 
 

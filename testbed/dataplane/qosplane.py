@@ -1,4 +1,4 @@
-"""Installs the traffic-class dataplane on a fabric (see testbed/net/qos_render.py for its structure):
+"""Installs the traffic-class dataplane on a fabric (see testbed/dataplane/qos_render.py for its structure):
 builds and loads the BPF programs, gives every interface its HTB classes, tbf gates and BPF
 hooks, fills the maps that are the dataplane's own (ports, links, buffer limits) and writes
 `dataplane.json`, from which the controller's QoS apps (ECN, PFC, priority) and the monitor
@@ -11,18 +11,19 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from testbed.config.loader import from_data
 from testbed.config.qos import QosConfig, class_buffer
 from testbed.config.units import frame_bytes
-from testbed.system import TestbedError, in_netns, run
-from topologies.model import Topology, ifname
-
-from . import qos_render as qos
-from .bpfsys import Map
-from .dataplane import apply_tc
+from testbed.core.resources import RunRecord
+from testbed.core.system import TestbedError, in_netns, run
+from testbed.dataplane import qos_render as qos
+from testbed.dataplane.bpfsys import Map
+from testbed.dataplane.queues import apply_tc
+from topologies.model import Link, Topology, ifname
 
 BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "tbqos.bpf.c"
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
@@ -70,7 +71,8 @@ def interface_indexes(netns_pid: int | None) -> dict[str, int]:
 
 
 class QosPlane:
-    def __init__(self, topo: Topology, config: QosConfig, *, rate_of, host_pid,
+    def __init__(self, topo: Topology, config: QosConfig, *, rate_of: Callable[[Link], float],
+                 host_pid: Callable[[str], int],
                  mtu_bytes: int, burst_us: int, buffer_pkts: int | None,
                  buffer_bytes: int | None, host_queue_pkts: int, pin_dir: Path, out_dir: Path):
         self.topo = topo
@@ -131,7 +133,7 @@ class QosPlane:
         out = []
         for i, cls in enumerate(self.cfg.classes):
             lb, lp = self.limits(port, i)
-            if not port.is_host and cls.lossless:
+            if not port.is_host and cls.lossless and self.cfg.pfc is not None:
                 ports = len(self.topo.ports_of(port.node))
                 lb = ports * (self.cfg.pfc.xoff_bytes + self.cfg.pfc.headroom_bytes)
             out.append(max(lb, lp * self.frame) + 4 * self.frame)
@@ -157,12 +159,12 @@ class QosPlane:
         return pkts, nbytes
 
     # ---- install ---------------------------------------------------------------------
-    def install(self, record) -> None:
+    def install(self, record: RunRecord) -> None:
         """Every port, on this machine (a fabric on one server)."""
         self.pin(record)
         self.write_description(self.install_ports(self.ports, self.pin_dir))
 
-    def pin(self, record, pin_dir: Path | None = None) -> None:
+    def pin(self, record: RunRecord, pin_dir: Path | None = None) -> None:
         """Makes this machine's pin directory (refused if one is left from another run) and
         records it for `testbed clean`."""
         pin_dir = pin_dir or self.pin_dir
@@ -290,7 +292,7 @@ class QosPlane:
         tmp.replace(self.description)
 
     def wait_apps(self, status_dir: Path, since: float, timeout: float = 30.0,
-                  alive=lambda: True, apps: tuple[str, ...] = QOS_APPS) -> dict:
+                  alive: Callable[[], bool] = lambda: True, apps: tuple[str, ...] = QOS_APPS) -> dict:
         """Until every QoS app has applied its policy to this dataplane."""
         deadline = time.time() + timeout
         status: dict = {}

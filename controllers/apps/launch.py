@@ -1,7 +1,7 @@
-"""Starts the Ryu controller for a run: `python -m controllers.launch [ryu-manager args] APP...`.
+"""Starts the Ryu controller for a run: `python -m controllers.apps.launch [ryu-manager args] APP...`.
 
 The testbed starts this with an argv list; it applies the Ryu compatibility fix before Ryu's
-manager parses its options, and puts the plugin guard (controllers/plugin_guard.py) in front
+manager parses its options, and puts the plugin guard (controllers/apps/guard.py) in front
 of every message sent to a switch. Every app reads the phase's configuration file, named by
 the one variable the runner sets ($TESTBED_CONTROLLER_CONFIG; testbed/config/controller.py).
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 import sys
 
-from controllers import plugin_guard
-from controllers.compat import manager
+from controllers.apps import guard
+from controllers.apps.compat import manager
 from testbed.config.controller import phase_config
 
 
 def main(argv: list[str] | None = None) -> None:
-    plugin_guard.install(phase_config().topology(),
-                         warn=logging.getLogger("testbed.plugin_guard").warning)
+    guard.install(phase_config().topology(),
+                  warn=logging.getLogger("testbed.plugin_guard").warning)
     manager.main(args=list(sys.argv[1:] if argv is None else argv), prog="testbed-controller")
 
 

@@ -23,9 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .desc import LayerWork, ModelDesc, layer_work, mlp_work, stage_layers
-from .layout import Layout
-from .schedule import bubble_fraction, simulate
+from testbed.workloads.model.parallel.desc import (
+    LayerWork,
+    ModelDesc,
+    layer_work,
+    mlp_work,
+    stage_layers,
+)
+from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.schedule import bubble_fraction, simulate
 
 KINDS = ("tp", "pp", "dp", "ep", "fsdp")  # collective types, one process group (DSCP) each
 

@@ -192,7 +192,7 @@ def parse_finite(f: Flow, text: str) -> FlowResult:
         return FlowResult(src=f.src, dst=f.dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
                           max_cwnd_bytes=0, sender_cc="", receiver_cc="",
                           error=f"finite flow did not finish: {text[-200:]!r}")
-    rate = f.nbytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
+    rate = (f.nbytes or 0) * 8 / seconds / 1e6 if seconds > 0 else 0.0
     return FlowResult(src=f.src, dst=f.dst, goodput_mbps=rate, sent_mbps=rate, retransmits=0,
                       max_cwnd_bytes=0, sender_cc="", receiver_cc="", seconds=seconds)
 

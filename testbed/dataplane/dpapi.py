@@ -27,9 +27,8 @@ from typing import Any
 from testbed.config.loader import from_data
 from testbed.config.qos import EV_OVERFLOW, EV_XOFF, EV_XON, EcnProfile, PfcConfig, QosConfig
 from testbed.config.units import class_minor, frame_bytes
-
-from . import qos_render as qos
-from .bpfsys import Map, RingBuffer
+from testbed.dataplane import qos_render as qos
+from testbed.dataplane.bpfsys import Map, RingBuffer
 
 CLONE_NEWNET = 0x40000000
 KICK_FRAME = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x00" + b"\x88\xb5" + bytes(46)
@@ -137,7 +136,8 @@ class Dataplane:
         self.servers: dict[str, dict] = self.desc.get("servers") or {}
         self.here: str | None = here if here is not None else self.desc.get("here")
         self.forward = forward
-        self.map_dir = (self.servers[self.here]["map_dir"] if self.here in self.servers
+        self.map_dir = (self.servers[self.here]["map_dir"]
+                        if self.here is not None and self.here in self.servers
                         else self.desc["map_dir"])
         self.ports: list[dict] = self.desc["ports"]
         self.by_name = {p["ifname"]: p for p in self.ports}

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import Layout
+from testbed.workloads.model.parallel.layout import Layout
 
 MODELS_FILE = Path(__file__).with_name("models.yaml")
 

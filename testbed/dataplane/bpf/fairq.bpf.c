@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Flow-fair host NIC queue (links.host_queue: fair; testbed/net/dataplane.py): the classifier
+ * Flow-fair host NIC queue (links.host_queue: fair; testbed/dataplane/queues.py): the classifier
  * of a host NIC's HTB, which has one class per bucket under the link's class. Each flow (the
  * kernel's flow hash, on the 5-tuple) gets a bucket of its own, handed out round robin as
  * flows appear, so that flows share the NIC round robin as under fq or fq_codel (the default
@@ -18,7 +18,7 @@
 #include <bpf/bpf_helpers.h>
 
 #ifndef FAIR_MAJOR
-#error "FAIR_MAJOR, FAIR_FIRST_MINOR and FAIR_BUCKETS are set by testbed/net/dataplane.py"
+#error "FAIR_MAJOR, FAIR_FIRST_MINOR and FAIR_BUCKETS are set by testbed/dataplane/queues.py"
 #endif
 
 struct {                       /* flow hash -> its bucket; the least recently seen go first */

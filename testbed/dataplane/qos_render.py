@@ -16,7 +16,7 @@ tbf leaf of each class is the PFC pause gate: changing it to a 1 kbit/s rate sto
 change, HTB's classes would not). Buffer limits are enforced by the BPF program, not the
 qdiscs (their limits are larger), so that drops are counted exactly once.
 
-The byte layouts here mirror the structs in testbed/net/bpf/tbqos.bpf.c.
+The byte layouts here mirror the structs in testbed/dataplane/bpf/tbqos.bpf.c.
 """
 from __future__ import annotations
 
