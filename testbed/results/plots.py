@@ -49,6 +49,11 @@ def mark_cpu_bound(ax: Any, rows: list[dict], heights: Sequence[float],
     return True
 
 
+def cell(value: str | None, missing: float | None = 0.0) -> float | None:
+    """A table cell as a number, `missing` where the run wrote nothing (empty or None)."""
+    return float(value) if value not in (None, "", "None") else missing
+
+
 def plot_rows(path: Path) -> list[dict]:
     """A table's rows as the plots read them: in a sweep, each row's `experiment` names its
     point too ("p1-0": experiment 0 at point 1, as raw file names do), so that no plot

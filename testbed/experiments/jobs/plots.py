@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.plots import (
+    cell,
     mark_cpu_bound,
     plot_rows,
     pyplot,
@@ -18,10 +19,6 @@ from testbed.results.plots import (
 from .model import STAYS_BELOW
 
 
-def _f(value: str | None) -> float:
-    return float(value) if value not in (None, "", "None") else 0.0
-
-
 def iterations(rows: list[dict], plots: Path) -> Path | None:
     """Per placement, policy and job: median iteration (measured, model) and alone."""
     rows = [r for r in rows if r["policy"] != "alone"]
@@ -32,12 +29,12 @@ def iterations(rows: list[dict], plots: Path) -> Path | None:
     x = list(range(len(rows)))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(rows) + 2), 4.8))
-    ax.bar([i - 0.27 for i in x], [_f(r["alone_iter_s"]) for r in rows], 0.27,
+    ax.bar([i - 0.27 for i in x], [cell(r["alone_iter_s"]) for r in rows], 0.27,
            label="alone", color="tab:green")
-    ax.bar(x, [_f(r["iter_s_median"]) for r in rows], 0.27, label="shared, measured")
-    ax.bar([i + 0.27 for i in x], [_f(r["model_policy_s"]) for r in rows], 0.27,
+    ax.bar(x, [cell(r["iter_s_median"]) for r in rows], 0.27, label="shared, measured")
+    ax.bar([i + 0.27 for i in x], [cell(r["model_policy_s"]) for r in rows], 0.27,
            label="model", color="tab:gray")
-    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
+    mark_cpu_bound(ax, rows, [cell(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
     ax.set_title(title("Jobs sharing a fabric", "each policy against the job alone", rows,
@@ -65,9 +62,9 @@ def phases(rows: list[dict], plots: Path) -> Path | None:
         for y, job in enumerate(jobs):
             its = [r for r in mine if r["job"] == job]
             c = colours[y % len(colours)]
-            ax.broken_barh([(_f(r["sync_start_s"]), _f(r["end_s"]) - _f(r["sync_start_s"]))
+            ax.broken_barh([(cell(r["sync_start_s"]), cell(r["end_s"]) - cell(r["sync_start_s"]))
                             for r in its], (y - 0.35, 0.7), color=c)
-            ax.broken_barh([(_f(r["start_s"]), _f(r["sync_start_s"]) - _f(r["start_s"]))
+            ax.broken_barh([(cell(r["start_s"]), cell(r["sync_start_s"]) - cell(r["start_s"]))
                             for r in its], (y - 0.1, 0.2), color=c, alpha=0.3)
         ax.set_yticks(range(len(jobs)), jobs, fontsize=7)
         ax.set_title(tagged(f"{key[1]} {key[2]}: communication (thick), compute (thin)",
@@ -86,7 +83,7 @@ def overlap(rows: list[dict], plots: Path) -> Path | None:
         if r["policy"] == "alone":
             continue
         series.setdefault((tagged(r["placement"], r, several), r["policy"]), {}).setdefault(
-            int(r["iteration"]), []).append(_f(r["overlap"]))
+            int(r["iteration"]), []).append(cell(r["overlap"]))
     if not series:
         return None
     plt = pyplot()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.plots import (
+    cell,
     mark_cpu_bound,
     plot_rows,
     pyplot,
@@ -12,10 +13,6 @@ from testbed.results.plots import (
     tagged,
     title,
 )
-
-
-def _f(value: str | None) -> float:
-    return float(value) if value not in (None, "", "None") else 0.0
 
 
 def kinds(rows: list[dict], plots: Path) -> Path:
@@ -30,8 +27,8 @@ def kinds(rows: list[dict], plots: Path) -> Path:
                                           "on the wire per rank and iteration (B)"),
                                          ("comm_s", "model_comm_s",
                                           "communication per iteration (s)"))):
-        ax.bar([i - 0.2 for i in x], [_f(r[m]) for r in rows], 0.4, label="measured")
-        ax.bar([i + 0.2 for i in x], [_f(r[mod]) for r in rows], 0.4, label="model",
+        ax.bar([i - 0.2 for i in x], [cell(r[m]) for r in rows], 0.4, label="measured")
+        ax.bar([i + 0.2 for i in x], [cell(r[mod]) for r in rows], 0.4, label="model",
                color="tab:gray")
         ax.set_ylabel(unit, fontsize=8)
         ax.legend(fontsize=8)
@@ -50,10 +47,10 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     x = list(range(len(rows)))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
-    ax.bar([i - 0.2 for i in x], [_f(r["iter_s_median"]) for r in rows], 0.4, label="measured")
-    ax.bar([i + 0.2 for i in x], [_f(r["model_iter_s"]) for r in rows], 0.4, label="model",
+    ax.bar([i - 0.2 for i in x], [cell(r["iter_s_median"]) for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [cell(r["model_iter_s"]) for r in rows], 0.4, label="model",
            color="tab:gray")
-    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) for r in rows])
+    mark_cpu_bound(ax, rows, [cell(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")
     ax.set_title(title("Parallel jobs", "iteration time, measured vs model", rows,
@@ -66,11 +63,11 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
         for exp in dict.fromkeys(r.get("experiment") for r in pipes):
             for sched, marker in (("gpipe", "o"), ("1f1b", "s")):
                 mine = [r for r in pipes if r["schedule"] == sched and r.get("experiment") == exp]
-                pts = sorted((int(r["micro_batches"]), _f(r["bubble"])) for r in mine)
+                pts = sorted((int(r["micro_batches"]), cell(r["bubble"])) for r in mine)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker + "-",
                             label=tagged(f"{sched} measured", mine[0], several))
-        ideal = sorted({(int(r["micro_batches"]), _f(r["bubble_ideal"])) for r in pipes})
+        ideal = sorted({(int(r["micro_batches"]), cell(r["bubble_ideal"])) for r in pipes})
         ax.plot([p[0] for p in ideal], [p[1] for p in ideal], "k--",
                 label="model: (p-1)/(m+p-1)")
         ax.set_xlabel("micro-batches per iteration (m)")
@@ -88,9 +85,9 @@ def by_rate(rows: list[dict], plots: Path) -> Path | None:
     several = several_experiments(rows)
     series: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
     for r in rows:
-        sent = sum(_f(r.get(f"{k}_bytes")) for k in ("tp", "pp", "dp", "ep", "fsdp"))
+        sent = sum(cell(r.get(f"{k}_bytes")) for k in ("tp", "pp", "dp", "ep", "fsdp"))
         series.setdefault((r["fabric"].split("@")[0], tagged(r["job"], r, several)), []).append(
-            (_f(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_iter_s"]), sent))
+            (cell(r["host_rate_mbps"]), cell(r["iter_s_median"]), cell(r["model_iter_s"]), sent))
     if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
         return None
     plt = pyplot()

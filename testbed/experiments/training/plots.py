@@ -5,6 +5,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from testbed.results.plots import (
+    cell,
     mark_cpu_bound,
     plot_rows,
     pyplot,
@@ -13,10 +14,6 @@ from testbed.results.plots import (
     tagged,
     title,
 )
-
-
-def _f(value: str) -> float | None:
-    return float(value) if value not in ("", "None") else None
 
 
 def _key(r: dict) -> str:
@@ -32,16 +29,17 @@ def comm_vs_model(rows: list[dict], plots: Path) -> Path:
     x = range(len(rows))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
-    ax.bar([i - 0.2 for i in x], [_f(r["comm_s_median"]) or 0 for r in rows], 0.4,
+    ax.bar([i - 0.2 for i in x], [cell(r["comm_s_median"], None) or 0 for r in rows], 0.4,
            label="measured communication")
-    ax.bar([i + 0.2 for i in x], [_f(r["model_comm_s"]) or 0 for r in rows], 0.4,
+    ax.bar([i + 0.2 for i in x], [cell(r["model_comm_s"], None) or 0 for r in rows], 0.4,
            label="analytical model", color="tab:gray")
-    ax.plot(list(x), [_f(r["iter_s_median"]) or 0 for r in rows], "k_", ms=18, mew=2,
+    ax.plot(list(x), [cell(r["iter_s_median"], None) or 0 for r in rows], "k_", ms=18, mew=2,
             label="iteration (median)")
-    mark_cpu_bound(ax, rows, [_f(r["iter_s_median"]) or 0 for r in rows])
+    mark_cpu_bound(ax, rows, [cell(r["iter_s_median"], None) or 0 for r in rows])
     ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("time per synchronisation (s)")
-    values = [v for r in rows for v in (_f(r["comm_s_median"]), _f(r["model_comm_s"])) if v]
+    values = [v for r in rows
+              for v in (cell(r["comm_s_median"], None), cell(r["model_comm_s"], None)) if v]
     if values and max(values) > 20 * min(values):
         ax.set_yscale("log")
     ax.legend(fontsize=8)
@@ -56,7 +54,7 @@ def by_rate(rows: list[dict], plots: Path) -> Path | None:
     series = defaultdict(list)
     for r in rows:
         series[(r["fabric"].split("@")[0], tagged(_key(r), r, several))].append(
-            (float(r["host_rate_mbps"]), _f(r["iter_s_median"]), _f(r["model_comm_s"])))
+            (float(r["host_rate_mbps"]), cell(r["iter_s_median"], None), cell(r["model_comm_s"], None)))
     if not any(len({p[0] for p in pts}) > 1 for pts in series.values()):
         return None
     plt = pyplot()
@@ -89,7 +87,7 @@ def compression(rows: list[dict], plots: Path) -> Path | None:
             ("bytes sent per worker and synchronisation", "iteration time (median)",
              "test accuracy after the budget"),
             ("bytes (B)", "time (s)", "accuracy (fraction)")):
-        ax.bar(range(len(rows)), [_f(r[field]) or 0 for r in rows])
+        ax.bar(range(len(rows)), [cell(r[field], None) or 0 for r in rows])
         ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(what, fontsize=9)
         ax.set_ylabel(ylabel)
