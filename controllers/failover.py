@@ -42,7 +42,7 @@ def plan(topo: Topology, mode: str = "ecmp", fast_failover: bool = False,
          **plan_args: object) -> Plan:
     """`routing.plan`, protected by fast-failover groups when asked (what the controller
     installs and replans)."""
-    if fast_failover and any(h.relay for h in topo.hosts):
+    if fast_failover and topo.relays:
         raise ValueError("fast failover needs a switched fabric (not BCube's server relays)")
     base = routing.plan(topo, mode, **plan_args)  # type: ignore[arg-type]
     return protect(topo, base) if fast_failover else base

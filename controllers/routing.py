@@ -69,7 +69,7 @@ def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = F
     needs it too). With fast failover: `controllers.failover.plan`."""
     if mode not in MODES or topo.kind == "hybrid":
         return fabric_routing.plan(topo, mode, track)
-    if any(h.relay for h in topo.hosts):
+    if topo.relays:
         if mode == "hedera" or track:
             raise ValueError("routing mode hedera and flow priorities need a switched fabric "
                              "(not BCube's server relays)")

@@ -37,7 +37,7 @@ from typing import Any
 
 from testbed.core.errors import TestbedError
 from testbed.workloads.model.flows import FlowResult, assign_ports, carried_nothing
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 from .config.loader import SpecError, from_data, registered
 from .config.network import TopologySpec
@@ -216,7 +216,7 @@ class LiveFabric:
         """The switch egress port toward a host (its edge switch's downlink)."""
         self.pid(host)
         _, switch, port = self.topo.ports_of(host)[0]
-        return f"{switch}-eth{port}"
+        return ifname(switch, port)
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
         """Stop processes started with `Host.start` (SIGTERM, then SIGKILL)."""

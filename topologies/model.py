@@ -91,6 +91,12 @@ class Topology:
     def node(self, name: str) -> Host | Switch:
         return self._idx()["nodes"][name]
 
+    @property
+    def relays(self) -> bool:
+        """Whether servers forward each other's packets (BCube, DCell, FiConn, MDCube:
+        `RELAY_KINDS` in kinds.py), so that routes live in hosts as well as in switches."""
+        return any(h.relay for h in self.hosts)
+
     def host(self, name: str) -> Host:
         """The host `name` (KeyError if it is not one)."""
         node = self.node(name)
@@ -194,7 +200,14 @@ def _plain(d: dict) -> dict:
 
 
 def ifname(node: str, port: int) -> str:
+    """The interface name of a node's port, `<node>-eth<port>`."""
     return f"{node}-eth{port}"
+
+
+def port_of(name: str) -> tuple[str, int]:
+    """The node and port an interface name (`ifname`) stands for."""
+    node, _, port = name.rpartition("-eth")
+    return node, int(port)
 
 
 def host_ip(n: int) -> str:

@@ -34,7 +34,7 @@ from controllers.apps.compat import (
     set_ev_cls,
 )
 from testbed.config.controller import phase_config
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 # Entries a restarted controller leaves as it finds them: per-flow entries a scheduler placed
 KEEP_ON_RESYNC = frozenset({routing.PRIORITY_FLOW, routing.PRIORITY_PLACED})
@@ -232,11 +232,11 @@ class FabricRouting(RyuApp):
             return
         (self.down.add if is_down else self.down.discard)((node, port))
         todo, unsent = self.replan(self.mode)
-        self.reroutes.append({"time": t0, "port": f"{node}-eth{port}", "down": is_down,
+        self.reroutes.append({"time": t0, "port": ifname(node, port), "down": is_down,
                               "ports_down": len(self.down), "changes": len(todo),
                               "switches": len({c.dpid for c in todo}), "unsent": unsent,
                               "decided_s": round(time.time() - t0, 4)})
-        self.logger.info("port %s-eth%s %s: %d changes on %d switches", node, port,
+        self.logger.info("port %s %s: %d changes on %d switches", ifname(node, port),
                          "down" if is_down else "up", len(todo), len({c.dpid for c in todo}))
         self._write_state()
 
@@ -289,7 +289,7 @@ class FabricRouting(RyuApp):
         """Carry out one of the runner's commands (recovery.command_error says which it may
         not) and answer in the state file."""
         t0 = time.time()
-        relay = any(h.relay for h in self.topo.hosts)
+        relay = self.topo.relays
         error = recovery.command_error(cmd, self.mode, relay)
         done = {"id": cmd.get("id"), "time": t0, "op": cmd.get("op"), "mode": cmd.get("mode")}
         if error:
@@ -348,7 +348,7 @@ class FabricRouting(RyuApp):
                  "connected": {str(k): v for k, v in sorted(self.connected.items())},
                  "ready": {str(k): v for k, v in sorted(self.ready.items())},
                  "counters": {str(k): v for k, v in sorted(self.counters.items())},
-                 "ports_down": sorted(f"{n}-eth{p}" for n, p in self.down),
+                 "ports_down": sorted(ifname(n, p) for n, p in self.down),
                  "reroutes": self.reroutes, "resync": self.config.resync,
                  "resyncs": self.resyncs, "plugin_guard": guard.report(),
                  "commands": self.commands}

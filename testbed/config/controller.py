@@ -168,7 +168,7 @@ class ControllerSpec:
     on_death: Literal["warn", "fail", "restart"] = "warn"
 
     def check(self, topo: Topology) -> None:
-        relay = any(host.relay for host in topo.hosts)
+        relay = topo.relays
         self.flow_priority.check(topo, relay)
         if relay and self.routing == "hedera":
             raise SpecError("controller.routing: hedera needs a switched fabric; BCube's "

@@ -23,7 +23,7 @@ from testbed.core.system import TestbedError, in_netns, run
 from testbed.dataplane import qos_render as qos
 from testbed.dataplane.bpfsys import Map
 from testbed.dataplane.queues import apply_tc
-from topologies.model import Link, Topology, ifname
+from topologies.model import Link, Topology, ifname, port_of
 
 BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "tbqos.bpf.c"
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
@@ -117,7 +117,7 @@ class QosPlane:
 
     @staticmethod
     def _port_no(p: qos.QosPort) -> int:
-        return int(p.ifname.rsplit("-eth", 1)[1])
+        return port_of(p.ifname)[1]
 
     def limits(self, port: qos.QosPort, cls_index: int) -> tuple[int, int]:
         """(limit_bytes, limit_pkts) enforced by BPF; 0 means no limit."""

@@ -17,6 +17,7 @@ from pyroute2 import IPRoute
 from testbed.core.system import run
 from testbed.dataplane import ovs
 from testbed.dataplane.dpapi import Dataplane
+from topologies.model import port_of
 
 from .queues import qdisc_stats
 
@@ -52,7 +53,7 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
         # The BPF dataplane drops before the qdisc (counted here, not by it, headroom
         # overflows included); its resume kicks pass the qdisc, and at the far switch OVS
         # drops them by a counted table-miss entry.
-        c = snap.switches.get(name.rsplit("-eth", 1)[0])
+        c = snap.switches.get(port_of(name)[0])
         if c is None:  # a host's port: conservation is per switch
             continue
         c.enqueued += b["drops"] - b["kicks_sent"]

@@ -19,6 +19,7 @@ from mininet.log import output
 from testbed.core.errors import TestbedError
 from testbed.core.system import run
 from topologies.graph import shortest_paths
+from topologies.model import ifname
 
 
 class TestbedCLI(CLI):
@@ -65,7 +66,7 @@ class TestbedCLI(CLI):
     def do_ports(self, line: str) -> None:
         """ports: the switch ports set down (faults, `set_ports`)."""
         down = sorted(self.live.fabric.ports_down)
-        output(("down: " + ", ".join(f"{n}-eth{p}" for n, p in down) if down
+        output(("down: " + ", ".join(ifname(n, p) for n, p in down) if down
                 else "every port is up") + "\n")
 
     def do_routing(self, line: str) -> None:

@@ -25,7 +25,9 @@ from testbed.dataplane.qosplane import QosPlane
 from testbed.dataplane.queues import PortQueue, htb_commands
 from testbed.results.stats import median_or_none, percentile
 from topologies import bcube, dumbbell, fattree
+from topologies.kinds import KINDS, RELAY_KINDS, build
 from topologies.mnplan import mininet_plan
+from topologies.model import ifname, port_of
 
 
 def test_frame_and_payload():
@@ -134,3 +136,15 @@ def test_bcube_servers_get_their_relay_address_and_a_mac_per_port():
             if node == server.name:
                 macs[port] = link.params[key]
     assert macs == {0: server.macs[0], 1: server.macs[1]} and macs[0] != macs[1]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_fabric_relays_exactly_when_its_kind_says_so(kind):
+    """`Topology.relays` (what the routing, the controller and the checks ask) and
+    `RELAY_KINDS` (what a spec's kind offers before a fabric is built) are one fact."""
+    assert build(kind).relays == (kind in RELAY_KINDS)
+
+
+def test_an_interface_name_reads_back_to_its_node_and_port():
+    for node, port in (("h1", 0), ("e1", 3), ("bc-1-2", 12)):
+        assert port_of(ifname(node, port)) == (node, port)

@@ -18,7 +18,7 @@ from testbed.workloads.model.interference import (
 )
 from testbed.workloads.model.parallel.cost import KINDS
 from topologies.graph import link_shares
-from topologies.model import Topology, ifname
+from topologies.model import Topology, ifname, port_of
 
 from ..parallel.model import kind_flows
 from ..training.model import place_on
@@ -151,9 +151,9 @@ def profile(name: str, dscp: int, rows: list[dict], warmup: int, workers: int,
 
 def port_rate(topo: Topology, name: str) -> float:
     """The rate (Mb/s) of the link an interface is on."""
-    node, _, port = name.rpartition("-eth")
+    end = port_of(name)
     for link in topo.links:
-        if (node, int(port)) in link.ends():
+        if end in link.ends():
             return link.rate_mbps
     raise KeyError(name)
 

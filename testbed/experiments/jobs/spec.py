@@ -285,7 +285,7 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
         fabric = exp.fabric_topology(topo)
     except TopologyError as exc:
         raise SpecError(f"{path}.topology: {exc}") from None
-    if any(h.relay for h in fabric.hosts) and any(per_job_classes(p) for p in exp.policies):
+    if fabric.relays and any(per_job_classes(p) for p in exp.policies):
         raise SpecError(f"{path}.policies: per-job classes need a switched fabric (BCube's "
                         "servers relay, outside the switches' classes)")
     for j, job in enumerate(exp.jobs):

@@ -142,7 +142,7 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
         smallest = min(job.layout.world for job in exp.jobs) if exp.jobs else 0
         if not 0 <= exp.fault.rank < smallest:
             raise SpecError(f"{path}.fault.rank: a rank below {smallest} (got {exp.fault.rank})")
-    if "hedera" in exp.routings and any(h.relay for t in fabrics for h in t.hosts):
+    if "hedera" in exp.routings and any(t.relays for t in fabrics):
         raise SpecError(f"{path}.routings: hedera needs a switched fabric (not BCube)")
     for j, routing in enumerate(exp.routings):
         for t in fabrics:
