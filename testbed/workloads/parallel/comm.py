@@ -14,8 +14,8 @@ from datetime import timedelta
 from testbed.workloads.parallel.cost import KINDS
 from testbed.workloads.parallel.job import JobConfig
 
+from ..rank import Timeline
 from ..sockets import mark_sockets, socket_fds, tcp_sent
-from ..train import Timeline
 
 TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
 

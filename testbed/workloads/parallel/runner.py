@@ -15,7 +15,7 @@ from testbed.workloads.parallel.cost import KINDS
 from testbed.workloads.parallel.job import JobConfig
 from testbed.workloads.parallel.schedule import actions
 
-from ..train import Timeline, counters, union_s
+from ..rank import Timeline, counters, union_s
 from .comm import Comm
 from .emulated import EmulatedStage
 from .real import RealStage

@@ -35,7 +35,7 @@ from pathlib import Path
 from testbed.config.loader import load_json
 from testbed.workloads.parallel.job import JobConfig
 
-from ..train import exit_now, report_failure
+from ..rank import exit_now, report_failure
 from .runner import Runner
 
 IN_FLIGHT: list[str] = []  # what a failed rank was waiting for, for its error file
