@@ -1,0 +1,201 @@
+"""The rank's main loop: per iteration the pipeline schedule (GPipe or 1F1B) over the
+micro-batches, activations and gradients passed between neighbour stages, then the
+data-parallel synchronisation; one row per iteration (`rank<R>.jsonl`: times, bytes per
+collective type, interface bytes, CPU), and the trace and summary when the rank ends.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
+from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
+from testbed.workloads.model.parallel.cost import KINDS
+from testbed.workloads.model.parallel.job import JobConfig
+from testbed.workloads.model.parallel.schedule import actions
+
+from ..rank import Timeline, counters, union_s
+from .comm import Comm
+from .emulated import EmulatedStage
+from .real import RealStage
+
+TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
+
+
+class Runner:
+    def __init__(self, cfg: JobConfig, rank: int, out: Path, ifname: str | None):
+        import torch
+        self.torch, self.cfg, self.rank, self.out, self.ifname = torch, cfg, rank, out, ifname
+        lay = cfg.layout
+        self.dpi, self.stage, _ = lay.coords(rank)
+        self.timeline = Timeline(rank)
+        self.comm = Comm(cfg, rank, self.timeline)
+        self.real = cfg.compute == "real"
+        self.model = RealStage(cfg, self.comm, rank) if self.real else \
+            EmulatedStage(cfg, self.comm, rank)
+        self.logfh = (out / f"rank{rank}.jsonl").open("w", buffering=1)
+        self.gate = Gate(cfg.gate_file)
+        self.reporter = Reporter(cfg.report_file if rank == 0 else "",
+                                 lambda: sum(b for b, _ in self.comm.sent().values()))
+        if self.real:
+            from .. import models
+            self.xtr, self.ytr, _, _ = models.dataset(cfg.real.data, "mlp", seed=cfg.seed)
+            # the batches of replica d are those of the data-parallel job's worker d
+            self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + self.dpi)
+            if cfg.real.batch % cfg.micro_batches:
+                raise ValueError(f"batch {cfg.real.batch} is not a multiple of "
+                                 f"{cfg.micro_batches} micro-batches")
+            self.mb_size = cfg.real.batch // cfg.micro_batches
+        self.grad_out: dict = {}
+
+    def boundary_shape(self, stage: int) -> tuple:
+        """The activation leaving `stage` (the input of stage + 1)."""
+        if self.real:
+            return (self.mb_size, self.cfg.real.width)
+        plan = self.cfg.plan()
+        return (plan.stage_work(stage)[-1].act_elems,)
+
+    def iteration(self, it: int) -> dict:
+        torch, cfg, lay = self.torch, self.cfg, self.cfg.layout
+        if it == cfg.crash_iter and self.rank == cfg.crash_rank:
+            raise RuntimeError(f"injected fault at iteration {it}")
+        if it == cfg.crash_iter and self.rank == cfg.hang_rank:
+            time.sleep(10 * cfg.timeout_s)
+        last = lay.pp - 1
+        dtype = torch.float32 if self.real else self.model.dtype
+        if self.real:
+            idx = torch.randint(0, self.xtr.shape[0], (cfg.real.batch,), generator=self.gen)
+            xs = self.xtr[idx].split(self.mb_size)
+            ys = self.ytr[idx].split(self.mb_size)
+        losses, sends, waited = [], [], 0.0
+        self.comm.spans.clear()
+        t0 = time.perf_counter()
+        compute = 0.0
+        m = cfg.micro_batches
+        acts = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage - 1),
+                                                dtype=dtype), self.stage - 1, 2 * mb)
+                for mb in range(m)} if self.stage > 0 else {}
+        grads = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage),
+                                                 dtype=dtype), self.stage + 1, 2 * mb + 1)
+                 for mb in range(m)} if self.stage < last else {}
+        for kind, mb in actions(cfg.schedule, self.stage, lay.pp, m):
+            if kind == "F":
+                if self.stage > 0:
+                    waited += self.comm.wait(acts[mb])
+                    x = acts.pop(mb)[1]
+                else:
+                    x = xs[mb].reshape(len(xs[mb]), -1) if self.real else None
+                c0 = time.perf_counter()
+                y = self.model.forward(mb, x)
+                compute += time.perf_counter() - c0
+                if self.stage < last:
+                    sends.append(self.comm.send(y.contiguous(), self.stage + 1, tag=2 * mb))
+                elif self.real:
+                    losses.append(self.loss(mb, y, ys[mb]))
+            else:
+                if self.stage < last:
+                    waited += self.comm.wait(grads[mb])
+                    g = grads.pop(mb)[1]
+                else:
+                    g = self.grad_out.pop(mb) if self.real else None
+                c0 = time.perf_counter()
+                gx = self.model.backward(mb, g)
+                compute += time.perf_counter() - c0
+                if self.stage > 0:
+                    sends.append(self.comm.send(gx.contiguous(), self.stage - 1,
+                                                tag=2 * mb + 1))
+        for w in sends:
+            w.wait()
+        t_pipe = time.perf_counter()
+        self.reporter.set_phase("sync")
+        self.sync()
+        t1 = time.perf_counter()
+        self.timeline.span(f"iteration {it}", "iteration", t0, t1, tid=7)
+        # the bubble: the share of the pipeline phase this rank spent outside its layers
+        # (waiting for a neighbour, or for its own sends)
+        # perf_counter is the machine's monotonic clock, the same in every namespace: the
+        # analysis lines up the ranks of a group with these
+        row = {"iteration": it, "iter_s": t1 - t0, "pipeline_s": t_pipe - t0,
+               "sync_s": t1 - t_pipe, "pp_wait_s": waited,
+               "t_start": t0, "t_sync_start": t_pipe, "t_sync_end": t1,
+               "bubble": 1 - compute / (t_pipe - t0) if t_pipe > t0 else 0.0}
+        if self.real:
+            row["loss"] = sum(losses) if losses else None
+        return row | {"compute_loop_s": compute}
+
+    def loss(self, mb: int, logits, y) -> float:
+        """Cross-entropy of the micro-batch, weighted by its share of the replica's batch
+        (so that the micro-batches' gradients add up to the batch's); its gradient is kept
+        for the backward pass."""
+        torch = self.torch
+        n = self.cfg.real.batch
+        logp = torch.log_softmax(logits, dim=1)
+        loss = -logp[torch.arange(len(y)), y].sum() / n
+        g = logp.exp()
+        g[torch.arange(len(y)), y] -= 1
+        self.grad_out[mb] = g / n
+        return loss.item()
+
+    def sync(self) -> None:
+        cfg = self.cfg
+        lr, mom = (cfg.real.lr, cfg.real.momentum) if self.real else (0.0, 0.0)
+        groups = [self.model.shards]
+        if not self.real and self.model.experts is not None:
+            groups.append(self.model.experts)
+        for shards in groups:
+            grads = shards.synchronise()
+            shards.step(grads, lr, mom)
+
+    def close(self) -> None:
+        import resource
+        self.logfh.close()
+        self.timeline.write(self.out / f"rank{self.rank}.trace.json")
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        (self.out / f"rank{self.rank}.summary.json").write_text(json.dumps(
+            {"rank": self.rank, "peak_rss_mb": round(peak_mb, 1),
+             "sockets_marked": self.comm.marked,
+             "groups": {k: r for k, (_, r) in self.comm.groups.items()}}))
+
+    def run(self) -> None:
+        # one snapshot closes an iteration and opens the next: a byte whose ACK comes after
+        # the collective returned (the tail of a send) counts in the next iteration instead
+        # of falling between two (it did: a DP allreduce measured 0.87-0.89 of its volume)
+        self.sent_mark = self.comm.sent()
+        self.reporter.start()
+        try:
+            for it in range(self.cfg.iters):
+                self.one(it, before_iteration(self.gate, self.reporter, it,
+                                              self.cfg.start_file, self.cfg.timeout_s))
+        finally:
+            self.reporter.stop()
+
+    def one(self, it: int, gate_wait: float) -> None:
+        """One iteration, its row written (`gate_wait` is what the gate held it before)."""
+        base = counters(self.ifname)
+        sent0 = self.sent_mark
+        compute0 = self.compute_spans_now()
+        row = self.iteration(it)
+        sent1 = self.sent_mark = self.comm.sent()
+        (rx0, tx0, r0, w0), (rx1, tx1, r1, w1) = base, counters(self.ifname)
+        spans = self.comm.spans
+        row.update({
+            "t_end": time.time(), "stage": self.stage, "dp_index": self.dpi,
+            "compute_s": self.compute_spans_now() - compute0 if not self.real
+            else None,
+            "comm_s": union_s([(s, e) for s, e, _ in spans]),
+            "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0, "cpu_wait_s": w1 - w0, "cpu_s": r1 - r0,
+            "gate_wait_s": gate_wait})
+        for k in KINDS:
+            row[f"{k}_s"] = union_s([(s, e) for s, e, a in spans if a == k])
+            payload = sent1[k][0] - sent0[k][0]
+            row[f"{k}_bytes"] = payload
+            row[f"{k}_wire_bytes"] = payload + (sent1[k][1] - sent0[k][1]) * TCP_HEADERS
+        if self.real:  # the layers' time without their tensor-parallel allreduces
+            row["compute_s"] = max(0.0, row["compute_loop_s"] - row["tp_s"])
+        self.logfh.write(json.dumps(row) + "\n")
+
+    def compute_spans_now(self) -> float:
+        if self.real:
+            return 0.0
+        return sum(e - s for s, e in self.model.compute_spans)
