@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.config.controller import CircuitSpec, HederaSpec
 from testbed.config.faults import FabricFault
-from testbed.config.network import HostConfig
+from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
@@ -32,6 +33,7 @@ from .measure.queues import ClassQueueSampler, QueueSampler
 from .net import ovs
 from .net.controller import plugin_warnings
 from .net.dpapi import Dataplane
+from .net.executor import LocalExecutor
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
 from .net.traffic import REPO_ROOT
@@ -240,23 +242,13 @@ class RunContext:
         self.phases[key] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
                             "qos": dataclasses.asdict(qos) if qos else None,
                             "links": dataclasses.asdict(links)}
-        kind: Any = Fabric
-        extra: dict[str, Any] = {}
-        if self.spec.cluster is not None:
-            from testbed.cluster.fabric import ClusterFabric
-            kind, extra = ClusterFabric, {"cluster": self.spec.cluster}
-        fab = kind(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
-                   qos=qos, **extra,
-                   out_dir=self.out_dir, record=self.record,
-                   plugins=tuple(self.spec.controller.plugins),
-                   hedera=replace(self.spec.controller.hedera, **(hedera or {})),
-                   flow_priority=self.spec.controller.flow_priority,
-                   circuits=replace(self.spec.controller.circuits, **(circuits or {})),
-                   fast_failover=self.spec.controller.fast_failover,
-                   on_death=self.spec.controller.on_death,
-                   datapath_setting=self.spec.datapath, jobs=jobs,
-                   topology_json=self.out_dir / "topologies" / f"{phase}.json",
-                   log=self.log, flow_tag_prefix=self.raw_name(""))
+        fab = build_fabric(self.spec, topo, routing, links=links,
+                           hosts=hosts or self.spec.hosts, qos=qos,
+                           hedera=replace(self.spec.controller.hedera, **(hedera or {})),
+                           circuits=replace(self.spec.controller.circuits, **(circuits or {})),
+                           jobs=jobs, out_dir=self.out_dir, record=self.record,
+                           topology_json=self.out_dir / "topologies" / f"{phase}.json",
+                           log=self.log, flow_tag_prefix=self.raw_name(""))
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
@@ -297,6 +289,29 @@ class RunContext:
                                   round(t.teardown_s, 3), cpu["machine_idle_min"],
                                   cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
+
+
+def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
+                 hosts: HostConfig, qos: QosConfig | None, hedera: HederaSpec,
+                 circuits: CircuitSpec, jobs: bool, out_dir: Path, record: RunRecord,
+                 topology_json: Path, log: Callable[[str], None],
+                 flow_tag_prefix: str) -> Fabric:
+    """A phase's fabric, not started: the phase's topology, routing, links, hosts, classes
+    and Hedera and c-Through settings, the spec's other controller settings and datapath;
+    its nodes here, or across the servers of the spec's `cluster` (the cluster's executor,
+    testbed/cluster/fabric.py)."""
+    executor = LocalExecutor()
+    if spec.cluster is not None:
+        from testbed.cluster.fabric import ClusterExecutor
+        executor = ClusterExecutor(spec.cluster)
+    return Fabric(topo=topo, links=links, hosts=hosts, routing=routing, qos=qos,
+                  executor=executor, out_dir=out_dir, record=record,
+                  plugins=tuple(spec.controller.plugins), hedera=hedera,
+                  flow_priority=spec.controller.flow_priority, circuits=circuits,
+                  fast_failover=spec.controller.fast_failover,
+                  on_death=spec.controller.on_death, datapath_setting=spec.datapath,
+                  jobs=jobs, topology_json=topology_json, log=log,
+                  flow_tag_prefix=flow_tag_prefix)
 
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
