@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cluster.servers import release_servers
-from testbed.config.datapath import TRAITS
+from testbed.config.controller import CircuitSpec, HederaSpec
 from testbed.config.faults import FabricFault
-from testbed.config.network import HostConfig
+from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.core import provenance
 from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
@@ -31,19 +31,19 @@ from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
 from .config.spec import ExperimentSpec, Spec, SweepPoint
-from .experiments import EXPERIMENTS, csv_plots, dir_plots
+from .experiments import EXPERIMENTS
 from .experiments.base import Outcome, slug
 from .measure import checks
 from .measure.cpu import CpuMonitor
 from .measure.queues import ClassQueueSampler, QueueSampler
 from .net.controller import plugin_warnings
+from .net.executor import LocalExecutor
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
 from .net.traffic import REPO_ROOT
-from .results import sweep, timeline
-from .results.files import append_csv, read_rows
-from .results.plots import draw_all
-from .results.verdict import cpu_bound, unfaithful
+from .outputs import write_outputs
+from .results import sweep
+from .results.files import append_csv
 
 QOS_MECHANISMS = {
     "queue": "per-class tail-drop buffers enforced by tc-BPF (testbed/dataplane/bpf/tbqos.bpf.c)",
@@ -243,23 +243,13 @@ class RunContext:
         self.phases[key] = {"hosts": dataclasses.asdict(hosts or self.spec.hosts),
                             "qos": dataclasses.asdict(qos) if qos else None,
                             "links": dataclasses.asdict(links)}
-        kind: Any = Fabric
-        extra: dict[str, Any] = {}
-        if self.spec.cluster is not None:
-            from testbed.cluster.fabric import ClusterFabric
-            kind, extra = ClusterFabric, {"cluster": self.spec.cluster}
-        fab = kind(topo=topo, links=links, hosts=hosts or self.spec.hosts, routing=routing,
-                   qos=qos, **extra,
-                   out_dir=self.out_dir, record=self.record,
-                   plugins=tuple(self.spec.controller.plugins),
-                   hedera=replace(self.spec.controller.hedera, **(hedera or {})),
-                   flow_priority=self.spec.controller.flow_priority,
-                   circuits=replace(self.spec.controller.circuits, **(circuits or {})),
-                   fast_failover=self.spec.controller.fast_failover,
-                   on_death=self.spec.controller.on_death,
-                   datapath_setting=self.spec.datapath, jobs=jobs,
-                   topology_json=self.out_dir / "topologies" / f"{phase}.json",
-                   log=self.log, flow_tag_prefix=self.raw_name(""))
+        fab = build_fabric(self.spec, topo, routing, links=links,
+                           hosts=hosts or self.spec.hosts, qos=qos,
+                           hedera=replace(self.spec.controller.hedera, **(hedera or {})),
+                           circuits=replace(self.spec.controller.circuits, **(circuits or {})),
+                           jobs=jobs, out_dir=self.out_dir, record=self.record,
+                           topology_json=self.out_dir / "topologies" / f"{phase}.json",
+                           log=self.log, flow_tag_prefix=self.raw_name(""))
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
@@ -300,6 +290,29 @@ class RunContext:
                                   round(t.teardown_s, 3), cpu["machine_idle_min"],
                                   cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
+
+
+def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
+                 hosts: HostConfig, qos: QosConfig | None, hedera: HederaSpec,
+                 circuits: CircuitSpec, jobs: bool, out_dir: Path, record: RunRecord,
+                 topology_json: Path, log: Callable[[str], None],
+                 flow_tag_prefix: str) -> Fabric:
+    """A phase's fabric, not started: the phase's topology, routing, links, hosts, classes
+    and Hedera and c-Through settings, the spec's other controller settings and datapath;
+    its nodes here, or across the servers of the spec's `cluster` (the cluster's executor,
+    testbed/cluster/fabric.py)."""
+    executor = LocalExecutor()
+    if spec.cluster is not None:
+        from testbed.cluster.fabric import ClusterExecutor
+        executor = ClusterExecutor(spec.cluster)
+    return Fabric(topo=topo, links=links, hosts=hosts, routing=routing, qos=qos,
+                  executor=executor, out_dir=out_dir, record=record,
+                  plugins=tuple(spec.controller.plugins), hedera=hedera,
+                  flow_priority=spec.controller.flow_priority, circuits=circuits,
+                  fast_failover=spec.controller.fast_failover,
+                  on_death=spec.controller.on_death, datapath_setting=spec.datapath,
+                  jobs=jobs, topology_json=topology_json, log=log,
+                  flow_tag_prefix=flow_tag_prefix)
 
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -379,7 +392,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         release_record(record, release_servers)  # what an interrupted teardown left
         lock.release()
     try:
-        _write_outputs(ctx, status, error, ctx.results, time.time() - t0)
+        write_outputs(ctx, status, error, ctx.results, time.time() - t0)
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
@@ -437,85 +450,3 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
             if ran:
                 ctx.write_csv("sweep.csv", *sweep.table(list(points[0].values), ran))
     return ctx.out_dir
-
-
-def experiment_at(spans: list[tuple[int, int | None, float, float]], t: float,
-                  with_point: bool) -> list[int | None]:
-    """The experiment running at `t` (spans: index, point, start, end), and its sweep
-    point when `with_point`; None between experiments."""
-    found = next(((i, p) for i, p, t0, t1 in spans if t0 <= t <= t1), (None, None))
-    return list(found) if with_point else [found[0]]
-
-
-def _write_outputs(ctx: RunContext, status: str, error: str, results: dict,
-                   elapsed: float) -> None:
-    out = ctx.out_dir
-    ctx.point = None  # the rows below say their own experiment and point
-    point = ["point"] if ctx.sweep else []
-    ctx.write_csv("startup.csv", ["experiment", *point, "phase", "topology", "hosts",
-                                  "switches", "net_up_s",
-                                  "controller_connected_s", "paths_installed_s", "startup_total_s",
-                                  "teardown_s", "startup_machine_idle_min",
-                                  "startup_machine_idle_mean", "startup_ovs_thread_p90_core"],
-                  ctx.startups)
-    ctx.write_csv("cpu.csv", ["experiment", *point, "t_s", "machine_busy_fraction",
-                              "ovs_thread_core_fraction", "ovs_rx_backlog_bytes"],
-                  [[*experiment_at(ctx.experiment_spans, s.t, bool(ctx.sweep)), round(s.t, 3),
-                    round(s.machine_busy, 4), round(s.ovs_thread, 4), s.ovs_rx_backlog_bytes]
-                   for s in ctx.cpu.samples])
-    with (out / "events.jsonl").open("w") as fh:
-        for ev in ctx.events:
-            fh.write(json.dumps(ev) + "\n")
-    manifest = {
-        "spec_name": ctx.spec.name, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "elapsed_s": round(elapsed, 1),
-        # what produced the run: the code (commit, uncommitted changes), the command line
-        "provenance": ctx.code,
-        "versions": provenance.versions(), "machine": provenance.machine(),
-        "datapath": ctx.datapath or "not started",
-        "datapath_setting": ctx.spec.datapath,
-        "datapath_traits": (dataclasses.asdict(TRAITS[ctx.datapath]) if ctx.datapath in TRAITS
-                            else None),
-        "mechanisms": {"shaping": "htb", "queue": f"{ctx.spec.links.drop}-drop fifo, "
-                       f"{'bytes' if ctx.spec.links.buffer_bytes else 'packets'}",
-                       "ecn_marking": "none", "pfc": "none",
-                       "delay_loss": "netem" if (ctx.spec.links.delay_us or ctx.spec.links.loss_pct)
-                       else "none", **ctx.mechanisms},
-        "ovs_send_buffer_bytes": ctx.send_buffer_bytes,
-        "mtu_bytes": ctx.spec.links.mtu_bytes,
-        "congestion_control": {"configured": ctx.spec.hosts.congestion_control,
-                               "per_host": ctx.host_cc},
-        "ecn": ctx.spec.hosts.ecn,
-        "phases": ctx.phases,  # what each fabric really ran with (experiments override the spec)
-        "clock": {**ctx.clock, "cpu_t0_unix_s": ctx.cpu.t0},  # for timeline.json
-        "spec": dataclasses.asdict(ctx.spec),
-        "sweep_points": ctx.sweep,  # each point's swept values, by point index
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
-    try:
-        made = draw_all(out, csv_plots(), dir_plots())
-        if ctx.sweep and ctx.spec.sweep and (out / "metrics" / "sweep.csv").exists():
-            drawn = sweep.plot(read_rows(out / "metrics" / "sweep.csv"), list(ctx.sweep[0]),
-                               ctx.spec.sweep.plot, out / "plots")
-            made += [drawn] if drawn else []
-    except Exception as exc:  # plots never hide results
-        made = []
-        results.setdefault("plots", {})["error"] = str(exc)
-    try:
-        timeline.write(out)
-    except Exception as exc:  # the timeline never hides results
-        results.setdefault("timeline", {})["error"] = f"{type(exc).__name__}: {exc}"
-    warnings = [w for r in results.values() for w in r.get("warnings", [])] + ctx.warnings
-    degraded = [d for r in results.values() for d in r.get("degraded", [])] + ctx.degraded
-    if status == "ok" and degraded:  # it ran to its end, but the fabric did not carry
-        status = "degraded"
-    summary = {"status": status, "error": error, "elapsed_s": round(elapsed, 1),
-               "experiments": results, "fidelity_warnings": warnings,
-               "cpu_bound": bool(cpu_bound(warnings)),
-               "degraded": degraded, "unfaithful": unfaithful(ctx.events, degraded, warnings),
-               "plots": [str(p.relative_to(out)) for p in made]}
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(out / "summary.json")
-
-

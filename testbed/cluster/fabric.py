@@ -1,7 +1,9 @@
-"""A fabric split across servers (the spec's `cluster`): the same `Fabric`, with its nodes
-placed on servers (config/placement.py), built with the cluster edition's remote classes
-and VXLAN links (cluster/engine.py), and every command on a node run on the node's server
-(cluster/servers.py). One controller, on this machine, at this server's cluster address.
+"""A fabric split across servers (the spec's `cluster`): the same `Fabric` (net/fabric.py),
+with the cluster's executor: its nodes placed on servers (config/placement.py), built with
+the cluster edition's remote classes and VXLAN links (cluster/engine.py), every command on a
+node run on the node's server (cluster/servers.py), the servers checked first
+(cluster/preflight.py), and each server's class dataplane, CPU monitor and job outputs. One
+controller, on this machine, at this server's cluster address.
 """
 from __future__ import annotations
 
@@ -15,192 +17,86 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.config.cluster import ClusterSpec
-from testbed.config.placement import Crossing, crossings, inner_mtu, place
+from testbed.config.placement import Crossing, crossings, place
 from testbed.core.resources import STATE_DIR
 from testbed.core.system import TestbedError
 from testbed.dataplane import ovs
 from testbed.dataplane.dpapi import Agent
 from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.conservation import SwitchCounters, switch_counters
-from testbed.net.fabric import Fabric
+from testbed.net.executor import LocalExecutor
 from topologies.model import ifname
 
+from . import preflight as checks
 from . import servers as srv
+from .servers import on_servers
+
+if TYPE_CHECKING:
+    from testbed.net.fabric import Fabric
 
 # makes directory $1 and prints the outermost directory it made (empty if it existed)
 MAKE_DIR = 'd=$1; top=; while [ ! -e "$d" ]; do top=$d; d=$(dirname "$d"); done; ' \
            'mkdir -p "$1" && echo "$top"'
-TUNNEL_HEADROOM = 0.95  # a tunnel's links may use this share of the underlay's goodput
-_UNDERLAY: dict[tuple[str, str, str], dict] = {}  # (run id, from, to): measured once per run
 
 
+class ClusterExecutor(LocalExecutor):
+    """Each node's commands on the server that holds it (a fabric's executor, attached to
+    it when the fabric is made: the nodes are placed then)."""
 
-def on_servers(items: list[Any], fn: Any) -> list[Any]:
-    """`fn(item)` for every item (a server, or a server's switches) at once, each in a
-    thread; the results in order (the first error is raised here)."""
-    results: list[Any] = [None] * len(items)
-    errors: list[BaseException] = []
+    def __init__(self, cluster: ClusterSpec) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.where: dict[str, str] = {}  # node -> server name
+        self.conns: dict[str, srv.Conn] = {}
+        self.addresses: dict[str, str] = {}  # server -> its cluster address
+        self.links_crossing: list[Crossing] = []
+        self.servers_found: dict[str, dict] = {}
+        self.mtu_report: dict = {}
+        self.underlay: dict[tuple[str, str], dict] = {}  # (from, to) -> ...
+        self.underlay_devs: dict[str, set[str]] = {}  # server -> its devices
+        self._shared: dict[str, bool] = {}  # server -> sees our files
+        self._cpu: dict[str, Agent] = {}  # server -> its CPU monitor
 
-    def one(i: int, item: Any) -> None:
-        try:
-            results[i] = fn(item)
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(i, x)) for i, x in enumerate(items)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
-
-
-@dataclass
-class ClusterFabric(Fabric):
-    cluster: ClusterSpec | None = None
-    where: dict[str, str] = field(default_factory=dict)  # node -> server name
-    conns: dict[str, srv.Conn] = field(default_factory=dict)
-    addresses: dict[str, str] = field(default_factory=dict)  # server -> its cluster address
-    links_crossing: list[Crossing] = field(default_factory=list)
-    servers_found: dict[str, dict] = field(default_factory=dict)
-    mtu_report: dict = field(default_factory=dict)
-    underlay: dict[tuple[str, str], dict] = field(default_factory=dict)  # (from, to) -> ...
-    warnings: list[str] = field(default_factory=list)  # fidelity warnings for the summary
-    underlay_devs: dict[str, set[str]] = field(default_factory=dict)  # server -> its devices
-    _shared: dict[str, bool] = field(default_factory=dict)  # server -> sees our files
-    _cpu: dict[str, Agent] = field(default_factory=dict)  # server -> its CPU monitor
-
-    def __post_init__(self) -> None:
-        assert self.cluster is not None
-        self.where = place(self.topo, self.cluster)
-        self.links_crossing = crossings(self.topo, self.where, self.links.rate_mbps)
+    def attach(self, fab: Fabric) -> None:
+        super().attach(fab)
+        self.where = place(fab.topo, self.cluster)
+        self.links_crossing = crossings(fab.topo, self.where, fab.links.rate_mbps)
         self._vnis = {(c.a, c.a_port, c.b, c.b_port): c.vni for c in self.links_crossing}
-        control = srv.control_dir(STATE_DIR, self.record.run_id)
+        control = srv.control_dir(STATE_DIR, fab.record.run_id)
         self.conns = srv.conns(self.cluster, control)
 
     # ---- before anything is built -----------------------------------------------------
-    def preflight(self) -> None:
-        """Every server checked (reachable, SSH, OVS, the testbed, the tunnel type), then
-        the MTU the tunnels leave; nothing is created on any server before this passes."""
-        assert self.cluster is not None
-        servers = self.cluster.servers
-        self.addresses = {s.name: srv.address_of(s, servers) for s in servers}
-        found = on_servers(list(self.conns.values()),
-                           lambda c: srv.check_server(c, self.cluster.tunnel))
-        self.servers_found = dict(zip(self.conns, found))
-        ours = {s.name for s in self.topo.switches}
-        for name, info in self.servers_found.items():
-            left = ours & set(info.get("bridges", "").split())
-            if left:
-                raise TestbedError(f"server {name}: bridge {sorted(left)[0]} already exists "
-                                   "(an interrupted run?); run `testbed clean` and retry")
-        if self.qos is not None:
-            self._check_bpf_tools()
-        self._fit_mtu()  # first: the class dataplane is sized for the fabric's MTU
-        super().preflight()
-        self._measure_underlay()
-        # what `testbed clean` must remove on each remote server if this run is interrupted
-        # (this server's entry holds only what the class dataplane adds to its own device)
-        self.record.servers = [srv.remote_entry(
-            conn, [s.name for s in self.topo.switches if self.where[s.name] == name],
-            self.switch_ifaces([s.name for s in self.topo.switches
-                                if self.where[s.name] == name])) if not conn.local
-            else srv.remote_entry(conn, [], [])
-            for name, conn in self.conns.items()]
-        self.record.save()
+    def preflight(self, here: Callable[[], None]) -> None:
+        """Every server checked around this machine's checks (`here`): cluster/preflight.py."""
+        checks.preflight(self, here)
 
     def _ready_ovs(self, conn: srv.Conn) -> None:
         """A server's OVS whose send socket, if it has one already, is as large as its part
         of the fabric needs (an ovs-vswitchd that carries no bridges is restarted for it, as
         on this machine; a new socket takes the raised defaults)."""
         done = conn.run(srv.module("testbed.dataplane.ovs", "ensure-started",
-                                   str(self.needed_buffer_bytes)), check=False, timeout=180)
+                                   str(self.fab.needed_buffer_bytes)), check=False, timeout=180)
         if done.returncode != 0:
             raise TestbedError(f"server {conn.name}: "
                                + done.stderr.strip().removeprefix("error: ")[-400:])
-
-    def _check_bpf_tools(self) -> None:
-        """Every server compiles and loads the class dataplane's BPF programs itself."""
-        def missing(conn: srv.Conn) -> list[str]:
-            return conn.run(["sh", "-c", "command -v bpftool >/dev/null || echo bpftool; "
-                             "command -v clang-14 >/dev/null || command -v clang >/dev/null "
-                             "|| echo clang"], check=False).stdout.split()
-        for name, lacks in zip(self.conns, on_servers(list(self.conns.values()), missing)):
-            if lacks:
-                raise TestbedError(f"server {name}: {' '.join(lacks)} not installed (the class "
-                                   "dataplane's BPF programs are built and loaded on every "
-                                   "server); run scripts/bootstrap.sh there")
-
-    def _fit_mtu(self) -> None:
-        assert self.cluster is not None
-        pairs = {(c.a_server, c.b_server) for c in self.links_crossing}
-        outer = {}
-        for a, b in pairs:
-            for here, there in ((a, b), (b, a)):
-                outer[here] = srv.route_mtu(self.conns[here], self.addresses[there])
-                self.underlay_devs.setdefault(here, set()).add(outer[here][0])
-        worst = min((mtu for _, mtu in outer.values()), default=9216)
-        mtu, needed = inner_mtu(self.links.mtu_bytes, worst, self.cluster.overhead,
-                                self.cluster.tunnel_mtu)
-        self.mtu_report = {"configured": self.links.mtu_bytes, "fabric": mtu,
-                           "tunnel_overhead": self.cluster.overhead,
-                           "outer": {s: {"dev": d, "mtu": m} for s, (d, m) in outer.items()},
-                           "mode": self.cluster.tunnel_mtu}
-        if mtu != self.links.mtu_bytes:
-            said = (f"cluster: the servers' network carries {worst} bytes; the fabric's MTU "
-                    f"is lowered from {self.links.mtu_bytes} to {mtu} for the "
-                    f"{self.cluster.tunnel} header ({self.cluster.overhead} bytes)")
-            self.log(said)
-            self.warnings.append(said)
-            self.links = replace(self.links, mtu_bytes=mtu)
-        if needed > worst:
-            raise TestbedError(
-                f"cluster.tunnel_mtu: raise_outer needs an MTU of {needed} on the servers' "
-                f"network (it carries {worst}); raise it on every server's "
-                + ", ".join(f"{s}:{d}" for s, (d, _) in sorted(outer.items()))
-                + " or use lower_inner")
-
-    def _measure_underlay(self) -> None:
-        """Each direction between two servers that tunnels join: its round trip and TCP
-        goodput (once per run), the extra delay it adds to each link it carries, and a
-        warning when it cannot carry all those links at their rate at once."""
-        pairs = sorted({(c.a_server, c.b_server) for c in self.links_crossing}
-                       | {(c.b_server, c.a_server) for c in self.links_crossing})
-        for a, b in pairs:
-            key = (self.record.run_id, a, b)
-            if key not in _UNDERLAY:
-                _UNDERLAY[key] = srv.underlay(self.conns[a], self.conns[b], self.addresses[b])
-            self.underlay[(a, b)] = _UNDERLAY[key]
-            need = sum(c.rate_mbps for c in self.links_crossing
-                       if {c.a_server, c.b_server} == {a, b})
-            got = _UNDERLAY[key]["goodput_mbps"]
-            if got is None or need > TUNNEL_HEADROOM * got:
-                self.warnings.append(
-                    f"cluster: the {sum(1 for c in self.links_crossing if {c.a_server, c.b_server} == {a, b})} "
-                    f"links from server {a} to {b} carry up to {need:g} Mb/s at once; the "
-                    f"servers' network carried {got} Mb/s that way: a tunnel cannot carry its "
-                    "link's rate when they are busy together")
 
     # ---- building -----------------------------------------------------------------------
     @property
     def controller_host(self) -> str:  # type: ignore[override]
         return self.addresses[self.here]
 
-    def _net_classes(self) -> tuple[Any, Any, Any]:
+    def net_classes(self) -> tuple[Any, Any, Any]:
         from .engine import VxlanLink, remote_classes
         opts = ["-F", self.cluster.ssh_config] if self.cluster and self.cluster.ssh_config else []
         host, switch = remote_classes(opts)
         return host, switch, VxlanLink
 
-    def _node_params(self, name: str) -> dict:
+    def node_params(self, name: str) -> dict:
         conn = self.conns[self.where[name]]
         params: dict[str, Any] = {"server": conn.server.address if not conn.local else "localhost",
                                   "user": conn.user}
@@ -210,16 +106,16 @@ class ClusterFabric(Fabric):
                 params["controlPath"] = f"{conn.control_dir}/{srv.CONTROL_NAME}"
         return params
 
-    def _link_params(self, index: int) -> dict:
-        link = self.topo.links[index]
+    def link_params(self, index: int) -> dict:
+        link = self.fab.topo.links[index]
         vni = self._vnis.get((link.a, link.a_port, link.b, link.b_port))
         return {"vni": vni} if vni is not None else {}
 
     @contextlib.contextmanager
-    def _raised_buffers(self) -> Iterator[None]:
+    def raised_buffers(self) -> Iterator[None]:
         """This machine's socket buffer defaults raised, and every remote server's too
         (a server in a namespace of this machine shares them: `net.core` is global)."""
-        with super()._raised_buffers():
+        with super().raised_buffers():
             remote = [c for c in self.conns.values() if not c.local]
             saved = [self._raise_remote(c) for c in remote]
             try:
@@ -234,21 +130,22 @@ class ClusterFabric(Fabric):
     def _raise_remote(self, conn: srv.Conn) -> dict[str, str]:
         """Raises a server's buffer defaults that are below what the fabric needs; the old
         values of those it raised."""
-        need = min(self.needed_buffer_bytes, 2**31 - 1)
+        need = min(self.fab.needed_buffer_bytes, 2**31 - 1)
         text = conn.run(["sysctl", "-n", *ovs.BUFFER_SYSCTLS]).stdout.split()
         low = {k: v for k, v in zip(ovs.BUFFER_SYSCTLS, text) if int(v) < need}
         if low:
-            entry = next(e for e in self.record.servers if e["name"] == conn.name)
+            entry = next(e for e in self.fab.record.servers if e["name"] == conn.name)
             entry["sysctls"] = low
-            self.record.save()
+            self.fab.record.save()
             conn.run(["sysctl", "-q", "-w", *(f"{k}={need}" for k in low)], check=False)
         return low
 
-    def _first_packet(self) -> None:
+    def first_packet(self) -> None:
         """Every server's OVS makes its send socket now (first host there pings another)."""
+        topo = self.fab.topo
         for server in self.conns:
-            mine = [h for h in self.topo.hosts if self.where[h.name] == server]
-            other = next((h for h in self.topo.hosts if mine and h is not mine[0]), None)
+            mine = [h for h in topo.hosts if self.where[h.name] == server]
+            other = next((h for h in topo.hosts if mine and h is not mine[0]), None)
             if other is not None:
                 self.host_run(mine[0].name, ["ping", "-c", "1", "-W", "2", other.ip],
                               check=False)
@@ -257,11 +154,12 @@ class ClusterFabric(Fabric):
     def _pin_dir(self, plane: QosPlane, server: str) -> Path:
         return plane.pin_dir.with_name(f"{plane.pin_dir.name}-{server}")
 
-    def _install_qos(self, plane: QosPlane) -> None:
+    def install_qos(self, plane: QosPlane) -> None:
         """Each server loads the programs into its own kernel and installs its own ports
         (a remote one through its dataplane agent), with the program that counts the
         dequeues of its links to other servers on its own devices; dataplane.json then
         says where each port is and how to reach each server's agent."""
+        record = self.fab.record
         server_of = {p.node: self.where[p.node] for p in plane.ports}
         port_id = {p.ifname: p.id for p in plane.ports}
         vnis: dict[str, dict[int, int]] = {}
@@ -282,18 +180,18 @@ class ClusterFabric(Fabric):
             pins = self._pin_dir(plane, name)
             ports = [p for p in plane.ports if server_of[p.node] == name]
             devs = tuple(sorted(self.underlay_devs.get(name, ()))) if vnis.get(name) else ()
-            entry = next(e for e in self.record.servers if e["name"] == name)
+            entry = next(e for e in record.servers if e["name"] == name)
             entry["underlay"] = [{"dev": d, "clsact_added": False} for d in devs]
             if conn.local:
                 with saving:
-                    plane.pin(self.record, pins)
+                    plane.pin(record, pins)
                 ifindex = plane.install_ports(ports, pins, vnis.get(name), devs)
                 added = plane.clsact_added
             else:
                 with saving:
                     entry["bpf_pins"].append(str(pins))
-                    self.record.save()
-                pids = {p.node: self.host_pid(p.node) for p in ports if p.is_host}
+                    record.save()
+                pids = {p.node: self.fab.host_pid(p.node) for p in ports if p.is_host}
                 request = {"install": plane.to_data(pids), "ports": [p.id for p in ports],
                            "pin_dir": str(pins), "vnis": vnis.get(name, {}),
                            "underlay": list(devs)}
@@ -307,7 +205,7 @@ class ClusterFabric(Fabric):
                 added = reply["result"]["clsact_added"]
             with saving:
                 entry["underlay"] = [{"dev": d, "clsact_added": d in added} for d in devs]
-                self.record.save()
+                record.save()
             return ifindex
 
         ifindex: dict[int, int] = {}
@@ -315,9 +213,10 @@ class ClusterFabric(Fabric):
             ifindex.update(part)
         plane.write_description(ifindex, servers, server_of, self.here)
 
-    def _remove_qos(self, plane: QosPlane) -> None:
+    def remove_qos(self, plane: QosPlane) -> None:
         """Every server's pins, and its program on its own devices."""
-        for entry in self.record.servers:
+        record = self.fab.record
+        for entry in record.servers:
             conn = self.conns[entry["name"]]
             conn.run(["sh", "-c", srv.underlay_script(entry)], check=False)
             entry["underlay"] = []
@@ -327,13 +226,13 @@ class ClusterFabric(Fabric):
             else:
                 conn.run(["rm", "-rf", str(pins)], check=False)
                 entry["bpf_pins"] = []
-        self.record.save()
+        record.save()
 
     def send_buffers(self) -> dict[str, int | None]:
         return {name: ovs.send_socket_buffer(
                     conn.run(ovs.packet_sockets_argv(True), check=False).stdout)
                 for name, conn in self.conns.items()
-                if any(self.where[s.name] == name for s in self.topo.switches)}
+                if any(self.where[s.name] == name for s in self.fab.topo.switches)}
 
     # ---- outputs written on the servers ---------------------------------------------------
     def _shares_files(self, conn: srv.Conn) -> bool:
@@ -342,8 +241,8 @@ class ClusterFabric(Fabric):
         if conn.local:
             return True
         if conn.name not in self._shared:
-            mark = self.out_dir / f".cluster-{self.record.run_id}"
-            token = f"{self.record.run_id} {time.time()}"
+            mark = self.fab.out_dir / f".cluster-{self.fab.record.run_id}"
+            token = f"{self.fab.record.run_id} {time.time()}"
             mark.write_text(token)
             seen = conn.run(["cat", str(mark)], check=False).stdout.strip()
             self._shared[conn.name] = seen == token
@@ -377,12 +276,12 @@ class ClusterFabric(Fabric):
 
     # ---- where commands run -------------------------------------------------------------
     def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:
-        return self.conns[self.where[host]].argv(argv, netns_pid=self.host_pid(host),
+        return self.conns[self.where[host]].argv(argv, netns_pid=self.fab.host_pid(host),
                                                  tty=hangup)
 
     def switch_groups(self) -> list[list[str]]:
         groups: dict[str, list[str]] = {}
-        for sw in self.topo.switches:
+        for sw in self.fab.topo.switches:
             groups.setdefault(self.where[sw.name], []).append(sw.name)
         return list(groups.values())
 
@@ -394,13 +293,13 @@ class ClusterFabric(Fabric):
         groups = self.switch_groups()
 
         def read(group: list[str]) -> dict[str, SwitchCounters]:
-            ports = {sw: self.switch_ifaces([sw]) for sw in group}
+            ports = {sw: self.fab.switch_ifaces([sw]) for sw in group}
             conn = self.conns[self.where[group[0]]]
             if conn.local:
-                return switch_counters(ports, self.traits.socket_drops)
+                return switch_counters(ports, self.fab.traits.socket_drops)
             out = conn.run(srv.module("testbed.measure.conservation"),
                            input=json.dumps({"ports": ports,
-                                             "socket_drops": self.traits.socket_drops})).stdout
+                                             "socket_drops": self.fab.traits.socket_drops})).stdout
             return {sw: SwitchCounters(**c) for sw, c in json.loads(out).items()}
 
         counters: dict[str, SwitchCounters] = {}
@@ -417,13 +316,12 @@ class ClusterFabric(Fabric):
                                " it runs the controller")
         return local.name
 
-    def start(self) -> None:
-        super().start()
+    def started(self) -> None:
         # each other server's own CPU monitor, following its switches' receive sockets
         for name, conn in self.conns.items():
             if not conn.local:
-                ports = self.switch_ifaces([s.name for s in self.topo.switches
-                                            if self.where[s.name] == name])
+                ports = self.fab.switch_ifaces([s.name for s in self.fab.topo.switches
+                                                if self.where[s.name] == name])
                 self._cpu[name] = Agent(conn.argv(srv.module("testbed.measure.cpu")),
                                         name, {"watch": ports})
 
@@ -436,19 +334,17 @@ class ClusterFabric(Fabric):
             out[self.where[switch]] += counts["in"]
         return out
 
-    def stop(self) -> None:
-        try:
-            for agent in self._cpu.values():
-                agent.close()
-            self._cpu.clear()
-            super().stop()
-        finally:
-            for conn in self.conns.values():
-                conn.close()
+    def stopping(self) -> None:
+        for agent in self._cpu.values():
+            agent.close()
+        self._cpu.clear()
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
 
     def manifest(self) -> dict:
         """What the manifest records of the cluster: placement, tunnels, MTU."""
-        assert self.cluster is not None
         return {"servers": {s.name: {"address": s.address, "cluster_address":
                                      self.addresses.get(s.name), "user": srv.ssh_user(s),
                                      "nodes": sorted(n for n, w in self.where.items()

@@ -11,9 +11,11 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.config.cluster import LOCAL, ClusterSpec, Server
 from testbed.core.resources import BPF_PIN_ROOT, STATE_DIR
@@ -107,6 +109,28 @@ def conns(cluster: ClusterSpec, control_dir: Path | None) -> dict[str, Conn]:
     if control_dir is not None:
         control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return {s.name: Conn(s, cluster.ssh_config, control_dir) for s in cluster.servers}
+
+
+def on_servers(items: list[Any], fn: Any) -> list[Any]:
+    """`fn(item)` for every item (a server, or a server's switches) at once, each in a
+    thread; the results in order (the first error is raised here)."""
+    results: list[Any] = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def one(i: int, item: Any) -> None:
+        try:
+            results[i] = fn(item)
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i, x)) for i, x in enumerate(items)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def ssh_failure(conn: Conn, stderr: str, code: int) -> str:

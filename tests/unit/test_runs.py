@@ -19,11 +19,12 @@ from testbed.config.spec import spec_data, sweep_points
 from testbed.config.sweep import parse_set, with_sets
 from testbed.core import provenance
 from testbed.core.errors import TestbedError
+from testbed.outputs import experiment_at
 from testbed.results import sweep
 from testbed.results.files import read_rows
 from testbed.results.plots import plot_rows
 from testbed.results.verdict import unfaithful
-from testbed.runner import RunContext, experiment_at
+from testbed.runner import RunContext
 from testbed.spec import load, loads
 from testbed.workloads.model.flows import FlowResult, carried_nothing
 

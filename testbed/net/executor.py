@@ -1,0 +1,144 @@
+"""Where a fabric's commands run: in a host's network namespace, or beside its switches in
+the root namespace; here, on this machine. A cluster's executor
+(testbed/cluster/fabric.py's `ClusterExecutor`) runs each on the server that holds the
+node, and also places the nodes, checks the servers first and brings their outputs back.
+
+The fabric (net/fabric.py) and its parts reach a node only through its executor, so that
+the same code builds and drives a fabric on one machine or across servers.
+"""
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed.core.system import in_netns, run
+from testbed.dataplane import ovs
+from testbed.dataplane.qosplane import QosPlane
+from testbed.measure.conservation import SwitchCounters, switch_counters
+
+if TYPE_CHECKING:
+    from .fabric import Fabric
+
+
+class LocalExecutor:
+    """Every node of the fabric here: hosts in namespaces of this machine's kernel,
+    switches in its Open vSwitch."""
+    here = "this machine"  # the server the runner is on
+    controller_host = "127.0.0.1"  # where the switches reach the controller
+    fab: Fabric  # the fabric it runs the commands of (attach)
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []  # fidelity warnings for the summary (a cluster's)
+
+    def attach(self, fab: Fabric) -> None:
+        """Serve `fab` (its topology, record and network), once it is made."""
+        self.fab = fab
+
+    # ---- where commands run: here, on this machine; a cluster's executor runs them on the
+    # server that holds the node (testbed/cluster/fabric.py overrides these four) ----------
+    def host_argv(self, host: str, argv: list[str], hangup: bool = False) -> list[str]:
+        """argv that runs `argv` in host `host`'s network namespace. `hangup`: a long-lived
+        process, which must end when the process running argv here is stopped (on another
+        server: it runs on a terminal that hangs up when its ssh ends)."""
+        return in_netns(self.fab.host_pid(host), argv)
+
+    def host_run(self, host: str, argv: list[str], input: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+        return run(self.host_argv(host, argv), input=input, check=check)
+
+    def switch_groups(self) -> list[list[str]]:
+        """The switches by the machine they run on (one group here)."""
+        return [[s.name for s in self.fab.topo.switches]]
+
+    def root_run(self, switch: str, argv: list[str], input: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+        """`argv` in the root namespace of the machine that runs `switch`."""
+        return run(argv, input=input, check=check)
+
+    def raised_buffers(self) -> contextlib.AbstractContextManager:
+        """The socket buffer defaults raised while OVS makes its sockets (ovs.py says why)."""
+        return ovs.raised_socket_defaults(self.fab.needed_buffer_bytes,
+                                          self.fab.record.remember_sysctl)
+
+    def quicken_reconnect(self, target: str) -> None:
+        for group in self.switch_groups():
+            ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
+
+    def switch_counters(self) -> dict[str, SwitchCounters]:
+        """Every switch's packet counters now (measure/conservation.py)."""
+        return switch_counters({s.name: self.fab.switch_ifaces([s.name])
+                                for s in self.fab.topo.switches},
+                               self.fab.traits.socket_drops)
+
+    def send_buffers(self) -> dict[str, int | None]:
+        """OVS's send socket buffer where switches run, by server ('': this machine)."""
+        return {"": ovs.send_socket_buffer()}
+
+    # ---- before anything is built, and building -------------------------------------------
+    def preflight(self, here: Callable[[], None]) -> None:
+        """Everything that can fail before anything is created: `here`, this machine's
+        checks (a cluster's executor checks every server around them)."""
+        here()
+
+    def net_classes(self) -> tuple[Any, Any, Any]:
+        """Mininet's host, switch and link classes for this fabric."""
+        from mininet.link import Link
+        from mininet.node import Host, OVSSwitch
+        return Host, OVSSwitch, Link
+
+    def node_params(self, name: str) -> dict:
+        """Mininet's extra parameters of one node (a cluster's: its server)."""
+        return {}
+
+    def link_params(self, index: int) -> dict:
+        """Mininet's extra parameters of the topology's link `index`."""
+        return {}
+
+    def first_packet(self) -> None:
+        """Make OVS create its send socket now, while the raised buffer default is in force."""
+        topo = self.fab.topo
+        if len(topo.hosts) >= 2:
+            a, b = topo.hosts[0], topo.hosts[1]
+            self.host_run(a.name, ["ping", "-c", "1", "-W", "2", b.ip], check=False)
+
+    def install_qos(self, plane: QosPlane) -> None:
+        """The class dataplane on every port (a cluster's: on each server)."""
+        plane.install(self.fab.record)
+
+    def remove_qos(self, plane: QosPlane) -> None:
+        plane.remove()
+
+    def started(self) -> None:
+        """Once the fabric is up (a cluster's: each other server's CPU monitor)."""
+
+    def stopping(self) -> None:
+        """Before the fabric is torn down (a cluster's: those CPU monitors closed)."""
+
+    def close(self) -> None:
+        """Once the fabric is torn down, or failed to be (a cluster's: its connections)."""
+
+    # ---- the servers' CPU and files (one, here; a cluster has more) --------------------------
+    def servers_cpu(self, t_start: float, t_end: float) -> dict[str, dict]:
+        """The other servers' CPU over a phase (Unix times): server -> its CpuMonitor
+        window. None on one machine, whose CPU the run's own monitor samples."""
+        return {}
+
+    def packets_by_server(self, per_switch: dict[str, dict]) -> dict[str, int]:
+        """The packets each server's switches took in (a conservation report's
+        per-switch counts)."""
+        return {self.here: sum(v["in"] for v in per_switch.values())}
+
+    @contextlib.contextmanager
+    def writing_in(self, path: Path, hosts: list[str]) -> Iterator[None]:
+        """A directory that processes in `hosts` write their outputs into (a cluster's
+        remote servers get it too, and their files come back at the end)."""
+        path.mkdir(parents=True, exist_ok=True)
+        yield
+
+    def manifest(self) -> dict:
+        """What the manifest records of where the fabric ran (a cluster's placement)."""
+        return {}

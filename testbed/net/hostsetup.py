@@ -1,0 +1,161 @@
+"""A phase's hosts and queues, set up once its network is built: each host's TCP settings
+and offloads, BCube's relaying servers' addresses and routes (replanned when ports go
+down), every port's MTU, and its queues: HTB and its buffer, or the traffic-class
+dataplane of a phase with `qos` (dataplane/qosplane.py).
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from controllers.recovery import degraded, host_route_changes, host_route_line
+from controllers.routing import plan as routing_plan
+from testbed.core.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
+from testbed.core.system import IP_BATCH, TestbedError, batch_input, sysctl_get, sysctl_set
+from testbed.dataplane import queues
+from testbed.dataplane.qosplane import QosPlane
+from topologies.model import ifname
+
+if TYPE_CHECKING:
+    from .fabric import Fabric
+
+
+class HostSetup:
+    """The hosts' settings and routes and the ports' queues of one fabric."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        self.host_cc: dict[str, str] = {}
+        self.relay_plan: Any = None  # BCube: the relay routes the servers have now
+        self.relay_reroutes: list[dict] = []
+
+    # ---- queues ------------------------------------------------------------------
+    def port_queues(self) -> tuple[list[queues.PortQueue], dict[str, list[queues.PortQueue]]]:
+        """Switch egress queues (root namespace) and host NIC queues (per host)."""
+        fab = self.fab
+        switch_q: list[queues.PortQueue] = []
+        host_q: dict[str, list[queues.PortQueue]] = {}
+        for link in fab.topo.links:
+            rate = fab.links.rate_mbps or link.rate_mbps
+            for node, port in link.ends():
+                name = ifname(node, port)
+                if fab.topo.is_host(node):
+                    host_q.setdefault(node, []).append(queues.PortQueue(
+                        ifname=name, rate_mbps=rate, buffer_pkts=fab.links.host_queue_pkts,
+                        mtu_bytes=fab.links.mtu_bytes,
+                        fair=fab.links.host_queue == "fair"))
+                else:
+                    switch_q.append(queues.PortQueue(
+                        ifname=name, rate_mbps=rate, buffer_pkts=fab.links.buffer_pkts,
+                        buffer_bytes=fab.links.buffer_bytes, delay_us=fab.links.delay_us,
+                        loss_pct=fab.links.loss_pct, drop=fab.links.drop,
+                        mtu_bytes=fab.links.mtu_bytes, burst_us=fab.links.burst_us))
+        return switch_q, host_q
+
+    # ---- hosts -------------------------------------------------------------------
+    def allow_congestion_control(self) -> None:
+        """A host namespace can only select algorithms in the initial namespace's allowed
+        list; otherwise it silently stays on the system default (bbr here)."""
+        name = "net.ipv4.tcp_allowed_congestion_control"
+        allowed = sysctl_get(name).split()
+        if self.fab.hosts.congestion_control not in allowed:
+            self.fab.record.remember_sysctl(name, " ".join(allowed))
+            sysctl_set(name, " ".join(allowed + [self.fab.hosts.congestion_control]))
+
+    def configure_hosts(self) -> None:
+        fab = self.fab
+        relay_plan = routing_plan(fab.topo, fab.routing) if any(
+            h.relay for h in fab.topo.hosts) else None
+        self.relay_plan = relay_plan
+        for host in fab.topo.hosts:
+            settings = [f"net.ipv4.tcp_congestion_control={fab.hosts.congestion_control}",
+                        f"net.ipv4.tcp_ecn={1 if fab.hosts.ecn else 0}",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"]
+            if fab.hosts.rto_min_us is not None:
+                settings.append(f"net.ipv4.tcp_rto_min_us={fab.hosts.rto_min_us}")
+            if host.relay:
+                settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                             "net.ipv4.conf.default.rp_filter=0",
+                             "net.ipv4.fib_multipath_hash_policy=1"]
+            fab.host_run(host.name, ["sh", "-c", " && ".join(
+                [shlex.join(["sysctl", "-q", "-w", *settings])]
+                + [shlex.join(queues.offload_command(ifname(host.name, port)))
+                   for port in range(host.ports)])])
+            if host.relay:
+                self._relay_routes(host, relay_plan)
+            self.host_cc[host.name] = fab.host_run(
+                host.name, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
+        wrong = {h: cc for h, cc in self.host_cc.items() if cc != fab.hosts.congestion_control}
+        if wrong:
+            raise TestbedError(f"hosts did not take congestion control "
+                               f"{fab.hosts.congestion_control}: {wrong}")
+        # IPv6 off on switch ports: the root namespace must not send ND/MLD out of them.
+        for group in fab.switch_groups():
+            names = fab.switch_ifaces(group)
+            fab.root_run(group[0], ["sysctl", "-q", "-w", *(
+                f"net.ipv6.conf.{name}.disable_ipv6=1" for name in names)], check=False)
+            fab.root_run(group[0], ["sh", "-c", " && ".join(
+                shlex.join(queues.offload_command(name)) for name in names)])
+
+    def _relay_routes(self, host, relay_plan) -> None:
+        """BCube servers: their address on every port, and a /32 route per destination."""
+        lines = [f"addr replace {host.ip}/32 dev {ifname(host.name, p)}"
+                 for p in range(1, host.ports)]
+        for route in relay_plan.host_routes:
+            if route.host != host.name:
+                continue
+            lines.append(host_route_line(route))
+        self.fab.host_run(host.name, IP_BATCH, input=batch_input(lines))
+
+    def reroute_relays(self) -> None:
+        """BCube's servers route for themselves: their /32 routes are replanned on the
+        fabric without the ports that are down and only the changed ones replaced
+        (recovery.host_route_changes), at once. An oracle: BCube's own protocol (BSR)
+        would find a broken path by probing; here the runner knows when it breaks one."""
+        fab = self.fab
+        t0 = time.time()
+        new = routing_plan(degraded(fab.topo, fab.ports_down), fab.routing)
+        changes = host_route_changes(self.relay_plan, new)
+        for host, lines in changes.items():
+            fab.host_run(host, IP_BATCH, input=batch_input(lines))
+        self.relay_plan = new
+        self.relay_reroutes.append({"time": t0, "ports_down": len(fab.ports_down),
+                                    "hosts": len(changes),
+                                    "routes": sum(len(v) for v in changes.values()),
+                                    "took_s": round(time.time() - t0, 4)})
+
+    # ---- the ports' queues -------------------------------------------------------------
+    def make_qos_plane(self) -> QosPlane:
+        fab = self.fab
+        slug = fab.slug
+        return QosPlane(
+            fab.topo, fab.qos, rate_of=lambda link: fab.links.rate_mbps or link.rate_mbps,
+            host_pid=fab.host_pid, mtu_bytes=fab.links.mtu_bytes, burst_us=fab.links.burst_us,
+            buffer_pkts=fab.links.buffer_pkts, buffer_bytes=fab.links.buffer_bytes,
+            host_queue_pkts=fab.links.host_queue_pkts,
+            pin_dir=RESOURCES_BPF_ROOT / f"{fab.record.run_id}-{slug}",
+            out_dir=fab.qos_status_dir)
+
+    def configure_queues(self) -> None:
+        fab = self.fab
+        switch_q, host_q = self.port_queues()
+        mtu = fab.links.mtu_bytes
+        if mtu != 1500:
+            for group in fab.switch_groups():
+                fab.root_run(group[0], IP_BATCH, input=batch_input(
+                    queues.mtu_commands(fab.switch_ifaces(group), mtu)))
+            for host, mine in host_q.items():
+                fab.host_run(host, IP_BATCH, input=batch_input(
+                    queues.mtu_commands([q.ifname for q in mine], mtu)))
+        if fab.qos_plane is not None:
+            fab.executor.install_qos(fab.qos_plane)
+            return
+        for group in fab.switch_groups():
+            names = set(fab.switch_ifaces(group))
+            fab.root_run(group[0], queues.TC_BATCH, input=queues.tc_lines(
+                [c for q in switch_q if q.ifname in names for c in queues.htb_commands(q)]))
+        for host, mine in host_q.items():
+            fab.host_run(host, queues.TC_BATCH, input=queues.tc_lines(
+                [c for q in mine for c in queues.htb_commands(q, fab.fair_object)]))
