@@ -21,6 +21,8 @@ PURE = ("topologies", "testbed.config", "controllers.routing", "controllers.plan
         "controllers.recovery", "controllers.failover", "testbed.workloads.interference",
         # cross-job policies and the gate / progress files they exchange with workers
         "controllers.jobpolicy", "testbed.workloads.jobsync",
+        # the jobs app's and the PFC executor's decisions besides the policies
+        "controllers.jobsctl", "controllers.pfcctl",
         # the parallel workers' layout, schedules, model descriptions and analytical model
         "testbed.workloads.parallel.layout", "testbed.workloads.parallel.schedule",
         "testbed.workloads.parallel.desc", "testbed.workloads.parallel.cost",
