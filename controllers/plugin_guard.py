@@ -49,6 +49,7 @@ from types import FrameType
 from typing import Any
 
 from controllers.routing import PRIORITY_ROUTE
+from testbed.config.replies import GuardReport
 from topologies.model import Topology
 
 COOKIE_BAND = 0xFFFF << 48         # the top 16 bits: zero for the router's entries
@@ -328,8 +329,11 @@ class Guard:
             return msg
         return msg
 
-    def report(self) -> dict:
+    def report(self) -> GuardReport:
         """What the guard saw and changed, per plugin, and the copies plugins' packet-outs
-        put into each switch (for the runner's packet accounting)."""
-        return {"plugins": {who: dict(sorted(c.items())) for who, c in sorted(self.counts.items())},
-                "packet_outs": {str(k): v for k, v in sorted(self.packet_outs.items())}}
+        put into each switch (for the runner's packet accounting): in the controller's
+        state file."""
+        return GuardReport(
+            plugins={who: dict(sorted(c.items())) for who, c in sorted(self.counts.items())},
+            packet_outs={str(k): v for k, v in sorted(self.packet_outs.items())})
+

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from testbed.config.replies import ControllerCommand
 from topologies.graph import distances_to
 from topologies.model import Topology, ifname
 
@@ -210,13 +211,13 @@ def host_route_changes(installed: Plan, new: Plan) -> dict[str, list[str]]:
 ROUTING_MODES = ("ecmp", "single")  # what a running fabric may be switched between
 
 
-def command_error(cmd: dict, mode: str, relay: bool) -> str | None:
+def command_error(cmd: ControllerCommand, mode: str, relay: bool) -> str | None:
     """Why the routing app cannot carry out `cmd` on a fabric routed by `mode` (None: it
     can). Only a change of routing mode is known: ECMP and a single path, on a switched
     fabric whose paths the router alone decides (not Hedera's, not a relay fabric's)."""
-    if cmd.get("op") != "routing":
-        return f"unknown command {cmd.get('op')!r} (known: routing)"
-    target = cmd.get("mode")
+    if cmd.op != "routing":
+        return f"unknown command {cmd.op!r} (known: routing)"
+    target = cmd.mode
     if target not in ROUTING_MODES:
         return f"routing mode {target!r}: one of {', '.join(ROUTING_MODES)}"
     if relay:

@@ -42,6 +42,7 @@ from topologies.model import Topology, ifname
 from .config.loader import SpecError, from_data, registered
 from .config.network import TopologySpec
 from .config.qos import QosConfig
+from .config.replies import reply_data
 from .config.spec import ExperimentSpec, Spec, check, load, loads, with_topology
 from .experiments import reachability
 from .net.fabric import Fabric
@@ -172,7 +173,8 @@ class LiveFabric:
         the plugin guard changed of each plugin's messages (`plugin_guard`), as the
         controller wrote it after this call (it writes every 0.5 s)."""
         self._alive("its controller")
-        return self.fabric.controller_state(since=time.time())
+        state = self.fabric.controller_state(since=time.time())
+        return reply_data(state) if state is not None else {}
 
     def ping_all(self, count: int = 1, interval_s: float = 0.2) -> dict:
         """Every host pings every other (Mininet's pingAll): pairs, pings sent and received,
@@ -232,7 +234,7 @@ class LiveFabric:
         the controller replans and sends only the difference, in an order that never loops
         a packet. Returns its answer: changes, switches, how long it took to decide."""
         self._alive("its controller")
-        return self.fabric.set_routing(mode)
+        return reply_data(self.fabric.set_routing(mode))
 
     def dataplane(self):
         """The traffic-class dataplane (a spec or fabric with `qos`): queues, marks, drops

@@ -21,6 +21,7 @@ from testbed.config.controller import CircuitSpec, HederaSpec
 from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
+from testbed.config.replies import reply_data
 from testbed.core import provenance
 from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from testbed.core.system import TestbedError, congestion_controls, is_root, port_free
@@ -179,8 +180,9 @@ class RunContext:
             time.sleep(0.5)  # the controller hears of the last port change and writes it
             self.events.extend({"fault_step": step} for step in injector.done)
             state = fab.controller_state()
-            self.events.extend({"phase": label, "reroute": r} for r in state.get("reroutes", [])
-                               if r.get("time", 0) >= injector.t0)  # this phase's, not earlier
+            self.events.extend({"phase": label, "reroute": reply_data(r)}
+                               for r in (state.reroutes if state else [])
+                               if r.time >= injector.t0)  # this phase's, not earlier
             self.events.extend({"phase": label, "relay_reroute": r} for r in fab.relay_reroutes
                                if r["time"] >= injector.t0)
         if injector.errors:
@@ -274,8 +276,8 @@ class RunContext:
                 self.events.append({"phase_down": label, "slug": phase, "time": time.time()})
                 self._live_state(label, phase, fab, up=False)
             self.cpu.watch(set())
-            guard = fab.controller_state(since=time.time()).get("plugin_guard", {}).get(
-                "plugins", {})
+            state = fab.controller_state(since=time.time())
+            guard = state.plugin_guard.plugins if state else {}
             if guard:  # what the plugins did, and what the guard changed of it
                 self.phases[key]["plugins"] = guard
                 self.warnings.extend(plugin_warnings(label, guard))

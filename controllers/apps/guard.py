@@ -9,6 +9,7 @@ from typing import Any
 
 from controllers.apps.compat import Datapath
 from controllers.plugin_guard import Guard, flood_ports, sender
+from testbed.config.replies import GuardReport
 from topologies.model import Topology
 
 _GUARD: Guard | None = None
@@ -32,6 +33,6 @@ def install(topo: Topology, warn: Callable[..., None]) -> Guard:
     return guard
 
 
-def report() -> dict:
+def report() -> GuardReport:
     """The installed guard's report (empty without one)."""
-    return _GUARD.report() if _GUARD is not None else {"plugins": {}, "packet_outs": {}}
+    return _GUARD.report() if _GUARD is not None else GuardReport()

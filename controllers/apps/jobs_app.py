@@ -5,35 +5,24 @@ the dataplane API (each job's DSCP to its class, the classes' WRR weights or pri
 and by writing the jobs' gates, and logged in jobs_dir/decisions.jsonl with the monotonic
 and wall-clock time it was applied.
 
-A start decision's schedule goes to every port the jobs' paths may share (the round's
-`ports`); a step's, which may come many times a second, only to the ports where the jobs
-have actually met (two jobs' DSCPs seen by the per-DSCP counters, looked at twice a
-second; a port found later gets the schedule in force), so that a Fat-Tree's 48 candidate
-ports do not cost a netlink request per class on 48 ports per step."""
+What else there is to decide is controllers/jobsctl.py's (pure): when a round begins and
+ends, which ports a decision's schedule goes to (a start's to every port the jobs' paths
+may share, a step's only to the ports where the jobs have met, found from the per-DSCP
+counters twice a second), what each record says. This app reads the round file, the
+switches' counters, the jobs' progress and the clock, and sends what those return."""
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
-from controllers import qos_policy
+from controllers import jobsctl, qos_policy
 from controllers.apps.compat import hub
 from controllers.apps.qos_base import QosApp
-from controllers.jobpolicy import (
-    Decision,
-    JobPolicy,
-    RoundFile,
-    dscp_table,
-    meeting_ports,
-    policy_for,
-)
+from controllers.jobpolicy import JobPolicy, RoundFile, policy_for
 from testbed.config.controller import phase_config
 from testbed.config.loader import from_data
 from testbed.workloads.model.jobsync import read_progress, write_gate
-
-MEETING_LOOK_S = 0.5
-MEETING_MIN_BYTES = 9000  # a jumbo frame: a job's traffic, not a stray packet
 
 
 class JobsApp(QosApp):
@@ -58,62 +47,54 @@ class JobsApp(QosApp):
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
                 data = None
-            if rf is not None and (data is None or data["round"]["id"] != rf.round.id):
-                self.guarded(rf, self.reset, dp, cfg, rf)  # the fabric as it was built
+            step = jobsctl.round_step(rf.round.id if rf is not None else None, data,
+                                      policy is not None)
+            if step.end and rf is not None:
+                self.guarded(rf, self.send, dp, jobsctl.reset(cfg, rf))  # the fabric as built
                 rf = policy = None
-            if data is not None and rf is None:
+            if step.begin:
                 try:
                     rf = from_data(RoundFile, data, "round")
                 except Exception as exc:  # not the runner's file: say so, wait for another
                     self.logger.exception("jobs: unreadable round")
-                    self.log({"round": data.get("round", {}).get("id"), "error": repr(exc)})
-                    hub.sleep(1.0)
+                    self.log(jobsctl.unreadable_record(data, exc))
+                    hub.sleep(jobsctl.UNREADABLE_S)
                     continue
                 policy = self.guarded(rf, self.begin, dp, cfg, rf)
-            elif rf is not None and policy is not None:
-                self.guarded(rf, self.tick, dp, cfg, rf, policy)
+            elif step.tick and rf is not None and policy is not None:
+                self.guarded(rf, self.tick, dp, cfg, policy)
                 if self.failed:
                     policy = None
-            hub.sleep(rf.period_s if rf is not None else 0.05)
+            hub.sleep(jobsctl.wait_s(rf))
 
     def begin(self, dp, cfg, rf: RoundFile) -> JobPolicy:
-        self.meeting: set[str] = set()
-        self.schedule: tuple[list[int] | None, list[int] | None] | None = None
-        self.counted = self.counts(dp, rf)
-        self.looked = time.monotonic()
+        counts = self.counts(dp, rf)
+        self.control = jobsctl.RoundControl(rf, time.monotonic(), counts)
         policy = policy_for(rf.round.policy, rf.round.args)
-        self.apply(dp, cfg, rf, policy.start(time.monotonic(), rf.round), "start")
+        decision = policy.start(time.monotonic(), rf.round)
+        self.send(dp, self.control.apply(decision, "start", qos_policy.dscp_table(cfg)))
         return policy
 
-    def tick(self, dp, cfg, rf: RoundFile, policy: JobPolicy) -> None:
-        if time.monotonic() - self.looked >= MEETING_LOOK_S:
-            self.look(dp, rf)
-        progress = {name: p for name, f in rf.progress.items()
+    def tick(self, dp, cfg, policy: JobPolicy) -> None:
+        control = self.control
+        if control.look_due(time.monotonic()):
+            counts = self.counts(dp, control.rf)
+            found = control.look(time.monotonic(), counts)
+            if found is not None:
+                self.send(dp, found)
+        progress = {name: p for name, f in control.rf.progress.items()
                     if (p := read_progress(Path(f))) is not None}
         decision = policy.step(time.monotonic(), progress)
         if decision is not None:
-            self.apply(dp, cfg, rf, decision, "step")
+            self.send(dp, control.apply(decision, "step", qos_policy.dscp_table(cfg)))
 
-    def counts(self, dp, rf: RoundFile) -> dict[str, dict[int, int]]:
-        dscps = [j.dscp for j in rf.round.jobs]
+    @staticmethod
+    def counts(dp, rf: RoundFile) -> jobsctl.Counts:
+        """Each of the round's ports' bytes enqueued per job DSCP, as the switches count
+        them."""
+        dscps = jobsctl.counted_dscps(rf)
         return {name: {d: dp.dscp_counters(dp.by_name[name]["id"], d).enq_bytes for d in dscps}
                 for name in rf.ports}
-
-    def look(self, dp, rf: RoundFile) -> None:
-        """Which ports the jobs met on since the last look; a newly found one gets the
-        schedule in force."""
-        now = self.counts(dp, rf)
-        deltas = {p: {d: b - self.counted[p][d] for d, b in by.items()} for p, by in now.items()}
-        self.counted, self.looked = now, time.monotonic()
-        new = meeting_ports(deltas, MEETING_MIN_BYTES) - self.meeting
-        if new:
-            self.meeting |= new
-            if self.schedule is not None:
-                weights, priorities = self.schedule
-                dp.set_schedule([dp.by_name[n]["id"] for n in sorted(new)], weights=weights,
-                                priorities=priorities)
-            self.log({"round": rf.round.id, "when": "met", "t_mono": time.monotonic(),
-                      "t": time.time(), "ports": sorted(self.meeting)})
 
     def guarded(self, rf: RoundFile, call, *args):
         """call(*args); on an exception (the policy's, or applying its decision), None,
@@ -127,25 +108,18 @@ class JobsApp(QosApp):
             self.failed = True
             return None
 
-    def reset(self, dp, cfg, rf: RoundFile) -> None:
-        dp.set_dscp_map(qos_policy.dscp_table(cfg))
-        dp.set_schedule([dp.by_name[name]["id"] for name in rf.ports],
-                        weights=[c.weight for c in cfg.classes])
-
-    def apply(self, dp, cfg, rf: RoundFile, decision: Decision, when: str) -> None:
-        if decision.classes is not None:
-            dp.set_dscp_map(dscp_table(qos_policy.dscp_table(cfg), rf.round.jobs,
-                                       decision.classes))
-        if decision.weights is not None or decision.priorities is not None:
-            self.schedule = (decision.weights, decision.priorities)
-            ports = rf.ports if when == "start" else sorted(self.meeting)
-            dp.set_schedule([dp.by_name[name]["id"] for name in ports],
-                            weights=decision.weights, priorities=decision.priorities)
-        for name, gate in (decision.gates or {}).items():
-            write_gate(Path(rf.gates[name]), gate)
-        self.log({"round": rf.round.id, "when": when, "t_mono": time.monotonic(),
-                  "t": time.time(), **{k: v for k, v in asdict(decision).items()
-                                       if v not in (None, {})}})
+    def send(self, dp, todo: jobsctl.Apply) -> None:
+        """What jobsctl decided: the DSCP table, the schedule on its ports, the gates, then
+        the record."""
+        if todo.dscp_map is not None:
+            dp.set_dscp_map(todo.dscp_map)
+        if todo.ports is not None:
+            dp.set_schedule([dp.by_name[name]["id"] for name in todo.ports],
+                            weights=todo.weights, priorities=todo.priorities)
+        for path, gate in (todo.gates or {}).items():
+            write_gate(Path(path), gate)
+        if todo.note is not None:
+            self.log(todo.record(time.monotonic(), time.time()))
 
     def log(self, record: dict) -> None:
         self.log_fh.write(json.dumps(record) + "\n")

@@ -7,33 +7,36 @@ event with its reaction time:
     pfc.txt         time_ns node port class pause|resume|overflow   (like the HPCC simulator's)
     pfc_events.csv  the same plus the upstream port, the time from the threshold crossing to
                     the pause being applied, and the bytes that still arrived after XOFF
+                    (its columns: `PFC_COLUMNS`, testbed/config/replies.py)
+
+A thin shell around controllers/pfcctl.py, which decides what to set up, which actions of
+a batch to apply and what each record says; this app reads the dataplane and the clock and
+applies the result.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from controllers import qos_policy
+from controllers import pfcctl, qos_policy
 from controllers.apps.compat import BackgroundWriter, wait_readable
 from controllers.apps.qos_base import QosApp
+from testbed.config.replies import PFC_HEADER, PfcRecord, pfc_line
 
 
 class PfcApp(QosApp):
     NAME = "pfc"
 
     def configure(self, dp, cfg):
-        lossless = 0
-        dp.set_lossless([c.lossless and cfg.pfc is not None for c in cfg.classes])
-        for port, cls, thresholds in qos_policy.pfc_settings(cfg, dp.ports):
+        plan = pfcctl.setup(cfg, dp.ports)
+        dp.set_lossless(plan.lossless)
+        for port, cls, thresholds in plan.thresholds:
             dp.set_pfc(port, cls, thresholds)
-            lossless += thresholds is not None
-        lossless_classes = [i for i, c in enumerate(cfg.classes) if c.lossless]
-        dp.prepare(lossless_classes)
+        dp.prepare(plan.prepare)
         # after a restart, pauses its predecessor applied may still be in force: each
         # transmitter is paused or resumed as its partner's ingress asks now
         start = qos_policy.reconcile_pauses(
-            dp.ports, lossless_classes if cfg.pfc is not None else [],
-            lambda rx, cls: bool(dp.ingress(rx, cls).paused))
+            dp.ports, plan.reconcile, lambda rx, cls: bool(dp.ingress(rx, cls).paused))
         for action in start:
             (dp.pause if action.verb == "pause" else dp.resume)(action.port, action.cls)
         self.events = dp.events()
@@ -41,18 +44,12 @@ class PfcApp(QosApp):
         self.log_csv = open(self.status_dir / "pfc_events.csv", "a")
         self.writer = BackgroundWriter()
         if self.log_csv.tell() == 0:
-            self.log_txt.write("# time_ns node port class event\n")
+            self.log_txt.write(pfcctl.TXT_HEADER)
             self.log_txt.flush()
-            self.log_csv.write("time_ns,node,port,class,event,upstream_port,bytes_held,"
-                               "xoff_to_applied_us,xoff_to_last_arrival_us,"
-                               "bytes_after_xoff\n")
+            self.log_csv.write(PFC_HEADER)
             self.log_csv.flush()
-        realtime = self._realtime()
-        return {"lossless_ingress_queues": lossless, "realtime_priority": realtime,
-                "pauses_at_start": sum(1 for a in start if a.verb == "pause"),
-                "pfc": None if cfg.pfc is None else vars(cfg.pfc)}
+        return plan.status(self._realtime(), start)
 
-    WATCHDOG_S = 0.005
     RT_PRIORITY = 10
 
     def _realtime(self) -> bool:
@@ -70,7 +67,7 @@ class PfcApp(QosApp):
         """One green thread does everything that touches the dataplane (events and the
         watchdog), so that netlink requests and their acks never interleave."""
         self.watchdog_resumes = 0
-        next_check = time.monotonic() + self.WATCHDOG_S
+        next_check = time.monotonic() + pfcctl.WATCHDOG_S
         while True:
             wait_readable(self.events.fd, max(0.0, next_check - time.monotonic()))
             while True:  # until empty: events posted while handling may not wake us
@@ -80,7 +77,7 @@ class PfcApp(QosApp):
                 self.handle_batch(dp, events)
             if time.monotonic() >= next_check:
                 self._watchdog(dp, cfg)
-                next_check = time.monotonic() + self.WATCHDOG_S
+                next_check = time.monotonic() + pfcctl.WATCHDOG_S
 
     def _watchdog(self, dp, cfg):
         """Resumes the pauses qos_policy.expired_pauses says have expired."""
@@ -89,53 +86,32 @@ class PfcApp(QosApp):
             return bool(st.paused), st.bytes
         for action in qos_policy.expired_pauses(dp.paused, dp.ports, ingress,
                                                 cfg.pfc.xon_bytes):
-            rx = dp.ports[action.port]["peer"]
+            rx = pfcctl.partner(dp.ports, action.port)
             held = dp.ingress(rx, action.cls).bytes
             dp.clear_pause(rx, action.cls)
             dp.resume(action.port, action.cls)
             self.watchdog_resumes += 1
-            now = time.monotonic_ns()
-            node = dp.ports[rx]
-            self.writer.write(self.log_txt,
-                              f"{now} {node['node']} {node['ifname']} {action.cls} resume\n")
-            self.writer.write(self.log_csv,
-                              f"{now},{node['node']},{node['ifname']},{action.cls},"
-                              f"resume-timeout,{dp.ports[action.port]['ifname']},{held},,,\n")
+            self._log(pfcctl.timeout_record(time.monotonic_ns(), action, dp.ports, held))
 
     def handle_batch(self, dp, events) -> None:
         t_start = time.monotonic_ns()
         applied: dict[tuple[int, int], int] = {}
-        for action in qos_policy.plan_batch([(e.kind, e.rx_port, e.cls) for e in events],
-                                            dp.ports):
-            already = (action.port, action.cls) in dp.paused
+        actions = qos_policy.plan_batch([(e.kind, e.rx_port, e.cls) for e in events], dp.ports)
+        for action in pfcctl.to_apply(actions, dp.paused):
             try:
-                if action.verb == "pause" and not already:
-                    applied[(action.port, action.cls)] = dp.pause(action.port, action.cls)
-                elif action.verb == "resume" and already:
-                    applied[(action.port, action.cls)] = dp.resume(action.port, action.cls)
+                act = dp.pause if action.verb == "pause" else dp.resume
+                applied[(action.port, action.cls)] = act(action.port, action.cls)
             except OSError as exc:
                 self.logger.error("PFC %s of %s class %d failed: %s", action.verb,
                                   dp.ports[action.port]["ifname"], action.cls, exc)
         t_acted = time.monotonic_ns()
         for ev in events:
-            self._log(dp, ev, applied, t_acted)
-        worst = t_acted - min(e.ns for e in events)
-        if worst > 3_000_000:
+            self._log(pfcctl.event_record(ev, dp.ports, applied, dp.paused, t_acted))
+        slow = pfcctl.slow_batch(t_start, t_acted, min(e.ns for e in events))
+        if slow is not None:
             self.logger.warning("SLOW batch of %d events: oldest queued %.1f ms, acting "
-                                "took %.1f ms", len(events), (t_start - min(e.ns for e in events)) / 1e6,
-                                (t_acted - t_start) / 1e6)
+                                "took %.1f ms", len(events), *slow)
 
-    def _log(self, dp, ev, applied: dict, t_acted: int) -> None:
-        rx = dp.ports[ev.rx_port]
-        upstream = rx["peer"]
-        # a pause whose link was still paused (its resume in the same batch) is in effect
-        # once the batch is done
-        done = applied.get((upstream, ev.cls)) or (
-            t_acted if (upstream, ev.cls) in dp.paused else None)
-        applied_us = round((done - ev.ns) / 1000, 1) if done and ev.kind == 1 else ""
-        self.writer.write(self.log_txt, f"{ev.ns} {rx['node']} {rx['ifname']} {ev.cls} {ev.name}\n")
-        last = (round((ev.last_arrival_ns - ev.xoff_ns) / 1000, 1)
-                if ev.kind == 2 and ev.last_arrival_ns >= ev.xoff_ns else "")
-        self.writer.write(self.log_csv, f"{ev.ns},{rx['node']},{rx['ifname']},{ev.cls},{ev.name},"
-                           f"{dp.ports[upstream]['ifname']},{ev.bytes},{applied_us},{last},"
-                           f"{ev.bytes_after_xoff if ev.kind == 2 else ''}\n")
+    def _log(self, rec: PfcRecord) -> None:
+        self.writer.write(self.log_txt, pfcctl.txt_line(rec))
+        self.writer.write(self.log_csv, pfc_line(rec))

@@ -8,13 +8,13 @@ replans on the fabric without the ports that are down and sends the difference
 (`resync` in its configuration), it reads each switch's tables instead of clearing them and
 sends only what differs from its plan, so the traffic they carry keeps flowing. It writes its
 state (connected and ready switches, packet-in/out counters, reroutes) to the phase's
-`state_json` so the runner knows when every path is installed and can account for packets
-the controller injected. Its
-configuration is the phase's file (config/controller.py, `phase_config()`).
+`state_json` (`ControllerState`, config/replies.py) so the runner knows when every path is
+installed and can account for packets the controller injected; it carries out the commands
+the runner appends to the phase's `commands_jsonl` and answers there. Its configuration is
+the phase's file (config/controller.py, `phase_config()`).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -34,6 +34,16 @@ from controllers.apps.compat import (
     set_ev_cls,
 )
 from testbed.config.controller import phase_config
+from testbed.config.loader import SpecError
+from testbed.config.replies import (
+    CommandReply,
+    ControllerCommand,
+    ControllerState,
+    Reroute,
+    Resync,
+    read_command,
+    write_state,
+)
 from topologies.model import Topology, ifname
 
 # Entries a restarted controller leaves as it finds them: per-flow entries a scheduler placed
@@ -52,15 +62,15 @@ class FabricRouting(RyuApp):
         self.plan = failover.plan(self.topo, self.mode, **self.plan_args)
         self.datapaths: dict[int, Any] = {}  # Ryu datapaths
         self.down: set[tuple[str, int]] = set()
-        self.reroutes: list[dict] = []
+        self.reroutes: list[Reroute] = []
         self.syncing: dict[int, dict] = {}  # a restart: switches whose tables are being read
-        self.resyncs: list[dict] = []
+        self.resyncs: list[Resync] = []
         self.state_path = Path(self.config.state_json)
         self.connected: dict[int, float] = {}
         self.ready: dict[int, float] = {}
         self.counters: dict[int, dict[str, int]] = {}
         self.started = time.time()
-        self.commands: list[dict] = []  # the runner's commands carried out (or refused)
+        self.commands: list[CommandReply] = []  # the runner's commands carried out (or refused)
         self.stats: dict[int, list] = {}  # read_flow_stats: the replies, by dpid
         self.stats_done: set[int] = set()
         self._write_state()
@@ -191,12 +201,12 @@ class FabricRouting(RyuApp):
         for change in todo:
             what = f"{change.op}_{'group' if isinstance(change.item, routing.Group) else 'rule'}"
             ops[what] = ops.get(what, 0) + 1
-        self.resyncs.append({"time": time.time(), "switch": name, "rules_read": len(sync["rules"]),
-                             "groups_read": len(sync["groups"]),
-                             "kept": sum(1 for r in sync["rules"]
-                                         if r.priority in KEEP_ON_RESYNC),
-                             "changes": len(todo), "ops": ops,
-                             "took_s": round(time.time() - sync["t0"], 4)})
+        self.resyncs.append(Resync(time=time.time(), switch=name, rules_read=len(sync["rules"]),
+                                   groups_read=len(sync["groups"]),
+                                   kept=sum(1 for r in sync["rules"]
+                                            if r.priority in KEEP_ON_RESYNC),
+                                   changes=len(todo), ops=ops,
+                                   took_s=round(time.time() - sync["t0"], 4)))
         self.logger.info("resync %s: %d entries and %d groups read, %d changes", name,
                          len(sync["rules"]), len(sync["groups"]), len(todo))
 
@@ -232,10 +242,10 @@ class FabricRouting(RyuApp):
             return
         (self.down.add if is_down else self.down.discard)((node, port))
         todo, unsent = self.replan(self.mode)
-        self.reroutes.append({"time": t0, "port": ifname(node, port), "down": is_down,
-                              "ports_down": len(self.down), "changes": len(todo),
-                              "switches": len({c.dpid for c in todo}), "unsent": unsent,
-                              "decided_s": round(time.time() - t0, 4)})
+        self.reroutes.append(Reroute(time=t0, port=ifname(node, port), down=is_down,
+                                     ports_down=len(self.down), changes=len(todo),
+                                     switches=len({c.dpid for c in todo}), unsent=unsent,
+                                     decided_s=round(time.time() - t0, 4)))
         self.logger.info("port %s %s: %d changes on %d switches", ifname(node, port),
                          "down" if is_down else "up", len(todo), len({c.dpid for c in todo}))
         self._write_state()
@@ -283,25 +293,30 @@ class FabricRouting(RyuApp):
             partial = lines.pop()
             for line in lines:
                 if line.strip():
-                    self.command(json.loads(line))
+                    try:
+                        cmd = read_command(line)
+                    except SpecError as exc:  # JSON, but not the runner's: said in the log
+                        self.logger.error("not a command: %s (%s)", line.strip(), exc)
+                        continue
+                    self.command(cmd)
 
-    def command(self, cmd: dict) -> None:
+    def command(self, cmd: ControllerCommand) -> None:
         """Carry out one of the runner's commands (recovery.command_error says which it may
         not) and answer in the state file."""
         t0 = time.time()
         relay = self.topo.relays
         error = recovery.command_error(cmd, self.mode, relay)
-        done = {"id": cmd.get("id"), "time": t0, "op": cmd.get("op"), "mode": cmd.get("mode")}
-        if error:
-            done["error"] = error
+        if error is not None or cmd.mode is None:
+            done = CommandReply(id=cmd.id, time=t0, op=cmd.op, mode=cmd.mode, error=error)
         else:
             before = self.mode
-            todo, unsent = self.replan(cmd["mode"])
-            self.mode = cmd["mode"]
-            done.update(changes=len(todo), switches=len({c.dpid for c in todo}),
-                        unsent=unsent, decided_s=round(time.time() - t0, 4))
-            self.reroutes.append({"time": t0, "routing": f"{before} -> {self.mode}",
-                                  "changes": len(todo), "unsent": unsent})
+            todo, unsent = self.replan(cmd.mode)
+            self.mode = cmd.mode
+            done = CommandReply(id=cmd.id, time=t0, op=cmd.op, mode=cmd.mode,
+                                changes=len(todo), switches=len({c.dpid for c in todo}),
+                                unsent=unsent, decided_s=round(time.time() - t0, 4))
+            self.reroutes.append(Reroute(time=t0, routing=f"{before} -> {self.mode}",
+                                         changes=len(todo), unsent=unsent))
             self.logger.info("routing %s -> %s: %d changes", before, self.mode, len(todo))
         self.commands.append(done)
         self._write_state()
@@ -342,16 +357,12 @@ class FabricRouting(RyuApp):
             self._write_state()
 
     def _write_state(self) -> None:
-        state = {"pid": os.getpid(), "mode": self.mode, "started": self.started,
-                 "time": time.time(),
-                 "switches": len(self.topo.switches),
-                 "connected": {str(k): v for k, v in sorted(self.connected.items())},
-                 "ready": {str(k): v for k, v in sorted(self.ready.items())},
-                 "counters": {str(k): v for k, v in sorted(self.counters.items())},
-                 "ports_down": sorted(ifname(n, p) for n, p in self.down),
-                 "reroutes": self.reroutes, "resync": self.config.resync,
-                 "resyncs": self.resyncs, "plugin_guard": guard.report(),
-                 "commands": self.commands}
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.state_path)
+        write_state(ControllerState(
+            pid=os.getpid(), mode=self.mode, started=self.started, time=time.time(),
+            switches=len(self.topo.switches),
+            connected={str(k): v for k, v in sorted(self.connected.items())},
+            ready={str(k): v for k, v in sorted(self.ready.items())},
+            counters={str(k): v for k, v in sorted(self.counters.items())},
+            ports_down=sorted(ifname(n, p) for n, p in self.down),
+            reroutes=self.reroutes, resync=self.config.resync, resyncs=self.resyncs,
+            plugin_guard=guard.report(), commands=self.commands), self.state_path)

@@ -10,5 +10,7 @@ loader that turns YAML or JSON into frozen dataclasses. It imports nothing of th
     network.py     topology, links, hosts
     qos.py         traffic classes, ECN and PFC, their checks and the buffer precedence
     controller.py  routing, Hedera, flow priorities, and the per-phase controller file
+    replies.py     what the controller hands back: its state file, its answers to the
+                   runner's commands, the PFC app's event log
     spec.py        the spec itself and the base of every experiment's spec type
 """

@@ -3,9 +3,11 @@
 An unknown key or a wrong type is a `SpecError` whose message starts with the path of the
 bad field (`links.buffer_pkts: expected an integer, got 'x'`). A field whose type is a
 class with a `registry` mapping (the experiments' base) is converted to the registered
-subclass its `type` key names. The same loader reads a spec (YAML) and the controller's
-per-phase configuration (JSON), so both sides of the process boundary agree on every type
-and default.
+subclass its `type` key names. The same loader reads a spec (YAML), the controller's
+per-phase configuration (JSON) and what the controller hands back (its state file, its
+answers to commands, the PFC app's event log: `replies.py`), so both sides of the process
+boundary agree on every type and default. `to_data` and `to_text` write a dataclass back
+as plain data or as a CSV row's cells; `from_text` reads such a row (every cell text).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -173,10 +176,79 @@ def load_json(cls: type[T], path: str | Path) -> T:
     return from_data(cls, json.loads(Path(path).read_text()), "")
 
 
-def dump_json(obj: Any, path: str | Path) -> None:
-    """Write a dataclass as JSON atomically (a reader never sees half a file)."""
+def to_data(obj: Any, omit_none: bool = False) -> Any:
+    """A dataclass (and the dataclasses, lists and mappings in it) as plain data, fields in
+    their order, as `dataclasses.asdict`. `omit_none`: a field whose default is None and
+    whose value is None is left out, so that a record says only what happened (a reroute
+    of a port has no `routing`; a refused command no `changes`)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_data(getattr(obj, f.name), omit_none)
+                for f in dataclasses.fields(obj)
+                if not (omit_none and f.default is None and getattr(obj, f.name) is None)}
+    if isinstance(obj, (list, tuple)):
+        return [to_data(v, omit_none) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_data(v, omit_none) for k, v in obj.items()}
+    return obj
+
+
+def dump_json(obj: Any, path: str | Path, indent: int | None = 1,
+              omit_none: bool = False) -> None:
+    """Write a dataclass as JSON atomically (a reader never sees half a file); `indent`
+    None writes it on one line, `omit_none` as `to_data`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(obj), indent=1, default=str))
+    tmp.write_text(json.dumps(to_data(obj, omit_none), indent=indent, default=str))
     tmp.replace(target)
+
+
+def _parse_text(tp: Any, text: str, path: str) -> Any:
+    """A CSV cell as the value `convert` expects for `tp` (an int, float or str field,
+    optional or not, or a Literal of strings)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _parse_text(inner[0], text, path)
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise SpecError(f"{path}: expected an integer, got {text!r}") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise SpecError(f"{path}: expected a number, got {text!r}") from None
+    if tp is str or typing.get_origin(tp) is Literal:
+        return text
+    raise SpecError(f"{path}: unsupported column type {tp}")
+
+
+def from_text(cls: type[T], row: Mapping[str | None, Any], path: str = "",
+              columns: Mapping[str, str] | None = None) -> T:
+    """An instance of the dataclass `cls` from a CSV row (column -> cell text, as
+    `csv.DictReader` gives it): each cell parsed as its field's type, an empty or missing
+    cell being the field's default (None for an optional one), then converted strictly by
+    `from_data`. `columns`: field -> column name where the two differ (a column named by a
+    Python keyword)."""
+    names = columns or {}
+    hints = typing.get_type_hints(cls)
+    field_of = {names.get(f.name, f.name): f.name
+                for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    data = {}
+    for column, text in row.items():
+        name = field_of.get(column) if column is not None else None
+        if column is None or name is None:
+            raise SpecError(f"{path + '.' if path else ''}{column}: unknown column "
+                            f"(known: {', '.join(field_of)})")
+        if text is None or text == "":
+            continue
+        data[name] = _parse_text(hints[name], text, f"{path}.{column}" if path else column)
+    return from_data(cls, data, path)
+
+
+def to_text(obj: Any) -> list[str]:
+    """A dataclass's fields, in their order, as CSV cells (None empty): what `from_text`
+    reads back."""
+    return ["" if (v := getattr(obj, f.name)) is None else str(v)
+            for f in dataclasses.fields(obj)]

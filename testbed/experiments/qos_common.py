@@ -8,8 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.results.files import read_rows
-from testbed.results.pfc import pause_intervals
+from testbed.results.pfc import pause_intervals, read_pfc_events
 from testbed.results.plots import pyplot, save, several_experiments, tagged, title
 from testbed.results.stats import percentile_or_none
 
@@ -38,17 +37,17 @@ def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None
     path = status_dir / "pfc_events.csv"
     if not path.exists():
         return {"pauses": 0}
-    rows = [r for r in read_rows(path)
-            if int(r["time_ns"]) >= t_from_ns and (t_to_ns is None or int(r["time_ns"]) <= t_to_ns)]
-    pauses = [r for r in rows if r["event"] == "pause"]
-    resumes = [r for r in rows if r["event"] == "resume"]
-    applied = sorted(float(r["xoff_to_applied_us"]) for r in pauses if r["xoff_to_applied_us"])
-    stopped = sorted(float(r["xoff_to_last_arrival_us"]) for r in resumes
-                     if r["xoff_to_last_arrival_us"])
-    after = sorted(int(r["bytes_after_xoff"]) for r in resumes if r["bytes_after_xoff"])
+    rows = [r for r in read_pfc_events(path)
+            if r.time_ns >= t_from_ns and (t_to_ns is None or r.time_ns <= t_to_ns)]
+    pauses = [r for r in rows if r.event == "pause"]
+    resumes = [r for r in rows if r.event == "resume"]
+    applied = sorted(r.xoff_to_applied_us for r in pauses if r.xoff_to_applied_us is not None)
+    stopped = sorted(r.xoff_to_last_arrival_us for r in resumes
+                     if r.xoff_to_last_arrival_us is not None)
+    after = sorted(r.bytes_after_xoff for r in resumes if r.bytes_after_xoff is not None)
     per_port: dict[str, int] = {}
     for r in pauses:
-        key = f"{r['upstream_port']}->{r['port']}"
+        key = f"{r.upstream_port}->{r.port}"
         per_port[key] = per_port.get(key, 0) + 1
     paused_ns: dict[str, int] = {}
     for (upstream, port, _), spans in pause_intervals(rows)[0].items():
@@ -59,7 +58,7 @@ def pfc_summary(status_dir: Path, t_from_ns: int = 0, t_to_ns: int | None = None
     def pct(values: list, q: float) -> float | None:
         return percentile_or_none(values, q, 1)
     return {"pauses": len(pauses), "resumes": len(resumes),
-            "overflows": sum(r["event"] == "overflow" for r in rows),
+            "overflows": sum(r.event == "overflow" for r in rows),
             "paused_links": per_port, "paused_ms": paused_ms,
             "reaction_applied_us": {"p50": pct(applied, 50), "p90": pct(applied, 90),
                                     "max": applied[-1] if applied else None},
@@ -112,10 +111,10 @@ def pfc_timelines(out_dir: Path, plots: Path) -> list[Path]:
     plt = pyplot()
     made = []
     for log in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv")):
-        rows = read_rows(log)
-        if not any(r["event"] == "pause" for r in rows):
+        rows = read_pfc_events(log)
+        if not any(r.event == "pause" for r in rows):
             continue
-        t0 = min(int(r["time_ns"]) for r in rows)
+        t0 = min(r.time_ns for r in rows)
         spans = {f"{up}→{port}/c{cls}": [((a - t0) / 1e9, max((b - a) / 1e9, 1e-4))
                                          for a, b, _ in intervals]
                  for (up, port, cls), intervals in pause_intervals(rows)[0].items()}

@@ -58,11 +58,11 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
             continue
         c.enqueued += b["drops"] - b["kicks_sent"]
         c.qdisc_drops += b["drops"]
+    counters = ctrl_state.counters if ctrl_state else {}
+    plugins = ctrl_state.plugin_guard.packet_outs if ctrl_state else {}
     for sw in topo.switches:
-        counters = ctrl_state.get("counters", {}).get(str(sw.dpid), {})
-        plugins = ctrl_state.get("plugin_guard", {}).get("packet_outs", {})
-        snap.packet_out[sw.name] = (int(counters.get("packet_out", 0))
-                                    + int(plugins.get(str(sw.dpid), 0)))
+        snap.packet_out[sw.name] = (counters.get(str(sw.dpid), {}).get("packet_out", 0)
+                                    + plugins.get(str(sw.dpid), 0))
     return snap
 
 

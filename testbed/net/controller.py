@@ -1,9 +1,10 @@
 """The Ryu controller process of a phase: started from an argv list with an explicit
 environment (its only setting: the path of the phase's configuration file), bound to
-127.0.0.1, stopped by PID."""
+127.0.0.1, stopped by PID; and what it writes back, read as `ControllerState`
+(testbed/config/replies.py), added up across the controllers a restart replaced."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from controllers import plugin_guard
 from testbed.config.controller import CONFIG_ENV, ControllerConfig
 from testbed.config.loader import dump_json
+from testbed.config.replies import ControllerState, Resync, read_state
 from testbed.core.system import TestbedError
 
 from .traffic import REPO_ROOT, host_env
@@ -99,25 +101,23 @@ class ControllerProcess:
             return []
         return [line for line in text.splitlines() if line.strip()][-lines:]
 
-    def state(self) -> dict:
-        try:
-            return json.loads(self.state_json.read_text())
-        except (OSError, ValueError):
-            return {}
+    def state(self) -> ControllerState | None:
+        """Its state file as last written (None: none yet)."""
+        return read_state(self.state_json)
 
-    def wait_ready(self, n_switches: int, timeout: float = 60.0) -> dict:
+    def wait_ready(self, n_switches: int, timeout: float = 60.0) -> ControllerState:
         """Until every switch has connected and acknowledged its flows (barrier)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc and self.proc.poll() is not None:
                 raise TestbedError(f"the controller died; see {self.log_path}")
             st = self.state()
-            if len(st.get("ready", {})) >= n_switches:
+            if st is not None and len(st.ready) >= n_switches:
                 return st
             time.sleep(0.1)
         st = self.state()
-        raise TestbedError(f"only {len(st.get('ready', {}))} of {n_switches} switches got their "
-                           f"paths within {timeout:.0f} s; see {self.log_path}")
+        raise TestbedError(f"only {len(st.ready) if st else 0} of {n_switches} switches got "
+                           f"their paths within {timeout:.0f} s; see {self.log_path}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -127,6 +127,32 @@ class ControllerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def merged_state(past: list[ControllerState], state: ControllerState) -> ControllerState:
+    """`state` with the packet counters and reroutes of the controllers it replaced (`past`,
+    oldest first) added: a restart starts its own from zero."""
+    if not past:
+        return state
+    counters: dict[str, dict[str, int]] = {}
+    for s in [*past, state]:
+        for dpid, c in s.counters.items():
+            mine = counters.setdefault(dpid, {})
+            for key, n in c.items():
+                mine[key] = mine.get(key, 0) + n
+    return dataclasses.replace(state, counters=counters,
+                               reroutes=[r for s in [*past, state] for r in s.reroutes])
+
+
+def resync_summary(resyncs: list[Resync]) -> dict:
+    """What a restarted controller's resync of every switch read, kept and changed, and
+    the longest it took on one switch (a fault step's record)."""
+    return {"switches": len(resyncs),
+            "rules_read": sum(r.rules_read for r in resyncs),
+            "groups_read": sum(r.groups_read for r in resyncs),
+            "kept": sum(r.kept for r in resyncs),
+            "changes": sum(r.changes for r in resyncs),
+            "took_s_max": max((r.took_s for r in resyncs), default=None)}
 
 
 def controller_death(returncode: int | None, killed_at: float | None,

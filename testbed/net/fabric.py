@@ -23,6 +23,7 @@ from testbed.config.controller import CircuitSpec, ControllerConfig, FlowPriorit
 from testbed.config.datapath import TRAITS, Traits
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
+from testbed.config.replies import CommandReply, ControllerState
 from testbed.core.resources import RunRecord
 from testbed.core.system import TestbedError, congestion_controls, is_root, qdisc_supported
 from testbed.dataplane import ovs, queues
@@ -385,7 +386,7 @@ class Fabric:
         """Deaths nobody asked for, as the watch saw them."""
         return self.supervisor.controller_deaths
 
-    def set_routing(self, mode: str, timeout: float = 10.0) -> dict:
+    def set_routing(self, mode: str, timeout: float = 10.0) -> CommandReply:
         """Route the fabric by `mode` from now on (supervisor.py)."""
         return self.supervisor.set_routing(mode, timeout)
 
@@ -397,7 +398,8 @@ class Fabric:
         """A killed controller started again and resynchronised (supervisor.py)."""
         return self.supervisor.restart_controller(timeout)
 
-    def controller_state(self, since: float | None = None, timeout: float = 2.0) -> dict:
+    def controller_state(self, since: float | None = None,
+                         timeout: float = 2.0) -> ControllerState | None:
         """The controller's state file, with the counters of those it replaced."""
         return self.supervisor.controller_state(since, timeout)
 

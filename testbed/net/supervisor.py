@@ -6,15 +6,21 @@ the controllers it replaced added).
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from testbed.config.replies import CommandReply, ControllerCommand, ControllerState, command_line
 from testbed.core.system import TestbedError
 
-from .controller import ControllerLaunch, ControllerProcess, controller_death
+from .controller import (
+    ControllerLaunch,
+    ControllerProcess,
+    controller_death,
+    merged_state,
+    resync_summary,
+)
 
 if TYPE_CHECKING:
     from .fabric import Fabric
@@ -28,7 +34,7 @@ class ControllerSupervisor:
         self.fab = fab
         self.controller: ControllerProcess | None = None
         self.controller_killed: float | None = None  # when a fault killed it (time.time())
-        self.past_controllers: list[dict] = []  # the states of replaced ones
+        self.past_controllers: list[ControllerState] = []  # the states of replaced ones
         self.controller_deaths: list[dict] = []  # unasked, seen by the watch
         self.commands_sent = 0
         self._ctl_lock = threading.RLock()
@@ -46,7 +52,8 @@ class ControllerSupervisor:
         `t0`."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if len(self.controller.state().get("connected", {})) >= len(self.fab.topo.switches):
+            state = self.controller.state()
+            if state is not None and len(state.connected) >= len(self.fab.topo.switches):
                 return time.time() - t0
             time.sleep(0.05)
         raise TestbedError("not every switch connected to the controller within "
@@ -79,7 +86,7 @@ class ControllerSupervisor:
                     except TestbedError as exc:
                         death["restart_error"] = str(exc)
 
-    def set_routing(self, mode: str, timeout: float = 10.0) -> dict:
+    def set_routing(self, mode: str, timeout: float = 10.0) -> CommandReply:
         """Route the fabric by `mode` (ecmp or single) from now on: the controller replans
         and sends the difference while traffic runs (controllers/apps/routing_app.py); its
         answer (changes, switches, how long it took to decide), or TestbedError with why it
@@ -87,15 +94,15 @@ class ControllerSupervisor:
         self.commands_sent += 1
         cmd_id = self.commands_sent
         with open(self.fab.commands_jsonl, "a") as fh:
-            fh.write(json.dumps({"id": cmd_id, "op": "routing", "mode": mode,
-                                 "time": time.time()}) + "\n")
+            fh.write(command_line(ControllerCommand(id=cmd_id, op="routing", mode=mode,
+                                                    time=time.time())))
         deadline = time.time() + timeout
         while time.time() < deadline:
-            done = [c for c in self.controller_state().get("commands", [])
-                    if c.get("id") == cmd_id]
+            state = self.controller_state()
+            done = [c for c in (state.commands if state else []) if c.id == cmd_id]
             if done:
-                if "error" in done[0]:
-                    raise TestbedError(f"routing {mode}: {done[0]['error']}")
+                if done[0].error is not None:
+                    raise TestbedError(f"routing {mode}: {done[0].error}")
                 self.fab.routing = mode
                 return done[0]
             if self.controller is not None and not self.controller.alive():
@@ -124,48 +131,35 @@ class ControllerSupervisor:
             old = self.controller
             if old is None or old.alive():
                 raise TestbedError("the controller is running; only a dead one is restarted")
-            self.past_controllers.append(old.state())
+            if (past := old.state()) is not None:
+                self.past_controllers.append(past)
             launch = dataclasses.replace(old.launch, config=dataclasses.replace(
                 old.launch.config, resync=True))
             self.controller = ControllerProcess(launch, old.log_path)
             self.fab.record.add_pid(self.controller.start(), "ryu controller (restarted)")
             self.controller_killed = None
             state = self.controller.wait_ready(len(self.fab.topo.switches), timeout)
-            resyncs = state.get("resyncs", [])
             return {"ready_s": round(time.time() - t0, 3),
-                    "resync": {"switches": len(resyncs),
-                               "rules_read": sum(r["rules_read"] for r in resyncs),
-                               "groups_read": sum(r["groups_read"] for r in resyncs),
-                               "kept": sum(r["kept"] for r in resyncs),
-                               "changes": sum(r["changes"] for r in resyncs),
-                               "took_s_max": max((r["took_s"] for r in resyncs),
-                                                 default=None)}}
+                    "resync": resync_summary(state.resyncs)}
 
-    def controller_state(self, since: float | None = None, timeout: float = 2.0) -> dict:
-        """The controller's state file, its packet counters and reroutes added to those of
-        the controllers it replaced (a restart starts them from zero). With `since`: as
-        written at or after that time (it writes every 0.5 s and on each packet-out), so
-        that what it did before then is in it; a controller that has ended is not waited
-        for."""
+    def controller_state(self, since: float | None = None,
+                         timeout: float = 2.0) -> ControllerState | None:
+        """The controller's state file (None: it has written none), its packet counters and
+        reroutes added to those of the controllers it replaced (a restart starts them from
+        zero). With `since`: as written at or after that time (it writes every 0.5 s and on
+        each packet-out), so that what it did before then is in it; a controller that has
+        ended is not waited for."""
         state = self._controller_state_since(since, timeout)
-        if not self.past_controllers:
-            return state
-        counters: dict[str, dict[str, int]] = {}
-        for s in [*self.past_controllers, state]:
-            for dpid, c in s.get("counters", {}).items():
-                mine = counters.setdefault(dpid, {})
-                for key, n in c.items():
-                    mine[key] = mine.get(key, 0) + n
-        reroutes = [r for s in [*self.past_controllers, state] for r in s.get("reroutes", [])]
-        return {**state, "counters": counters, "reroutes": reroutes}
+        return merged_state(self.past_controllers, state) if state is not None else None
 
-    def _controller_state_since(self, since: float | None, timeout: float) -> dict:
+    def _controller_state_since(self, since: float | None,
+                                timeout: float) -> ControllerState | None:
         if self.controller is None:
-            return {}
+            return None
         deadline = time.time() + timeout
         state = self.controller.state()
-        while since is not None and state.get("time", 0) < since and time.time() < deadline \
-                and self.controller.returncode() is None:
+        while since is not None and (state.time if state else 0) < since \
+                and time.time() < deadline and self.controller.returncode() is None:
             time.sleep(0.05)
             state = self.controller.state()
         return state

@@ -1,23 +1,39 @@
 """The PFC app's event log (controllers/apps/pfc_app.py, `pfc_events.csv`) read as pause
 intervals: what the PFC experiments' summaries and plots, the run's timeline and the live
-view's replay all draw from."""
+view's replay all draw from. Its rows are `PfcRecord`s (testbed/config/replies.py), read
+here once, every cell checked."""
 from __future__ import annotations
 
-PauseKey = tuple[str, str, str]  # (upstream port, paused ingress port, class)
+from pathlib import Path
+
+from testbed.config.replies import PfcRecord, pfc_record
+
+from .files import read_rows
+
+PauseKey = tuple[str, str, int]  # (upstream port, paused ingress port, class)
 
 
-def pause_intervals(rows: list[dict]) -> tuple[dict[PauseKey, list[tuple[int, int, str]]],
-                                              dict[PauseKey, int]]:
+def read_pfc_events(path: Path) -> list[PfcRecord]:
+    """The records of one fabric's pfc_events.csv, in the order they were written. A row
+    with fewer or more cells than the header (a line cut short by a controller killed
+    while writing, and the line its successor appended to it) is left out, as
+    `read_jsonl` leaves out a cut line; every other row must be a record."""
+    return [pfc_record(row) for row in read_rows(path)
+            if None not in row and None not in row.values()]
+
+
+def pause_intervals(events: list[PfcRecord]) -> tuple[dict[PauseKey, list[tuple[int, int, str]]],
+                                                      dict[PauseKey, int]]:
     """The closed pauses, (pause_ns, resume_ns, the resume's event) per (upstream port,
     paused ingress port, class), and the pauses still in effect when the log ends (their
     pause_ns). A pause opens an interval (a repeated pause does not reopen it), the next
     resume (an XON or the watchdog's) closes it."""
     open_at: dict[PauseKey, int] = {}
     spans: dict[PauseKey, list[tuple[int, int, str]]] = {}
-    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
-        key = (r["upstream_port"], r["port"], r["class"])
-        if r["event"] == "pause":
-            open_at.setdefault(key, int(r["time_ns"]))
-        elif r["event"].startswith("resume") and key in open_at:
-            spans.setdefault(key, []).append((open_at.pop(key), int(r["time_ns"]), r["event"]))
+    for e in sorted(events, key=lambda e: e.time_ns):
+        key = (e.upstream_port, e.port, e.cls)
+        if e.event == "pause":
+            open_at.setdefault(key, e.time_ns)
+        elif e.event.startswith("resume") and key in open_at:
+            spans.setdefault(key, []).append((open_at.pop(key), e.time_ns, e.event))
     return spans, open_at

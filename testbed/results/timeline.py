@@ -21,9 +21,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .files import read_jsonl, read_rows
-from .pfc import pause_intervals
+from .pfc import pause_intervals, read_pfc_events
+
+if TYPE_CHECKING:
+    from testbed.config.replies import PfcRecord
 
 LOAD_BIN_S = 0.1  # link load: bytes enqueued per 100 ms
 
@@ -128,11 +132,11 @@ def load_events(rows: list[dict], clock: Clock, bin_s: float = LOAD_BIN_S) -> li
     return out
 
 
-def pause_events(rows: list[dict], clock: Clock) -> list[dict]:
-    """Slices from `pfc_events.csv` rows: each transmitter and class from its pause to its
-    resume (a pause still in effect at the last event ends there)."""
-    closed, still_open = pause_intervals(rows)
-    last = clock.monotonic_us(max((int(r["time_ns"]) for r in rows), default=0) / 1e9)
+def pause_events(records: list[PfcRecord], clock: Clock) -> list[dict]:
+    """Slices from `pfc_events.csv`'s records: each transmitter and class from its pause to
+    its resume (a pause still in effect at the last event ends there)."""
+    closed, still_open = pause_intervals(records)
+    last = clock.monotonic_us(max((r.time_ns for r in records), default=0) / 1e9)
     out = []
     tids: dict[str, int] = {}
     for (upstream, port, cls), spans in closed.items():
@@ -223,7 +227,7 @@ def build(out_dir: Path) -> dict | None:
         events += queue_events(read_rows(path), clock)
     for path in loads:
         events += load_events(read_rows(path), clock)
-    events += pause_events([r for p in pfc for r in read_rows(p)], clock)
+    events += pause_events([r for p in pfc for r in read_pfc_events(p)], clock)
     events += decision_events(
         read_jsonl(out_dir / "events.jsonl"),
         [r for p in sorted(out_dir.glob("hedera/*/hedera_decisions.jsonl")) for r in read_jsonl(p)],

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.results.files import read_jsonl, read_rows
-from testbed.results.pfc import pause_intervals
+from testbed.results.pfc import pause_intervals, read_pfc_events
 from testbed.results.timeline import port_bytes
 from topologies.model import Topology, ifname
 
@@ -135,9 +135,9 @@ def replay(out_dir: Path, step_s: float = STEP_S) -> dict:
         for port, series in port_bytes(read_rows(path)).items():
             sent[port].update((t - t0, b) for t, b in series.items())
     pauses: dict[str, list[tuple[float, float]]] = defaultdict(list)  # per upstream port
-    pfc_rows = [r for p in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
-                for r in read_rows(p)]
-    closed, still_open = pause_intervals(pfc_rows)
+    pfc_events = [r for p in sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
+                  for r in read_pfc_events(p)]
+    closed, still_open = pause_intervals(pfc_events)
     for (upstream, _, _), spans in closed.items():
         pauses[upstream] += [(a / 1e9 - mono0, b / 1e9 - mono0) for a, b, _ in spans]
     for (upstream, _, _), start_ns in still_open.items():

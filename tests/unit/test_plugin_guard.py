@@ -134,7 +134,7 @@ def check_a_plugins_flooding_packet_out_goes_out_the_tree_ports_but_its_in_port(
                               actions=[parser.OFPActionOutput(ofp.OFPP_FLOOD)], data=b"x")
     assert g.check(dp, msg, "Learner (my_app)") is msg
     assert outputs(msg.actions) == list(tree[1:])
-    assert g.report()["packet_outs"] == {"1": len(tree) - 1}  # copies, for the accounting
+    assert g.report().packet_outs == {"1": len(tree) - 1}  # copies, for the accounting
     msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                               actions=[parser.OFPActionOutput(3)], data=b"x")
     g.check(dp, msg, "Learner (my_app)")
@@ -153,7 +153,7 @@ def check_a_plugins_entry_is_moved_below_the_router_and_its_flood_confined():
     assert msg.priority == pg.PLUGIN_MAX_PRIORITY and msg.cookie == pg.PLUGIN_COOKIE | 7
     assert outputs(msg.instructions[0].actions) == list(g.ports[1][1:])
     assert g.counts["ryu.app.ofctl_rest"]["priority_capped"] == 1
-    assert plugin_warnings("reachability", g.report()["plugins"]) == [
+    assert plugin_warnings("reachability", g.report().plugins) == [
         "reachability: plugin ryu.app.ofctl_rest: 1 floods confined to the fabric's loop-free "
         "tree, 1 entries capped below the router's priorities (the plugin guard keeps plugins "
         "from flooding the fabric, shadowing its routing or taking its ports and switch "
@@ -166,7 +166,7 @@ def check_a_plugins_delete_reaches_its_own_entries_only():
                             out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
     g.check(dp, msg, "my_app")
     assert (msg.cookie, msg.cookie_mask) == (pg.PLUGIN_COOKIE, pg.COOKIE_BAND)
-    assert plugin_warnings("p", g.report()["plugins"]) == []  # nothing to warn of
+    assert plugin_warnings("p", g.report().plugins) == []  # nothing to warn of
 
 
 def check_every_flow_mod_command_is_confined_to_the_plugin_band_in_every_table():
@@ -259,7 +259,7 @@ def check_changes_of_what_the_router_owns_are_refused_and_reading_passes():
               parser.OFPPortMod(dp, 3, "00:00:00:00:00:03", 0, ofp.OFPPC_NO_FWD, 0)]
     for msg in passed:
         assert g.check(dp, msg, "my_app") is msg, msg
-    line = plugin_warnings("p", g.report()["plugins"])[0]
+    line = plugin_warnings("p", g.report().plugins)[0]
     assert line.startswith("p: plugin my_app: 2 group changes refused (the router owns the "
                            "groups), 2 port-mods refused (would stop a port forwarding, ")
     assert "2 OFPHello messages refused (unknown message kind OFPHello)" in line
@@ -271,7 +271,7 @@ def check_a_packet_out_to_one_port_or_through_the_table_is_left_as_it_is():
         msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=1,
                                   actions=[parser.OFPActionOutput(port)], data=b"x")
         assert g.check(dp, msg, "my_app") is msg and outputs(msg.actions) == [port]
-    assert g.report()["packet_outs"] == {"1": 3} and "flood_confined" not in g.counts["my_app"]
+    assert g.report().packet_outs == {"1": 3} and "flood_confined" not in g.counts["my_app"]
 
 
 def check_ryus_spanning_tree_and_learning_switches_through_the_installed_guard():

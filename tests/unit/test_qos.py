@@ -11,6 +11,7 @@ import pytest
 from controllers import qos_policy
 from testbed.config import qos as qcfg
 from testbed.config.loader import from_data
+from testbed.config.replies import PFC_COLUMNS
 from testbed.dataplane import qos_render as qos
 from testbed.dataplane.nlqdisc import _stats, _stats_queue
 from testbed.experiments.ecn_queue import _marks_below_k
@@ -223,8 +224,7 @@ def test_pfc_summary_counts_pauses_and_reaction(tmp_path):
     path = tmp_path / "pfc_events.csv"
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["time_ns", "node", "port", "class", "event", "upstream_port", "bytes_held",
-                    "xoff_to_applied_us", "xoff_to_last_arrival_us", "bytes_after_xoff"])
+        w.writerow(PFC_COLUMNS)
         w.writerow([100, "s1", "s1-eth1", 1, "pause", "h1-eth0", 12000, 150.0, "", ""])
         w.writerow([900, "s1", "s1-eth1", 1, "resume", "h1-eth0", 5000, "", 30.5, 3028])
         w.writerow([1000, "s2", "s2-eth1", 1, "pause", "s1-eth2", 12000, 90.0, "", ""])

@@ -267,13 +267,19 @@ def test_bcube_servers_route_around_a_failed_link(mode):
 
 
 def test_commands_a_running_fabric_may_be_given():
+    import json
+
     from controllers.recovery import command_error
-    assert command_error({"op": "routing", "mode": "single"}, "ecmp", relay=False) is None
-    assert command_error({"op": "routing", "mode": "ecmp"}, "single", relay=False) is None
-    assert "one of ecmp, single" in command_error({"op": "routing", "mode": "x"}, "ecmp",
+    from testbed.config.replies import read_command
+
+    def cmd(**fields):  # as the routing app reads a line of the commands file
+        return read_command(json.dumps(fields))
+    assert command_error(cmd(op="routing", mode="single"), "ecmp", relay=False) is None
+    assert command_error(cmd(op="routing", mode="ecmp"), "single", relay=False) is None
+    assert "one of ecmp, single" in command_error(cmd(op="routing", mode="x"), "ecmp",
                                                   relay=False)
-    assert "unknown command" in command_error({"op": "reboot"}, "ecmp", relay=False)
-    assert "route for themselves" in command_error({"op": "routing", "mode": "single"},
+    assert "unknown command 'reboot'" in command_error(cmd(op="reboot"), "ecmp", relay=False)
+    assert "route for themselves" in command_error(cmd(op="routing", mode="single"),
                                                    "ecmp", relay=True)
-    assert "scheduler owns" in command_error({"op": "routing", "mode": "single"}, "hedera",
+    assert "scheduler owns" in command_error(cmd(op="routing", mode="single"), "hedera",
                                              relay=False)

@@ -2,6 +2,7 @@
 decisions from a results directory's files, on one clock (seconds from the run's start)."""
 import json
 
+from testbed.config.replies import PFC_COLUMNS
 from testbed.measure.queues import (
     TIMELINE_LOADS,
     TIMELINE_QUEUES,
@@ -34,9 +35,7 @@ def results_dir(tmp_path):
     append_csv(out / "timeline" / "sampled-1-loads.csv", TIMELINE_LOADS, [
         [UNIX0 + 3.0, "e1-eth1", 0, 0], [UNIX0 + 3.0, "e1-eth1", 1, 0],
         [UNIX0 + 3.1, "e1-eth1", 0, 100_000], [UNIX0 + 3.1, "e1-eth1", 1, 25_000]])
-    append_csv(out / "qos_apps" / "fab" / "pfc_events.csv",
-               ["time_ns", "node", "port", "class", "event", "upstream_port", "bytes_held",
-                "xoff_to_applied_us", "xoff_to_last_arrival_us", "bytes_after_xoff"], [
+    append_csv(out / "qos_apps" / "fab" / "pfc_events.csv", list(PFC_COLUMNS), [
                    [int((MONO0 + 4.0) * 1e9), "e1", "e1-eth3", 1, "pause", "a1-eth1", 0, 20, "", ""],
                    [int((MONO0 + 4.5) * 1e9), "e1", "e1-eth3", 1, "resume", "a1-eth1", 0, "", 5, 100]])
     (out / "events.jsonl").write_text(json.dumps(

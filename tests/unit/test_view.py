@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from testbed.config.replies import PFC_COLUMNS
 from testbed.measure.queues import TIMELINE_LOADS, TIMELINE_QUEUES
 from testbed.results.files import append_csv
 from testbed.view.frames import link_loads, phases_of, replay
@@ -61,10 +62,9 @@ def test_a_finished_runs_frames_from_its_files(tmp_path):
                [[t0 + 1.0 + 0.02 * i, port, 0, 25_000 * i] for i in range(100)])  # 10 Mb/s
     append_csv(out / "timeline" / "s-queues.csv", TIMELINE_QUEUES,
                [[t0 + 1.5, port, 0, 30_000, 20, 3, 0], [t0 + 2.5, port, 0, 0, 0, 3, 0]])
-    append_csv(out / "qos_apps" / "p1" / "pfc_events.csv",
-               ["time_ns", "node", "port", "class", "event", "upstream_port"],
-               [[int((mono0 + 2.0) * 1e9), "h1", "h1-eth0", 0, "pause", port],
-                [int((mono0 + 2.2) * 1e9), "h1", "h1-eth0", 0, "resume", port]])
+    append_csv(out / "qos_apps" / "p1" / "pfc_events.csv", list(PFC_COLUMNS),
+               [[int((mono0 + 2.0) * 1e9), "h1", "h1-eth0", 0, "pause", port, 9000, 40.0, "", ""],
+                [int((mono0 + 2.2) * 1e9), "h1", "h1-eth0", 0, "resume", port, 0, "", 3.5, 0]])
     (out / "training" / "job-a").mkdir(parents=True)  # two iterations, ended at 1.6 and 2.6 s
     (out / "training" / "job-a" / "rank0.jsonl").write_text(
         "".join(json.dumps({"iter": i, "t_sync_end": mono0 + t}) + "\n"
