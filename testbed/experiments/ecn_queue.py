@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -21,6 +23,7 @@ from topologies import dumbbell
 from topologies.model import Topology
 
 from .base import Context, Experiment, Outcome, check_cc, ecn_congestion_control
+from .load import Load, into_one
 from .qos_common import time_weights
 
 
@@ -201,4 +204,9 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "ecn_queue.png")
 
 
-EXPERIMENT = Experiment(spec=EcnQueue, run=run, plots={"ecn_queue_depth.csv": plot})
+def loads(spec: Spec, topo: Topology, exp: EcnQueue, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: the senders' long flows into the receiver at once."""
+    yield into_one(exp.fabric(), spec.links.mtu_bytes, exp.senders)
+
+
+EXPERIMENT = Experiment(spec=EcnQueue, run=run, load=loads, plots={"ecn_queue_depth.csv": plot})

@@ -11,7 +11,7 @@ from testbed.workloads.parallel.cost import KINDS, Network, Plan
 from testbed.workloads.parallel.layout import Layout
 from testbed.workloads.parallel.schedule import simulate
 
-from ..training.model import cpu_bound_verdict
+from ..trainers.model import cpu_bound_verdict
 from .model import wire_factor
 
 ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "compute_s",
