@@ -40,7 +40,7 @@ from .plans import (
     IN_PORT,
     PRIORITY_ROUTE,
     Group,
-    Plan,
+    RoutePlan,
     Rule,
     base_rules,
     decorrelated_buckets,
@@ -55,7 +55,7 @@ PRIORITY_BOUNCE = 102  # VLB: what arrives at an aggregation switch from a ToR g
 PRIORITY_CIRCUIT = 103  # c-Through: a rack pair's traffic onto its circuit
 
 
-def plan(topo: Topology, mode: str, track: bool = False) -> Plan:
+def plan(topo: Topology, mode: str, track: bool = False) -> RoutePlan:
     """A survey fabric's own routing `mode` (topologies.kinds.OWN_ROUTINGS), or ``ecmp`` /
     ``single`` on a hybrid fabric's packet part. ValueError for a mode the fabric does not
     have."""
@@ -195,7 +195,7 @@ def dor_ports(topo: Topology, switch: str, host: str) -> list[int]:
 
 # ---- VL2 -------------------------------------------------------------------------------
 
-def vlb_plan(topo: Topology) -> Plan:
+def vlb_plan(topo: Topology) -> RoutePlan:
     """VLB on VL2's Clos, every flow hashed at each stage on its 5-tuple: at its ToR over
     the two aggregation switches, at the aggregation switch over the intermediates (for
     whatever arrives from a ToR, even for a host under the same switch), at the
@@ -256,12 +256,12 @@ def vlb_plan(topo: Topology) -> Plan:
             for port in by_role.get("tor", []):
                 rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_BOUNCE, group_id=up,
                                   match=(("eth_type", ETH_TYPE_IP), ("in_port", port))))
-    return Plan(mode="vlb", groups=tuple(groups), rules=tuple(rules))
+    return RoutePlan(mode="vlb", groups=tuple(groups), rules=tuple(rules))
 
 
 # ---- Rail-optimised ----------------------------------------------------------------------
 
-def rail_plan(topo: Topology, mode: str) -> Plan:
+def rail_plan(topo: Topology, mode: str) -> RoutePlan:
     """``rail``: a server's switch sends traffic for another server out of the NIC on the
     destination's rail; ``nic``: out of the sender's own NIC (matched on the port it came
     in on), and a rail leaf sends traffic for another rail to the spines (a select group).
@@ -315,7 +315,7 @@ def _rail_ports(topo: Topology, switch: str, host: str, mode: str) -> list[int]:
 # ---- Hybrid electrical/optical -------------------------------------------------------------
 
 def circuit_plan(topo: Topology, circuits: tuple[Circuit, ...] | list[Circuit],
-                 mode: str = "cthrough") -> Plan:
+                 mode: str = "cthrough") -> RoutePlan:
     """The hybrid fabric with these circuits lit: the packet fabric routed by shortest
     paths (``single``: one core), the optical switch joining each circuit's two ports in
     both directions, and each circuit's two ToRs sending the traffic for the other rack
@@ -342,7 +342,7 @@ def circuit_plan(topo: Topology, circuits: tuple[Circuit, ...] | list[Circuit],
                 rules.append(Rule(dpid=tor[src].dpid, priority=PRIORITY_CIRCUIT,
                                   out_port=optical[1],
                                   match=(("eth_type", ETH_TYPE_IP), ("ipv4_dst", h.ip))))
-    return Plan(mode=mode, groups=base.groups, rules=tuple(rules))
+    return RoutePlan(mode=mode, groups=base.groups, rules=tuple(rules))
 
 
 def _packet_fabric(topo: Topology) -> Topology:

@@ -33,13 +33,13 @@ from .routing import (
     PRIORITY_DETOUR,
     PRIORITY_ROUTE,
     Group,
-    Plan,
+    RoutePlan,
     Rule,
 )
 
 
 def plan(topo: Topology, mode: str = "ecmp", fast_failover: bool = False,
-         **plan_args: object) -> Plan:
+         **plan_args: object) -> RoutePlan:
     """`routing.plan`, protected by fast-failover groups when asked (what the controller
     installs and replans)."""
     if fast_failover and topo.relays:
@@ -83,7 +83,7 @@ def detour(topo: Topology, switch: str, port: int, host: str) -> Detour | None:
     return best[1] if best else None
 
 
-def protect(topo: Topology, plan: Plan) -> Plan:
+def protect(topo: Topology, plan: RoutePlan) -> RoutePlan:
     """`plan` with every single-next-hop route between switches (and Hedera's detection
     entries that copy one) sent through a fast-failover group (its port, then the detour's
     first hop) and the detour's rule at the neighbour. Routes to a host's own port stay as

@@ -113,14 +113,14 @@ class Reservations:
 
 
 @dataclass(frozen=True)
-class Placement:
+class FlowPlacement:
     flow: Hashable
     path: tuple[str, ...] | None  # None: no path had room; the flow stays where it is
     demand: float
 
 
 def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequence[str]]]],
-                     reservations: Reservations) -> list[Placement]:
+                     reservations: Reservations) -> list[FlowPlacement]:
     """Global First Fit (section 4.3): each elephant in turn, given its estimated demand and
     its equal-cost paths in a fixed order, goes on the first path whose every link still
     has room for the demand, and that capacity is reserved. A flow no path can hold keeps
@@ -134,7 +134,7 @@ def global_first_fit(elephants: Iterable[tuple[Hashable, float, Sequence[Sequenc
                 chosen = tuple(path)
                 reservations.reserve(chosen, demand)
                 break
-        out.append(Placement(flow, chosen, demand))
+        out.append(FlowPlacement(flow, chosen, demand))
     return out
 
 
@@ -375,6 +375,6 @@ class HederaScheduler:
 # (docs/FLOWSCHED.md's example, before the move) keep working.
 from .priority import FlowInfo, PriorityPolicy  # noqa: E402
 
-__all__ = ["FlowInfo", "HederaScheduler", "Move", "Placement", "PriorityPolicy",
+__all__ = ["FlowInfo", "HederaScheduler", "Move", "FlowPlacement", "PriorityPolicy",
            "Reservations", "estimate_demands", "global_first_fit", "is_elephant", "links_of",
            "overload", "simulated_annealing"]

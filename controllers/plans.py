@@ -81,7 +81,7 @@ class HostRoute:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Plan:
+class RoutePlan:
     mode: str
     groups: tuple[Group, ...]
     rules: tuple[Rule, ...]
@@ -135,7 +135,7 @@ def decorrelated_buckets(ports: tuple[int, ...], multiplier: int) -> tuple[int, 
 
 
 def switched_plan(topo: Topology, mode: str,
-                   choose: Callable[[Topology, str, str], list[int]] = next_hops) -> Plan:
+                   choose: Callable[[Topology, str, str], list[int]] = next_hops) -> RoutePlan:
     """Switches route on the IPv4 destination; hosts are never transited. `choose(topo,
     switch, host)`: the ports towards the host (every shortest path's, or a fabric's own
     routing's, e.g. the torus's dimension order); several make a select group."""
@@ -168,11 +168,11 @@ def switched_plan(topo: Topology, mode: str,
                                     buckets=decorrelated_buckets(ports, multiplier)))
             rules.append(Rule(dpid=sw.dpid, priority=PRIORITY_ROUTE, match=match,
                               group_id=group_ids[ports]))
-    return Plan(mode=mode, groups=tuple(groups), rules=tuple(rules))
+    return RoutePlan(mode=mode, groups=tuple(groups), rules=tuple(rules))
 
 
 def relay_plan(topo: Topology, mode: str,
-                next_server: Callable[[Topology, str, str], str | None] | None = None) -> Plan:
+                next_server: Callable[[Topology, str, str], str | None] | None = None) -> RoutePlan:
     """Server-centric fabrics (BCube, DCell, FiConn, MDCube): switches deliver to the
     server port that owns the destination MAC (through other switches when switches are
     joined, as MDCube's containers are); servers choose the next server with their kernel
@@ -204,7 +204,7 @@ def relay_plan(topo: Topology, mode: str,
                 if mode == "single" and via:  # none: unreachable (a failure cut it off)
                     via = [_bcube_first_choice(topo, src.name, via)]
             routes.append(HostRoute(host=src.name, dst_ip=dst.ip, via=tuple(via)))
-    return Plan(mode=mode, groups=(), rules=tuple(rules), host_routes=tuple(routes))
+    return RoutePlan(mode=mode, groups=(), rules=tuple(rules), host_routes=tuple(routes))
 
 
 def segments(topo: Topology, host: str) -> list[tuple[int, str, int, int]]:

@@ -32,7 +32,7 @@ from topologies.graph import distances_to
 from topologies.model import Topology, ifname
 
 from .failover import plan
-from .routing import Group, HostRoute, Plan, Rule
+from .routing import Group, HostRoute, RoutePlan, Rule
 
 Port = tuple[str, int]  # (node name, port number)
 
@@ -58,15 +58,15 @@ def link_ports(topo: Topology, a: str, b: str) -> list[Port]:
     return list(link.ends())
 
 
-def replan(topo: Topology, mode: str, down: Iterable[Port], installed: Plan,
-           **plan_args: object) -> Plan:
+def replan(topo: Topology, mode: str, down: Iterable[Port], installed: RoutePlan,
+           **plan_args: object) -> RoutePlan:
     """The routing plan on the fabric without `down` (with fast failover if `plan_args` say
     so), its group ids aligned with `installed`."""
     new = plan(degraded(topo, down), mode, **plan_args)  # type: ignore[arg-type]
     return _stable_group_ids(installed, new)
 
 
-def _stable_group_ids(installed: Plan, new: Plan) -> Plan:
+def _stable_group_ids(installed: RoutePlan, new: RoutePlan) -> RoutePlan:
     """Renumber `new`'s groups so that a switch's group with the same buckets as one it has
     keeps that id; other groups get ids the switch does not use yet."""
     old_ids = {(g.dpid, g.kind, g.buckets): g.group_id for g in installed.groups}
@@ -117,7 +117,7 @@ def _hops_to_destination(topo: Topology, r: Rule) -> int:
     return distances_to(topo, host.name).get(sw.name, 0)
 
 
-def changes(installed: Plan, new: Plan, topo: Topology) -> list[Change]:
+def changes(installed: RoutePlan, new: RoutePlan, topo: Topology) -> list[Change]:
     """The changes that turn `installed` into `new`: new groups first (a rule may name
     them), then changed groups and added or changed rules from the switch nearest each
     destination outwards (downstream first), then deleted rules, then groups no rule uses
@@ -151,7 +151,7 @@ def changes(installed: Plan, new: Plan, topo: Topology) -> list[Change]:
     return group_adds + [c for _, c in middle] + rule_deletes + group_deletes
 
 
-def resync(target: Plan, dpid: int, groups: list[Group], rules: list[Rule],
+def resync(target: RoutePlan, dpid: int, groups: list[Group], rules: list[Rule],
            keep_priorities: frozenset[int] = frozenset()) -> list[Change]:
     """What a (re)started controller sends a switch that kept its tables: the changes from
     what the switch reports (`groups`, `rules`, read back from it) to `target`'s part for
@@ -159,14 +159,14 @@ def resync(target: Plan, dpid: int, groups: list[Group], rules: list[Rule],
     flowing). Entries at `keep_priorities` (per-flow entries a scheduler placed, not part
     of the plan) are left as they are."""
     want_groups, want_rules = target.for_switch(dpid)
-    have = Plan(mode=target.mode, groups=tuple(groups),
+    have = RoutePlan(mode=target.mode, groups=tuple(groups),
                 rules=tuple(r for r in rules if r.priority not in keep_priorities))
-    want = Plan(mode=target.mode, groups=tuple(want_groups),
+    want = RoutePlan(mode=target.mode, groups=tuple(want_groups),
                 rules=tuple(r for r in want_rules if r.priority not in keep_priorities))
     return _diff(have, want)
 
 
-def _diff(have: Plan, want: Plan) -> list[Change]:
+def _diff(have: RoutePlan, want: RoutePlan) -> list[Change]:
     """Groups added or changed, then rules added or changed, then rules and groups no longer
     wanted (a rule never names a group that is not there)."""
     old_g = {g.group_id: g for g in have.groups}
@@ -191,7 +191,7 @@ def host_route_line(route: HostRoute) -> str:
     return f"route replace {route.dst_ip}/32 " + " ".join(hops)
 
 
-def host_route_changes(installed: Plan, new: Plan) -> dict[str, list[str]]:
+def host_route_changes(installed: RoutePlan, new: RoutePlan) -> dict[str, list[str]]:
     """Per relay host (BCube's servers route for themselves), the `ip -batch` lines that
     turn its routes in `installed` into those of `new`: changed routes replaced, routes to
     destinations no longer reachable deleted (a packet to them is refused at its source,

@@ -1,7 +1,7 @@
 """Routing decisions as pure data: given a topology and a mode, the flow entries, groups and
 host routes that make every host pair reachable without loops.
 
-No Ryu import here; `controllers/apps/routing_app.py` turns a `Plan` into OpenFlow messages
+No Ryu import here; `controllers/apps/routing_app.py` turns a `RoutePlan` into OpenFlow messages
 and the testbed installs `HostRoute`s in relay hosts (BCube's, DCell's, FiConn's and
 MDCube's servers). The plan's data and the builders every routing shares are in
 `plans.py`; the survey fabrics' own routings (DCell's, VLB, dimension order, ...; the
@@ -43,7 +43,7 @@ from .plans import (
     FlowKey,
     Group,
     HostRoute,
-    Plan,
+    RoutePlan,
     Rule,
     arp_reply,
     decorrelated_buckets,
@@ -56,13 +56,13 @@ from .plans import (
 __all__ = ["ETH_TYPE_ARP", "ETH_TYPE_IP", "IP_PROTO_TCP", "MAX_BUCKETS", "MODES",
            "PRIORITY_ARP", "PRIORITY_DETECT", "PRIORITY_DETOUR", "PRIORITY_FLOW",
            "PRIORITY_MISS", "PRIORITY_PLACED", "PRIORITY_ROUTE", "FlowKey", "Group",
-           "HostRoute", "Plan", "Rule", "arp_reply", "decorrelated_buckets", "flow_entry",
+           "HostRoute", "RoutePlan", "Rule", "arp_reply", "decorrelated_buckets", "flow_entry",
            "flow_match", "hash_stages", "path_rules", "plan", "segments"]
 
 MODES = ("ecmp", "single", "hedera")
 
 
-def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False) -> Plan:
+def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = False) -> RoutePlan:
     """Proactive routing for the whole fabric. `base`: for ``hedera``, the routing new flows
     start on (``ecmp``; ``single`` makes every collision certain). `track`: give every TCP
     flow its own entry at its ingress edge (``hedera`` always does; a flow priority policy
@@ -81,11 +81,11 @@ def plan(topo: Topology, mode: str = "ecmp", base: str = "ecmp", track: bool = F
     start = switched_plan(topo, base if mode == "hedera" else mode)
     if not track:
         return start
-    return Plan(mode=mode, groups=start.groups,
+    return RoutePlan(mode=mode, groups=start.groups,
                 rules=start.rules + tuple(_detect_rules(topo, start)))
 
 
-def _detect_rules(topo: Topology, start: Plan) -> list[Rule]:
+def _detect_rules(topo: Topology, start: RoutePlan) -> list[Rule]:
     """Per host port and destination: TCP packets take their route as usual and a copy goes
     to the controller, which then gives the flow its own (counting) entry. Nothing waits for
     the controller and nothing is re-injected (no packet-out)."""
@@ -114,7 +114,7 @@ def flow_match(key: tuple) -> tuple[tuple[str, object], ...]:
             ("ipv4_src", src), ("tcp_dst", dport), ("tcp_src", sport))
 
 
-def flow_entry(plan_: Plan, dpid: int, key: tuple, idle_timeout: int) -> Rule | None:
+def flow_entry(plan_: RoutePlan, dpid: int, key: tuple, idle_timeout: int) -> Rule | None:
     """A flow's own entry at its ingress switch, doing what the destination route there does
     (the ECMP group or the port): the packets keep their hash path, the entry counts them."""
     dst = key[1]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from topologies.model import Topology
 
-from .plans import IN_PORT, Plan, Rule, arp_reply
+from .plans import IN_PORT, RoutePlan, Rule, arp_reply
 
 Path = tuple[str, ...]
 MAX_HOPS = 64
@@ -26,7 +26,7 @@ class TraceError(AssertionError):
     left the destination unreachable)."""
 
 
-def paths(topo: Topology, plan: Plan, src: str, dst: str) -> dict[Path, float]:
+def paths(topo: Topology, plan: RoutePlan, src: str, dst: str) -> dict[Path, float]:
     """Every path (host, node, ..., host) a packet from `src` to `dst` can take, with the
     share of flows on it (the shares add up to 1)."""
     tracer = _Tracer(topo, plan, dst)
@@ -34,7 +34,7 @@ def paths(topo: Topology, plan: Plan, src: str, dst: str) -> dict[Path, float]:
     return tracer.done
 
 
-def matching_rule(plan: Plan, dpid: int, in_port: int, eth_dst: str | None,
+def matching_rule(plan: RoutePlan, dpid: int, in_port: int, eth_dst: str | None,
                   ipv4_dst: str) -> Rule | None:
     """The entry a switch applies to an IPv4 packet (None: nothing matches)."""
     found = []
@@ -57,7 +57,7 @@ def matching_rule(plan: Plan, dpid: int, in_port: int, eth_dst: str | None,
 
 
 class _Tracer:
-    def __init__(self, topo: Topology, plan: Plan, dst: str):
+    def __init__(self, topo: Topology, plan: RoutePlan, dst: str):
         self.topo, self.plan, self.dst = topo, plan, dst
         self.dst_ip = topo.host(dst).ip
         self.routes = {(r.host, r.dst_ip): r.via for r in plan.host_routes}

@@ -71,15 +71,16 @@ def permutation(out: Path, name: str) -> None:
 
 
 def _models(run: Path, table: list[dict]) -> dict[str, float]:
-    """The max-min model of each pattern (testbed.experiments.permutation.maxmin_model): from the CSV,
-    or for runs older than that column from the flows saved in patterns/."""
+    """The max-min model of each pattern (testbed.experiments.permutation.model's
+    maxmin_model): from the CSV, or for runs older than that column from the flows saved in
+    patterns/."""
     first = [r for r in table if r["routing"] == table[0]["routing"]]
     by_pattern: dict[str, list[float]] = {}
     if first[0].get("maxmin_model"):
         for r in first:
             by_pattern.setdefault(r["pattern"], []).append(float(r["maxmin_model"]))
     else:
-        from testbed.experiments.permutation import maxmin_model
+        from testbed.experiments.permutation.model import maxmin_model
         from testbed.spec import load
         spec, topo = load(run / "spec.yaml")
         for pattern in dict.fromkeys(r["pattern"] for r in first):
@@ -247,7 +248,7 @@ def training(out: Path, name: str) -> None:
 
 def _training_cpu_bound(r: dict) -> bool:
     """The run's verdict, with the workers' CPU-wait limit of the current code."""
-    from testbed.experiments.training.model import cpu_bound_verdict
+    from testbed.experiments.trainers.model import cpu_bound_verdict
     from testbed.measure.cpu import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
 
     def num(key):

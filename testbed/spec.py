@@ -7,7 +7,7 @@ from testbed.experiments import EXPERIMENTS
 from testbed.experiments.calibration import LinkCalibration, QueueCalibration
 from testbed.experiments.ecn_queue import EcnQueue
 from testbed.experiments.incast import Incast
-from testbed.experiments.permutation import Permutation, parse_pattern
+from testbed.experiments.permutation.spec import Permutation, parse_pattern
 from testbed.experiments.pfc_victim import PfcVictim
 from testbed.experiments.priority import PriorityQueues
 from testbed.experiments.reachability import Reachability

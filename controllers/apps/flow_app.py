@@ -45,7 +45,7 @@ class FlowRouting(FabricRouting):
         self.pending_barriers: dict[int, object] = {}
         self.every(self.control.period_s, self._period, "flow control period")
 
-    def set_plan(self, new: routing.Plan) -> None:
+    def set_plan(self, new: routing.RoutePlan) -> None:
         """After a replan: new flows' entries copy the replanned routes, and flows Hedera
         placed across a failed link go back to their hash route (flowctl.fabric_changed),
         their entries sent in order, each confirmed before the next, in a greenlet of their

@@ -251,14 +251,14 @@ class FabricRouting(RyuApp):
         self._write_state()
 
     def replan(self, mode: str) -> tuple[list, int]:
-        """Plan `mode` on the fabric as it is (without the ports that are down), send the
+        """RoutePlan `mode` on the fabric as it is (without the ports that are down), send the
         difference from the installed plan (`recovery.changes`: in an order that never
         loops a packet) with a barrier per switch, and install it; the changes and how many
         could not be sent (a switch not connected)."""
         new = recovery.replan(self.topo, mode, self.down, self.plan, **self.plan_args)
         return self.install(new, recovery.degraded(self.topo, self.down))
 
-    def install(self, new: routing.Plan, live: Topology) -> tuple[list, int]:
+    def install(self, new: routing.RoutePlan, live: Topology) -> tuple[list, int]:
         """Send the difference from the installed plan to `new` (`recovery.changes` on
         `live`, the fabric as it is now: in an order that never loops a packet) with a
         barrier per switch, and install it; the changes and how many could not be sent."""
@@ -321,7 +321,7 @@ class FabricRouting(RyuApp):
         self.commands.append(done)
         self._write_state()
 
-    def set_plan(self, new: routing.Plan) -> None:
+    def set_plan(self, new: routing.RoutePlan) -> None:
         """The plan now installed, replanned after the ports in `down` changed (a subclass
         that derives entries from it follows)."""
         self.plan = new

@@ -1,7 +1,8 @@
 """Experiment types, each registered once here. To add one, write a module beside these
-(its spec type, its runner, its pure analysis and its plots, and an `Experiment` record)
-and list that record below; docs/ARCHITECTURE.md,
-"Adding an experiment", walks through it."""
+(its spec type, its runner, its load model for `testbed plan`, its pure analysis and its
+plots, and an `Experiment` record) and list that record below; docs/ARCHITECTURE.md,
+"Adding an experiment", walks through it. (`load.py` and `trainers/` are no types: what the
+types' load models and the trainer experiments share.)"""
 from __future__ import annotations
 
 from . import (

@@ -1,13 +1,14 @@
 """What every experiment type shares: its registration, its outcome, and small pure checks.
 
 An experiment type is one module of this package (a package for a large one) holding its
-spec type (a subclass of `ExperimentSpec`), its runner `run(ctx, exp)`, its pure result
-analysis and its plots, and one `Experiment` record listed in
-`testbed/experiments/__init__.py`, which registers it. A runner reaches the emulated
-network only through the run context it is given (`ctx.fabric(...)`,
-`ctx.traffic_phase(...)`, `ctx.write_csv(...)`) and the phase handle that `ctx.fabric`
-yields (flows, processes in hosts, the dataplane), so that importing an experiment module
--- what `testbed validate` does -- loads no runtime module. docs/ARCHITECTURE.md.
+spec type (a subclass of `ExperimentSpec`), its runner `run(ctx, exp)`, its load model for
+`testbed plan` (testbed/experiments/load.py), its pure result analysis and its plots, and
+one `Experiment` record listed in `testbed/experiments/__init__.py`, which registers it.
+A runner reaches the emulated network only through the run context it is given
+(`ctx.fabric(...)`, `ctx.traffic_phase(...)`, `ctx.write_csv(...)`) and the phase handle
+that `ctx.fabric` yields (flows, processes in hosts, the dataplane), so that importing an
+experiment module -- what `testbed validate` and `testbed plan` do -- loads no runtime
+module. docs/ARCHITECTURE.md.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from testbed.config.spec import ExperimentSpec, Spec, type_name
 from testbed.results.plots import CsvPlot, DirPlot
 from testbed.workloads.model.flows import Flow, FlowResult
 from topologies.model import Topology
+
+from .load import LoadModel
 
 
 class Phase(Protocol):
@@ -116,9 +119,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Experiment:
-    """One registered experiment type."""
+    """One registered experiment type: its spec type, its runner, its load model (what
+    `testbed plan` prices: testbed/experiments/load.py) and its plots."""
     spec: type
     run: Callable[[Context, Any], Outcome]
+    load: LoadModel
     plots: dict[str, CsvPlot] = field(default_factory=dict)  # metrics CSV -> its plot
     dir_plots: tuple[DirPlot, ...] = ()
 

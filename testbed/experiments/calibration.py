@@ -2,10 +2,12 @@
 payload), does a bottleneck queue fill to its buffer and drop there, and only there."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
 from testbed.config.spec import ExperimentSpec, Spec
@@ -21,9 +23,10 @@ from testbed.results.plots import (
 from testbed.results.stats import percentile
 from testbed.workloads.model.flows import assign_ports
 from topologies import dumbbell, nonblocking
-from topologies.model import Topology
+from topologies.model import Topology, at_rate, ifname
 
 from .base import Context, Experiment, Outcome, check_cc
+from .load import Load, rated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +122,7 @@ def plot_links(rows: list[dict], plots: Path) -> Path:
 def run_queue(ctx: Context, exp: QueueCalibration) -> Outcome:
     out = Outcome()
     topo = exp.fabric()
-    bottleneck = "s1-eth2"  # s1's egress toward s2
+    bottleneck = ifname("s1", 2)  # s1's egress toward s2
     with ctx.fabric(topo, "single", "queue calibration",
                     buffer_pkts=exp.buffer_pkts, buffer_bytes=None) as fab:
         sampler = ctx.qdisc_sampler([bottleneck], rate_hz=exp.sample_hz)
@@ -175,6 +178,23 @@ def plot_queue(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "queue_depth.png")
 
 
-LINKS = Experiment(spec=LinkCalibration, run=run_links,
+def link_loads(spec: Spec, topo: Topology, exp: LinkCalibration, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: one flow between the first two hosts, at each rate."""
+    fabric = rated(spec, topo)
+    a, b = (h.name for h in fabric.hosts[:2])
+    for rate in exp.rates_mbps:
+        yield Load(f"{rate:g} Mb/s", at_rate(fabric, rate), spec.links.mtu_bytes, [(a, b)])
+
+
+def queue_loads(spec: Spec, topo: Topology, exp: QueueCalibration, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: one flow into the bottleneck."""
+    fabric = exp.fabric()
+    hosts = [h.name for h in fabric.hosts]
+    yield Load(f"{exp.rate_mbps:g} Mb/s", fabric, spec.links.mtu_bytes,
+               [(hosts[0], hosts[-1])])
+
+
+LINKS = Experiment(spec=LinkCalibration, run=run_links, load=link_loads,
                    plots={"link_calibration.csv": plot_links})
-QUEUE = Experiment(spec=QueueCalibration, run=run_queue, plots={"queue_depth.csv": plot_queue})
+QUEUE = Experiment(spec=QueueCalibration, run=run_queue, load=queue_loads,
+                   plots={"queue_depth.csv": plot_queue})

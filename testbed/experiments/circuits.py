@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from controllers import trace
 from controllers.fabric_routing import circuit_plan
+from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import tcp_payload_fraction
@@ -46,6 +48,7 @@ from topologies.fairshare import maxmin
 from topologies.model import Topology, ifname
 
 from .base import Context, Experiment, Outcome, check_cc
+from .load import Load, rated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,4 +281,13 @@ def headline(rows: list[list]) -> dict:
     return out
 
 
-EXPERIMENT = Experiment(spec=Circuits, run=run)
+def loads(spec: Spec, topo: Topology, exp: Circuits, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: a rack pair's hosts, one flow each, over the packet fabric (its
+    circuits can only take load off it), pair by pair."""
+    fabric = rated(spec, topo)
+    for a, b in exp.pairs:
+        yield Load(f"racks {a}->{b}", fabric, spec.links.mtu_bytes,
+                   list(zip(rack_hosts(fabric, a), rack_hosts(fabric, b))))
+
+
+EXPERIMENT = Experiment(spec=Circuits, run=run, load=loads)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -18,9 +20,10 @@ from testbed.results.plots import pyplot, save, several_experiments, tagged, tit
 from testbed.results.stats import percentile
 from testbed.workloads.model.flows import Flow
 from topologies import dumbbell
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 from .base import Context, Experiment, Outcome, check_cc, ecn_congestion_control
+from .load import Load, into_one
 from .qos_common import time_weights
 
 
@@ -66,7 +69,7 @@ def run(ctx: Context, exp: EcnQueue) -> Outcome:
     Mininet-HiFi's reproduction: TCP mean queue ~331-345 packets, DCTCP ~19-20 at K = 20)."""
     out = Outcome()
     topo = exp.fabric()
-    bottleneck = f"s1-eth{exp.senders + 1}"
+    bottleneck = ifname("s1", exp.senders + 1)
     receiver = f"h{exp.senders + 1}"
     ecn_cc = ecn_congestion_control(ctx.congestion_controls())
     frame = frame_bytes(ctx.spec.links.mtu_bytes)
@@ -201,4 +204,9 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "ecn_queue.png")
 
 
-EXPERIMENT = Experiment(spec=EcnQueue, run=run, plots={"ecn_queue_depth.csv": plot})
+def loads(spec: Spec, topo: Topology, exp: EcnQueue, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: the senders' long flows into the receiver at once."""
+    yield into_one(exp.fabric(), spec.links.mtu_bytes, exp.senders)
+
+
+EXPERIMENT = Experiment(spec=EcnQueue, run=run, load=loads, plots={"ecn_queue_depth.csv": plot})

@@ -9,10 +9,12 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import positive
@@ -26,6 +28,7 @@ from topologies.model import Topology
 
 from . import qos_common as qc
 from .base import Context, Experiment, Outcome, ecn_congestion_control
+from .load import Load, into_one
 
 INCAST_VARIANTS = ("lossy", "ecn", "pfc", "rto")
 
@@ -216,5 +219,10 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "incast.png")
 
 
-EXPERIMENT = Experiment(spec=Incast, run=run, plots={"incast.csv": plot, **qc.PLOTS},
+def loads(spec: Spec, topo: Topology, exp: Incast, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: the most senders it runs, all answering the receiver at once."""
+    yield into_one(exp.fabric(), spec.links.mtu_bytes, max(exp.senders))
+
+
+EXPERIMENT = Experiment(spec=Incast, run=run, load=loads, plots={"incast.csv": plot, **qc.PLOTS},
                         dir_plots=qc.DIR_PLOTS)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
@@ -20,6 +22,7 @@ from topologies.model import Topology
 
 from . import qos_common as qc
 from .base import Context, Experiment, Outcome, ecn_congestion_control
+from .load import Load
 
 VICTIM_PHASES = ("no-incast", "lossy", "pfc", "pfc+ecn")
 
@@ -181,5 +184,16 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "pfc_victim.png")
 
 
-EXPERIMENT = Experiment(spec=PfcVictim, run=run, plots={"pfc_victim.csv": plot, **qc.PLOTS},
-                        dir_plots=qc.DIR_PLOTS)
+def loads(spec: Spec, topo: Topology, exp: PfcVictim, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: the incast senders on leaf 2 into leaf 1, and the victim flow
+    from leaf 2 to leaf 3, at the experiment's own MTU."""
+    fabric = exp.fabric()
+    hosts = [h.name for h in fabric.hosts]
+    n = exp.incast_senders + 1
+    leaf1, leaf2, leaf3 = hosts[:n], hosts[n:2 * n], hosts[2 * n:]
+    flows = [(s, leaf1[0]) for s in leaf2[:exp.incast_senders]] + [(leaf2[-1], leaf3[0])]
+    yield Load("incast and victim", fabric, exp.mtu_bytes, flows)
+
+
+EXPERIMENT = Experiment(spec=PfcVictim, run=run, load=loads,
+                        plots={"pfc_victim.csv": plot, **qc.PLOTS}, dir_plots=qc.DIR_PLOTS)

@@ -1,10 +1,12 @@
 """Two traffic classes on one saturated port: strict priority and weighted round robin."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.qos import QosConfig, TrafficClass
@@ -16,6 +18,7 @@ from topologies import dumbbell
 from topologies.model import Topology
 
 from .base import Context, Experiment, Outcome
+from .load import Load, into_one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,4 +117,9 @@ def plot(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "priority.png")
 
 
-EXPERIMENT = Experiment(spec=PriorityQueues, run=run, plots={"priority.csv": plot})
+def loads(spec: Spec, topo: Topology, exp: PriorityQueues, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: a high and a low class sender into the receiver."""
+    yield into_one(exp.fabric(), spec.links.mtu_bytes, 2)
+
+
+EXPERIMENT = Experiment(spec=PriorityQueues, run=run, load=loads, plots={"priority.csv": plot})

@@ -6,9 +6,11 @@ while the emulator waited for a core is the machine's, not the fabric's."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import ETHERNET_HEADER_BYTES
@@ -16,6 +18,7 @@ from topologies.graph import distances_to, shortest_paths
 from topologies.model import Topology
 
 from .base import Context, Experiment, Outcome, Phase
+from .load import Load, rated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,4 +178,9 @@ def parse_ping(text: str, count: int) -> list:
     return [sent, received, loss, avg, mx, mn]
 
 
-EXPERIMENT = Experiment(spec=Reachability, run=run)
+def loads(spec: Spec, topo: Topology, exp: Reachability, cap: Capacity) -> Iterator[Load]:
+    """For `testbed plan`: pings, a packet per pair now and then (no flows to price)."""
+    yield Load("reachability", rated(spec, topo), spec.links.mtu_bytes)
+
+
+EXPERIMENT = Experiment(spec=Reachability, run=run, load=loads)

@@ -65,8 +65,7 @@ class HostSetup:
 
     def configure_hosts(self) -> None:
         fab = self.fab
-        relay_plan = routing_plan(fab.topo, fab.routing) if any(
-            h.relay for h in fab.topo.hosts) else None
+        relay_plan = routing_plan(fab.topo, fab.routing) if fab.topo.relays else None
         self.relay_plan = relay_plan
         for host in fab.topo.hosts:
             settings = [f"net.ipv4.tcp_congestion_control={fab.hosts.congestion_control}",

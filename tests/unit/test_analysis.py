@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from testbed import results
-from testbed.experiments import incast, permutation
+from testbed.experiments import incast
+from testbed.experiments.permutation.analysis import headline as permutation_headline
 from testbed.results.analysis import (
     NotARun,
     Row,
@@ -27,8 +28,8 @@ from testbed.spec import Incast, Permutation
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# permutation.csv's header, as testbed/experiments/permutation.py writes it (the runner puts
-# the experiment's spec index first)
+# permutation.csv's header, as testbed/experiments/permutation/run.py writes it (the runner
+# puts the experiment's spec index first)
 PERMUTATION_HEADER = ["experiment", "routing", "pattern", "repeat", "aggregate_mbps",
                       "normalised_to_ideal", "ovs_added_delay_p50_ms", "ovs_thread_p90_core",
                       "machine_idle_mean", "cpu_bound", "lost_in_switches_pkts", "fct_p50_s",
@@ -56,7 +57,7 @@ def make_run(out: Path, ecmp_mbps: float, with_training: bool = True) -> Path:
                                         "loss_pct": 0.0, "rtt_median_ms": 0.9,
                                         "rtt_max_ms": None, "cpu_bound": False},
                            "warnings": [], "degraded": []},
-        "1:permutation": {"headline": permutation.headline(rows, perm, ["single", "ecmp"],
+        "1:permutation": {"headline": permutation_headline(rows, perm, ["single", "ecmp"],
                                                            320.0, {"ecmp": 1.5}),
                           "warnings": [], "degraded": []},
     }

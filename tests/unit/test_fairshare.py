@@ -98,7 +98,7 @@ def test_a_hashed_ring_shares_links_that_its_fluid_model_does_not():
 
 def test_the_permutation_rows_model_each_fabric_as_it_is_routed():
     from testbed.config.units import tcp_payload_fraction
-    from testbed.experiments.permutation import routed_model
+    from testbed.experiments.permutation.model import routed_model
     hosts = [f"h{i + 1}" for i in range(16)]
     one = nonblocking(16)
     mean, low, high, fair = routed_model(one, plan(one, "single"), stride(hosts, 8), 9000, 0)

@@ -211,7 +211,7 @@ def test_a_probe_times_the_break_a_failure_made_in_its_path():
 
 
 def test_probe_outages_in_the_headline():
-    from testbed.experiments.permutation import outage_headline
+    from testbed.experiments.permutation.analysis import outage_headline
     row = ["ecmp", "stride:8", 0, "h1", "h9", "link a1-c1 down at 5 s", True, 0.2, 0.2, True,
            5.0, 0.1]
     rows = [row + [0.03, 0.0], row[:6] + [False, 0.0, 0.0, True, 5.0, 0.1, 0.0, 0.01],

@@ -1,7 +1,7 @@
 """Which rank a failed job names: the one that failed by its own fault, then the earliest."""
 import os
 
-from testbed.experiments.training.run import first_failed
+from testbed.experiments.trainers.ranks import first_failed
 
 
 def write(job_dir, rank, text, mtime):
@@ -35,7 +35,7 @@ def test_otherwise_the_earliest_error(tmp_path):
 
 
 def test_a_failure_that_only_blames_a_peer_waits_for_the_peer():
-    from testbed.experiments.training.run import FAILURE_GRACE_S, settled
+    from testbed.experiments.trainers.ranks import FAILURE_GRACE_S, settled
     assert not settled([True], running=True, waited_s=0.0)  # the peer may still be exiting
     assert settled([True, False], running=True, waited_s=0.0)  # one failed on its own
     assert settled([True], running=False, waited_s=0.0)  # nobody left to wait for

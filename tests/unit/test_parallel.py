@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from testbed.workloads.model.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
+from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network, predict, sent_bytes
 from testbed.workloads.model.parallel.desc import ModelDesc, layer_work, load_models, stage_layers
 from testbed.workloads.model.parallel.job import JobConfig, RealModel
 from testbed.workloads.model.parallel.layout import Layout, place
@@ -97,20 +97,20 @@ def test_model_descriptions_and_bad_input():
 
 def test_volumes_per_collective_type():
     m = load_models()["gpt-tiny"]
-    dp = sent_bytes(Plan(m, Layout(dp=4)), 0)
-    fsdp = sent_bytes(Plan(m, Layout(dp=4), zero=3), 0)
+    dp = sent_bytes(JobShape(m, Layout(dp=4)), 0)
+    fsdp = sent_bytes(JobShape(m, Layout(dp=4), zero=3), 0)
     p = sum(w.params for w in layer_work(m, Layout())) * m.dtype_bytes
     assert dp["dp"] == pytest.approx(2 * 3 / 4 * p)
     assert fsdp["fsdp"] == pytest.approx(1.5 * dp["dp"])  # FSDP: 1.5x data parallel
-    tp = sent_bytes(Plan(m, Layout(tp=2), micro_batches=2), 0)
+    tp = sent_bytes(JobShape(m, Layout(tp=2), micro_batches=2), 0)
     act = m.micro_batch * m.seq * m.hidden * m.dtype_bytes
     assert tp["tp"] == pytest.approx(m.layers * 2 * 2 * 2 * act * 2 * 1 / 2)
-    pp = Plan(m, Layout(pp=2), micro_batches=3)
+    pp = JobShape(m, Layout(pp=2), micro_batches=3)
     assert sent_bytes(pp, 0)["pp"] == sent_bytes(pp, 1)["pp"] == 3 * act
     moe = load_models()["moe-tiny"]
-    ep = sent_bytes(Plan(moe, Layout(dp=4, ep=4)), 0)
+    ep = sent_bytes(JobShape(moe, Layout(dp=4, ep=4)), 0)
     assert ep["ep"] == pytest.approx(2 * 4 * 3 / 4 * act)  # 2 MoE layers, 4 all-to-alls
-    r = predict(Plan(m, Layout(pp=4), "gpipe", 4), Network(dict.fromkeys(KINDS, 1e12)), 1e-9)
+    r = predict(JobShape(m, Layout(pp=4), "gpipe", 4), Network(dict.fromkeys(KINDS, 1e12)), 1e-9)
     assert r["bubble"] == pytest.approx(bubble_fraction(4, 4), rel=0.01)
 
 
@@ -157,7 +157,7 @@ def test_experiment_model_on_a_fabric():
     topo = build("leafspine", spines=2, leaves=4, hosts_per_leaf=4, host_rate=20,
                  uplink_rate=20)  # 2:1 oversubscribed
     lay = Layout(dp=4, tp=2, pp=2)
-    plan = Plan(load_models()["gpt-tiny"], lay, micro_batches=2)
+    plan = JobShape(load_models()["gpt-tiny"], lay, micro_batches=2)
     packed, spread = place(topo, 16, "packed"), place(topo, 16, "spread")
     _, lp = network(topo, lay, packed, 20, 9000, {})
     _, ls = network(topo, lay, spread, 20, 9000, {})

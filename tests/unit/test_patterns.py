@@ -63,7 +63,7 @@ def test_a_seed_in_the_name_fixes_the_pattern():
 
 
 def test_the_nonblocking_model_is_the_max_min_share_in_tcp_payload():
-    from testbed.experiments.permutation import maxmin_model
+    from testbed.experiments.permutation.model import maxmin_model
     payload = (9000 - 52) / 9014
     # a permutation: every NIC full
     assert maxmin_model([(f"h{i}", f"h{(i + 1) % 4}") for i in range(4)], 4, 9000) == \

@@ -57,7 +57,7 @@ def test_a_title_names_the_parameters_every_row_shares():
 
 
 def test_the_hedera_permutation_plot_draws_the_models_and_marks_cpu_bound(tmp_path, figures):
-    from testbed.experiments.permutation import plot
+    from testbed.experiments.permutation.plots import plot
     rows = [perm_row("nonblocking", "stride:8", 0.88, 0.9),
             perm_row("single", "stride:8", 0.24, 0.25),
             perm_row("ecmp", "stride:8", 0.45, 0.5),
@@ -77,7 +77,7 @@ def test_the_hedera_permutation_plot_draws_the_models_and_marks_cpu_bound(tmp_pa
 
 
 def test_two_experiments_with_the_same_parameters_stay_apart(tmp_path, figures):
-    from testbed.experiments.permutation import plot
+    from testbed.experiments.permutation.plots import plot
     rows = [perm_row("ecmp", "stride:8", 0.4, 0.5, experiment="0"),
             perm_row("ecmp", "stride:8", 0.6, 0.5, experiment="2")]
     plot(rows, tmp_path)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from controllers.recovery import changes, degraded, link_ports, replan, switch_ports
-from controllers.routing import Plan, plan
+from controllers.routing import RoutePlan, plan
 from topologies import fattree, leafspine
 
 from .test_routing import FakeFabric
@@ -25,18 +25,18 @@ def apply(table: dict, change) -> None:
         table[key] = item
 
 
-def as_plan(table: dict, mode: str) -> Plan:
-    return Plan(mode=mode, groups=tuple(v for k, v in table.items() if k[0] == "group"),
+def as_plan(table: dict, mode: str) -> RoutePlan:
+    return RoutePlan(mode=mode, groups=tuple(v for k, v in table.items() if k[0] == "group"),
                 rules=tuple(v for k, v in table.items() if k[0] == "rule"))
 
 
-def table_of(p: Plan) -> dict:
+def table_of(p: RoutePlan) -> dict:
     t = {("group", g.dpid, g.group_id): g for g in p.groups}
     t.update({("rule", r.dpid, r.priority, r.match): r for r in p.rules})
     return t
 
 
-def walk_allowing_drops(topo, p: Plan, src: str, dst: str) -> None:
+def walk_allowing_drops(topo, p: RoutePlan, src: str, dst: str) -> None:
     """Follow every branch from src to dst; a packet may be dropped (the change is not
     complete) but never come back to a node it passed, and never be sent into a cut link."""
     groups = {(g.dpid, g.group_id): g for g in p.groups}

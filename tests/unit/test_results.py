@@ -50,7 +50,8 @@ def test_a_second_writer_with_more_columns_keeps_the_first_rows(tmp_path):
 
 def test_the_experiments_analyses_run_on_recorded_rows():
     """Each experiment's headline is a pure function of the rows it wrote."""
-    from testbed.experiments import incast, permutation, pfc_victim
+    from testbed.experiments import incast, pfc_victim
+    from testbed.experiments.permutation.analysis import headline as permutation_headline
     from testbed.spec import Incast, Permutation
     perm = Permutation(patterns=["stride:8", "randbij"], routings=["single", "ecmp"])
     rows = [["single", "stride:8", 0, 80.0, 0.25, 0.1, 0.5, 0.4, False, 0, None, None, None,
@@ -61,7 +62,7 @@ def test_the_experiments_analyses_run_on_recorded_rows():
              None, 0.9, 0.3, 0.3, 0.3, 0.31],
             ["ecmp", "randbij", 0, 150.0, 0.46875, 0.1, 0.5, 0.4, False, 0, None, None, None,
              None, 0.9, None, None, None, None]]
-    h = permutation.headline(rows, perm, ["single", "ecmp"], 320.0, {})
+    h = permutation_headline(rows, perm, ["single", "ecmp"], 320.0, {})
     assert h["stride:8_ecmp_over_single"] == 2.5 and h["randbij_maxmin_model"] == 0.9
     assert h["stride:8_ecmp_model"] == 0.62 and "randbij_ecmp_model" not in h
     assert h["stride:8_ecmp_model_pf"] == 0.64 and "randbij_ecmp_model_pf" not in h

@@ -21,9 +21,11 @@ from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..parallel.model import job_config
-from ..training.analysis import read_records
-from ..training.model import cpu_bound_verdict, host_link, place_on
-from ..training.run import Background, failure_key, rank_failure, settled
+from ..trainers.analysis import read_records
+from ..trainers.background import Background
+from ..trainers.model import cpu_bound_verdict, host_link
+from ..trainers.ranks import failure_key, rank_failure, settled
+from ..training.model import place_on
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
     job_links,

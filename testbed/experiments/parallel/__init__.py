@@ -7,12 +7,14 @@ analytical model (testbed/workloads/model/parallel/cost.py). docs/PARALLEL.md.
     model.py     each rank's job, the bandwidth each collective type gets, the core bytes
                  the model expects, the classes (pure)
     analysis.py  a job's summary and its rows per collective type (pure)
+    load.py      its load model for `testbed plan` (pure)
     run.py       the runner
     plots.py     plots from parallel.csv and parallel_kinds.csv
 """
 from ..base import Experiment
+from .load import loads
 from .plots import draw_dir
 from .run import run
 from .spec import Parallel
 
-EXPERIMENT = Experiment(spec=Parallel, run=run, dir_plots=(draw_dir,))
+EXPERIMENT = Experiment(spec=Parallel, run=run, load=loads, dir_plots=(draw_dir,))

@@ -7,11 +7,11 @@ import statistics
 
 from testbed.results.stats import median_or_none
 from testbed.results.stats import round_or_none as _r
-from testbed.workloads.model.parallel.cost import KINDS, Network, Plan
+from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network
 from testbed.workloads.model.parallel.layout import Layout
 from testbed.workloads.model.parallel.schedule import simulate
 
-from ..training.model import cpu_bound_verdict
+from ..trainers.model import cpu_bound_verdict
 from .model import wire_factor
 
 ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "compute_s",
@@ -28,7 +28,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def exposed_pipeline(plan: Plan, rows: dict[int, list[dict]], warmup: int) -> float | None:
+def exposed_pipeline(plan: JobShape, rows: dict[int, list[dict]], warmup: int) -> float | None:
     """Measured pipeline time beyond what the measured compute would take with instant
     transfers (the schedule replayed with each stage's measured layer time): the pipeline
     communication the iteration waited for."""
@@ -62,7 +62,7 @@ def sync_comm(lay: Layout, rows: dict[int, list[dict]], warmup: int, kind: str) 
     return out
 
 
-def summarise(*, experiment: int, fabric: str, label: str, plan: Plan, compute: str,
+def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compute: str,
               model_name: str, hosts: list[str], rows: dict[int, list[dict]], warmup: int,
               pred: dict, model_sent: dict[int, dict[str, float]], net: Network,
               loads: dict[str, float], model_core: dict[str, float],

@@ -11,7 +11,7 @@ from testbed.config.units import (
     IP_TCP_HEADER_BYTES,
     tcp_payload_fraction,
 )
-from testbed.workloads.model.parallel.cost import KINDS, Network, Plan, predict, sent_bytes
+from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network, predict, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
 from topologies.graph import link_shares, shortest_paths
@@ -143,7 +143,7 @@ def core_fraction(topo: Topology, src: str, dst: str) -> float:
     return through / len(paths) if paths else 0.0
 
 
-def core_bytes(plan: Plan, topo: Topology, hosts: list[str]) -> dict[str, float]:
+def core_bytes(plan: JobShape, topo: Topology, hosts: list[str]) -> dict[str, float]:
     """Payload bytes per iteration the model expects to cross the core, per collective type:
     each rank's volume split over its flows of that type, times the share of each flow's
     paths through the core."""
@@ -162,7 +162,7 @@ def core_bytes(plan: Plan, topo: Topology, hosts: list[str]) -> dict[str, float]
     return out
 
 
-def prediction(plan: Plan, net: Network, spf: float, profile: dict[str, float]) -> dict:
+def prediction(plan: JobShape, net: Network, spf: float, profile: dict[str, float]) -> dict:
     """The model's iteration for the job (a measured per-layer profile replaces FLOPs:
     seconds per FLOP chosen so that a whole layer's forward takes the profiled time)."""
     if profile:

@@ -12,9 +12,9 @@ from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
-from ..training.analysis import queue_stats, read_records
-from ..training.model import Placement, host_link
-from ..training.run import run_processes
+from ..trainers.analysis import queue_stats, read_records
+from ..trainers.model import host_link
+from ..trainers.ranks import run_processes
 from .analysis import ITER_FIELDS, KIND_FIELDS, summarise
 from .model import (
     CORE_ROLES,
@@ -98,8 +98,9 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         before = port_counters(dp)
         sampler.start()
         try:
-            measured.update(run_processes(fab, Placement([], hosts), job_dir, argv_of,
-                                          exp.job_timeout_s, f"parallel {fabric_label} {label}"))
+            measured.update(run_processes(fab, [(r, h, "worker") for r, h in enumerate(hosts)],
+                                          job_dir, argv_of, exp.job_timeout_s,
+                                          f"parallel {fabric_label} {label}"))
         except TestbedError as exc:  # a hung rank fails no one but its neighbours
             errors = {r: (job_dir / f"rank{r}.error").read_text() for r in range(world)
                       if (job_dir / f"rank{r}.error").exists()}

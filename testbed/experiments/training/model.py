@@ -1,6 +1,7 @@
 """The training experiment's pure decisions: where each rank runs, what the analytical
-model says a synchronisation costs, which classes a fabric runs with, and when a job's
-numbers are the machine's rather than the network's."""
+model says a synchronisation costs, and which classes a fabric runs with. (When a job's
+numbers are the machine's rather than the network's, every trainer experiment decides
+alike: testbed/experiments/trainers/model.py.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -13,27 +14,8 @@ from testbed.workloads.model import commmodel
 from topologies.graph import distances_to, link_shares
 from topologies.model import Topology
 
+from ..trainers.model import host_link
 from .spec import Training, TrainingJob, job_hosts_needed
-
-# A job is CPU-bound (its iteration time measures the 2-core machine, not the network) when
-# a worker waited for a core more than this share of an iteration AND the network was not
-# the bottleneck: its busiest link was busy less than LINK_BUSY_BOTTLENECK of the
-# communication time (unknown for a parameter server: the wait decides alone). The wait is
-# summed over the worker's threads (the trainer's and Gloo's), so it can exceed 100%.
-# Measured: ring jobs with <= 8% wait matched the model within 4%; 16 workers waiting 13%
-# took 1.8x the model with their links idle most of the time; P3 jobs waited 10-18% (more
-# threads) with their links 95-99% busy, within 1.1x of the model.
-CPU_WAIT_SHARE_LIMIT = 0.1
-LINK_BUSY_BOTTLENECK = 0.8
-
-
-def cpu_bound_verdict(monitor_says: bool, wait_share: float | None,
-                      link_busy: float | None) -> bool:
-    """The machine's verdict (OVS fell behind, under 10% idle) or the workers' (above)."""
-    waited = (wait_share or 0) > CPU_WAIT_SHARE_LIMIT
-    network_bound = link_busy is not None and link_busy >= LINK_BUSY_BOTTLENECK
-    return bool(monitor_says or (waited and not network_bound))
-
 
 # ---- placement and fabric ------------------------------------------------------------------
 
@@ -44,7 +26,7 @@ def spread(hosts: list[str], k: int) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Placement:
+class RankPlacement:
     servers: list[str]   # host of each server rank (PS), ranks 0..S-1
     workers: list[str]   # host of each worker, ranks after the servers
 
@@ -55,26 +37,21 @@ class Placement:
                 + [(len(self.servers) + i, h, "worker") for i, h in enumerate(self.workers)])
 
 
-def place_on(job: TrainingJob, chosen: list[str]) -> Placement:
+def place_on(job: TrainingJob, chosen: list[str]) -> RankPlacement:
     """A job's ranks on these hosts (job_hosts_needed of them): servers first (colocated:
     on the first workers' hosts)."""
     if job.sync != "ps":
-        return Placement([], list(chosen))
+        return RankPlacement([], list(chosen))
     if job.ps_placement == "colocated":
-        return Placement(chosen[:job.ps_shards], list(chosen))
+        return RankPlacement(chosen[:job.ps_shards], list(chosen))
     # servers every (n + S) / S slots, so that shards sit in different parts of the fabric
     step = len(chosen) // job.ps_shards
     servers = [chosen[j * step] for j in range(job.ps_shards)]
-    return Placement(servers, [h for h in chosen if h not in servers])
+    return RankPlacement(servers, [h for h in chosen if h not in servers])
 
 
-def place(topo: Topology, job: TrainingJob, n: int) -> Placement:
+def place(topo: Topology, job: TrainingJob, n: int) -> RankPlacement:
     return place_on(job, spread([h.name for h in topo.hosts], job_hosts_needed(job, n)))
-
-
-def host_link(topo: Topology, host: str):
-    port, _, _ = topo.ports_of(host)[0]
-    return topo.link_at(host, port)
 
 
 def ingress_spread(topo: Topology, host: str, senders: list[str]) -> float:

@@ -3,212 +3,33 @@ whose gradient exchange crosses the fabric. One fabric per (topology, link rate)
 run one after the other in it, each beside the background traffic the spec asks for."""
 from __future__ import annotations
 
-import dataclasses
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from controllers.recovery import degraded
 from testbed.config.faults import FabricFault, describe_steps, fault_ports
 from testbed.core.errors import TestbedError
 from testbed.workloads.launch import train_argv
-from testbed.workloads.model.flows import assign_ports, sent_mbps
 from topologies.graph import distances_to
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
-from .analysis import ITER_FIELDS, fault_spike, queue_stats, read_records, summarise
+from ..trainers.analysis import queue_stats, read_records
+from ..trainers.background import Background
+from ..trainers.model import host_link
+from ..trainers.ranks import run_processes
+from .analysis import ITER_FIELDS, fault_spike, summarise
 from .model import (
-    Placement,
-    host_link,
     ingress_spread,
     job_with,
     place,
     ring_link_load,
     training_qos,
 )
-from .spec import BackgroundTraffic, Training, TrainingJob, training_topologies
+from .spec import Training, TrainingJob, training_topologies
 
 MASTER_PORT = 29500
-CLIENT_GRACE_S = 5.0  # for a background iperf3 client to end after its server
-
-
-class Background:
-    """The experiment's background traffic, running until stopped."""
-
-    def __init__(self, fab: Phase, specs: list[BackgroundTraffic], log_dir: Path,
-                 seconds: float):
-        self.fab, self.specs, self.log_dir, self.seconds = fab, specs, log_dir, seconds
-        self.procs: list[subprocess.Popen] = []
-        self.servers: list[subprocess.Popen] = []  # iperf3 servers, stopped first
-        self.clients: list[tuple[Path, str, subprocess.Popen]] = []
-        self.lost: list[str] = []  # flows whose client left no report
-
-    def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        topo = self.fab.topo
-        port = 5301
-        for b, bg in enumerate(self.specs):
-            if bg.kind == "incast":
-                reader, servers = bg.hosts[0], bg.hosts[1:]
-                for s in servers:
-                    self.procs.append(self.fab.start_process(
-                        s, [sys.executable, "-m", "testbed.workloads.incast", "serve",
-                                      "--port", str(port), "--dscp", str(bg.dscp)],
-                        f"background incast server {s}", self.log_dir / f"bg{b}-{s}.log"))
-                self.fab.wait_listening([(s, port) for s in servers])
-                addrs = ",".join(f"{topo.host(s).ip}:{port}" for s in servers)
-                self.procs.append(self.fab.start_process(
-                    reader, [sys.executable, "-m", "testbed.workloads.incast", "read",
-                                       "--servers", addrs, "--block-bytes", str(bg.block_bytes),
-                                       "--rounds", "1000000", "--dscp", str(bg.dscp)],
-                    f"background incast reader {reader}", self.log_dir / f"bg{b}-reader.log"))
-                port += 1
-                continue
-            pairs = [tuple(bg.hosts)] if bg.kind == "iperf" else \
-                [(a, c) for a in bg.hosts for c in bg.hosts if a != c]
-            flows = [dataclasses.replace(f, port=f.port + port - 5201, dscp=bg.dscp,
-                                         udp_mbps=bg.udp_mbps, omit_s=0)
-                     for f in assign_ports(pairs, self.seconds, 0)]
-            port = max(f.port for f in flows) + 1
-            for i, f in enumerate(flows):
-                self.servers.append(self.fab.start_process(
-                    f.dst, ["iperf3", "-s", "-1", "-p", str(f.port)],
-                    f"background iperf3 server {f.dst}", self.log_dir / f"bg{b}-{i}-server.log"))
-                self.procs.append(self.servers[-1])
-            self.fab.wait_listening([(f.dst, f.port) for f in flows])
-            for i, f in enumerate(flows):
-                log = self.log_dir / f"bg{b}-{i}-client.json"
-                self.procs.append(self.fab.start_process(
-                    f.src, ["iperf3", "-c", topo.host(f.dst).ip, "-p", str(f.port),
-                                      "-J", *f.client_args()],
-                    f"background iperf3 {f.src}->{f.dst}", log))
-                self.clients.append((log, f"{f.src}->{f.dst}", self.procs[-1]))
-
-    def stop(self) -> float | None:
-        """Stops everything; returns the background flows' total sending rate (Mb/s, over
-        their whole life), None without flows or when a client left no report (`lost`).
-
-        The iperf3 servers go first: a server stopped by SIGTERM tells its client over the
-        control connection, and the client ends by itself with its report. The client is
-        not signalled unless it outlives CLIENT_GRACE_S: iperf3 (3.12) leaves its SIGTERM
-        handler by longjmp and then builds its JSON with malloc, so a signal that lands
-        inside malloc corrupts the heap and glibc aborts before the report is written (1 in
-        150 signalled clients on loopback; a CI run lost its background rate to it)."""
-        self.fab.stop_processes(self.servers)
-        deadline = time.time() + CLIENT_GRACE_S
-        for _, _, proc in self.clients:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass  # signalled below
-        self.fab.stop_processes(self.procs)
-        if not self.clients:
-            return None
-        rates = {}
-        for log, flow, _ in self.clients:
-            try:
-                rates[flow] = sent_mbps(log.read_text(errors="replace"))
-            except OSError:
-                rates[flow] = None
-        self.lost = [flow for flow, rate in rates.items() if rate is None]
-        if self.lost:
-            return None
-        return round(sum(r for r in rates.values() if r is not None), 3)
-
-
-def run_processes(fab: Phase, placement: Placement, job_dir: Path,
-                  argv_of: Callable[[int, str], list[str]], timeout_s: float,
-                  label: str) -> dict:
-    """Start every rank in its host; fail fast when one dies (its error in the message,
-    which `label` starts, the others stopped). Returns the machine's peak memory in use
-    while the job ran."""
-    procs: list[tuple[int, str, subprocess.Popen]] = []
-    mem_low = _mem_available()
-    try:
-        for rank, host, role in placement.ranks:
-            procs.append((rank, host, fab.start_process(host, argv_of(rank, host),
-                                                    f"training {role} rank {rank} in {host}",
-                                                    job_dir / f"rank{rank}.log")))
-        deadline = time.time() + timeout_s
-        failed_at: float | None = None
-        while True:
-            mem_low = min(mem_low, _mem_available())
-            codes = [(rank, host, p.poll()) for rank, host, p in procs]
-            failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
-            if failed:
-                failed_at = failed_at or time.time()
-                if not settled([failure_key(job_dir, r)[0] for r, _, _ in failed],
-                               any(c is None for _, _, c in codes), time.time() - failed_at):
-                    time.sleep(0.1)
-                    continue
-                first = first_failed(job_dir, [r for r, _, _ in failed])
-                rank, host, code = next(f for f in failed if f[0] == first)
-                why = rank_failure(job_dir, rank)
-                raise TestbedError(f"{label}: rank {rank} in {host} failed "
-                                   f"(exit {code}): {why}")
-            if all(c == 0 for _, _, c in codes):
-                break
-            if time.time() > deadline:
-                raise TestbedError(f"{label}: not finished after {timeout_s:.0f} s "
-                                   "(job_timeout_s)")
-            time.sleep(0.3)
-    finally:
-        fab.stop_processes([p for _, _, p in procs])
-    return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
-
-
-# what a rank says when a peer's exit broke its connections: the peer's failure, not its own
-PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
-
-
-def failure_key(job_dir: Path, rank: int) -> tuple[bool, float, int]:
-    """Orders failed ranks by how likely each is the cause: a failure of its own (a crash,
-    a timeout) before one that only says a peer went away, then by when its error file was
-    written (a rank killed without writing one, after those that did, before those that
-    only say a peer went away). When a partition makes one rank time out, Gloo closes its
-    connections at once and the ranks beside it fail with "connection closed by peer"
-    within milliseconds, their error files sometimes written first."""
-    err = job_dir / f"rank{rank}.error"
-    text = err.read_text(errors="replace") if err.exists() else ""
-    return (any(p in text for p in PEER_GONE), error_time(job_dir, rank), rank)
-
-
-FAILURE_GRACE_S = 2.0  # how long ranks that only say a peer went away wait for the peer's exit
-
-
-def settled(peer_gone: list[bool], running: bool, waited_s: float) -> bool:
-    """Whether the failed ranks (`peer_gone`: each only says a peer went away) can be told
-    apart now: one failed by its own fault, or none is still running, or FAILURE_GRACE_S
-    has passed since the first failure. Under a partition a rank's "closed by peer" can end
-    its process before the rank that timed out has ended its own (seen in CI: the job was
-    named after the neighbour)."""
-    return not all(peer_gone) or not running or waited_s >= FAILURE_GRACE_S
-
-
-def first_failed(job_dir: Path, ranks: list[int]) -> int:
-    """Of ranks that have exited with an error, the one that failed first by its own fault
-    (`failure_key`). A crashed rank's peers fail after it ("connection closed by peer");
-    when one look at the processes finds them all dead, the rank number must not decide
-    which is named."""
-    return min(ranks, key=lambda rank: failure_key(job_dir, rank))
-
-
-def error_time(job_dir: Path, rank: int) -> float:
-    """When a rank wrote its error file (infinity: it wrote none)."""
-    err = job_dir / f"rank{rank}.error"
-    return err.stat().st_mtime if err.exists() else float("inf")
-
-
-def rank_failure(job_dir: Path, rank: int) -> str:
-    """Why a rank failed: its error file (the worker's own account), else its log's end."""
-    err = job_dir / f"rank{rank}.error"
-    if err.exists():
-        return err.read_text().strip()
-    return (job_dir / f"rank{rank}.log").read_text(errors="replace").strip()[-600:]
 
 
 def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, index: int,
@@ -253,7 +74,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     ctx.log(f"  {label}: {world} processes ({len(placement.servers)} servers) on "
             f"{', '.join(h for _, h, _ in placement.ranks)}")
     # a BCube host relays other hosts' packets: its interface counters include them
-    measured: dict = {"hosts_relay": any(h.relay for h in topo.hosts)}  # + background rate
+    measured: dict = {"hosts_relay": topo.relays}  # + background rate
     first_worker = job_dir / f"rank{len(placement.servers)}.jsonl"
     with ctx.traffic_phase(fab, outcome, label) as checks, \
             ctx.faults(fab, exp.faults, label, lambda: _lines(first_worker)) as steps:
@@ -262,7 +83,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
         sampler.start()
         try:
             with fab.writing_in(job_dir, [h for _, h, _ in placement.ranks]):
-                measured.update(run_processes(fab, placement, job_dir, argv_of,
+                measured.update(run_processes(fab, placement.ranks, job_dir, argv_of,
                                               exp.job_timeout_s, f"training {label}"))
         except TestbedError as exc:
             if not steps:
@@ -384,18 +205,3 @@ def run(ctx: Context, exp: Training) -> Outcome:
         {k: r[k] for k in ("fabric", "job", "iter_s_median", "comm_s_median", "model_comm_s",
                            "comm_over_model", "test_acc", "cpu_bound")} for r in rows]}
     return out
-
-
-def _meminfo(key: str) -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _mem_available() -> int:
-    return _meminfo("MemAvailable")
-
-
-def _mem_total() -> int:
-    return _meminfo("MemTotal")

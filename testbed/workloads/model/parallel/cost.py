@@ -46,7 +46,7 @@ def ring_gather_sent(size: float, n: int) -> float:
 
 
 @dataclass(frozen=True)
-class Plan:
+class JobShape:
     """A job's shape: the model (a described transformer, or the real-compute MLP as
     (width, depth, micro-batch samples)), the layout, and how the iteration runs."""
     model: ModelDesc | None
@@ -76,7 +76,7 @@ class Plan:
         return [work[i] for i in stage_layers(len(work), self.layout.pp)[stage]]
 
 
-def sent_bytes(plan: Plan, rank: int) -> dict[str, float]:
+def sent_bytes(plan: JobShape, rank: int) -> dict[str, float]:
     """Payload bytes this rank sends per iteration, by collective type."""
     lay, m, nb = plan.layout, plan.micro_batches, plan.dtype_bytes
     work = plan.stage_work(plan.stage_of(rank))
@@ -119,7 +119,7 @@ class Network:
         return sent / self.bandwidth[kind] + steps * self.latency_s.get(kind, 0.0)
 
 
-def predict(plan: Plan, net: Network, s_per_flop: float) -> dict:
+def predict(plan: JobShape, net: Network, s_per_flop: float) -> dict:
     """The model's iteration: per-stage forward/backward times per micro-batch, the pipeline
     (replayed), the synchronisation after it, each collective type's time on the critical
     path of the slowest rank, and the bubble."""

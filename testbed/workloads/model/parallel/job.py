@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.workloads.model.parallel.cost import Plan
+from testbed.workloads.model.parallel.cost import JobShape
 from testbed.workloads.model.parallel.desc import ModelDesc
 from testbed.workloads.model.parallel.layout import Layout
 
@@ -46,13 +46,13 @@ class JobConfig:
     report_file: str = ""              # ... where rank 0 reports its progress, ...
     start_file: str = ""               # ... and the runner's start of iteration 0
 
-    def plan(self) -> Plan:
+    def plan(self) -> JobShape:
         """The job as the analytical model sees it."""
         if self.compute == "real":
-            return Plan(None, self.layout, self.schedule, self.micro_batches, self.zero,
+            return JobShape(None, self.layout, self.schedule, self.micro_batches, self.zero,
                         mlp=(self.real.width, self.real.depth,
                              self.real.batch // self.micro_batches))
         if self.model is None:
             raise ValueError("an emulated job needs a model description")
-        return Plan(self.model, self.layout, self.schedule, self.micro_batches, self.zero,
+        return JobShape(self.model, self.layout, self.schedule, self.micro_batches, self.zero,
                     self.scale)
