@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -72,6 +73,20 @@ class Timeline:
         path.write_text(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms",
                                     "otherData": {"rank": self.rank,
                                                   "t0_monotonic_s": self.t0_monotonic}}))
+
+
+def run_rank(out_dir: str, rank: int, body: Callable[[Path], None],
+             where: Callable[[], str] = lambda: "") -> int:
+    """A rank's whole life as a process: its output folder made, `body` run in it, and a
+    failure written where the runner reads it (`report_failure`, `where` saying what the
+    rank was doing); the exit status."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        body(out)
+        return 0
+    except Exception as exc:
+        return report_failure(out, rank, exc, where())
 
 
 def report_failure(out: Path, rank: int, exc: Exception, where: str = "") -> int:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 
-from .rank import Timeline, counters, exit_now, report_failure, union_s
+from .rank import Timeline, counters, exit_now, run_rank, union_s
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window
 
 SYNCS = ("ring", "ps", "local")
@@ -93,13 +93,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        run(args, out)
-        return 0
-    except Exception as exc:
-        return report_failure(out, args.rank, exc)
+    return run_rank(args.out, args.rank, lambda out: run(args, out))
 
 
 class Worker:

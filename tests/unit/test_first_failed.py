@@ -1,7 +1,12 @@
 """Which rank a failed job names: the one that failed by its own fault, then the earliest."""
 import os
 
-from testbed.experiments.trainers.ranks import first_failed
+from testbed.experiments.trainers.ranks import first_failed as first_of
+
+
+def first_failed(job_dir, ranks):
+    """The rank named among `ranks` of one job."""
+    return first_of([(job_dir, rank) for rank in ranks])[1]
 
 
 def write(job_dir, rank, text, mtime):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ..parallel.model import job_config
 from ..trainers.analysis import read_records
 from ..trainers.background import Background
 from ..trainers.model import cpu_bound_verdict, host_link
-from ..trainers.ranks import failure_key, rank_failure, settled
+from ..trainers.ranks import RankProcess, watch_ranks
 from ..training.model import place_on
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
@@ -176,47 +175,35 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
     its first iteration) releases each job's first iteration `offset_s` after a common
     start; waits for all. The first rank to fail, or the policy failing, stops every job
     and fails the round with its error."""
-    procs: list[tuple[Member, int, str, subprocess.Popen]] = []
+    procs: list[RankProcess] = []
     deadline = time.time() + exp.job_timeout_s
-    started = False
+    started = [False]
     try:
         for m in members:
             for rank, (host, argv) in enumerate(zip(m.rank_hosts, argvs[m.name])):
-                procs.append((m, rank, host, fab.start_process(
-                    host, argv, f"job {m.name} rank {rank} in {host}",
-                    m.dir / f"rank{rank}.log")))
-        failed_at: float | None = None
-        while True:
-            if not started and all(read_progress(m.dir / "progress.json") is not None
-                                   for m in members):
+                procs.append(RankProcess(m.dir, rank, f"job {m.name} rank {rank} in {host}",
+                                         fab.start_process(
+                                             host, argv, f"job {m.name} rank {rank} in {host}",
+                                             m.dir / f"rank{rank}.log")))
+
+        def release() -> None:
+            if not started[0] and all(read_progress(m.dir / "progress.json") is not None
+                                      for m in members):
                 at = time.monotonic() + START_LEAD_S
                 for m in members:
                     write_start(m.dir / "start.json", at + m.offset_s)
-                started = True
-            codes = [(m, rank, host, p.poll()) for m, rank, host, p in procs]
-            failed = [f for f in codes if f[3] not in (None, 0)]
-            if failed:  # the first to fail by its own fault, not the first listed
-                failed_at = failed_at or time.time()
-                if not settled([failure_key(f[0].dir, f[1])[0] for f in failed],
-                               any(f[3] is None for f in codes), time.time() - failed_at):
-                    time.sleep(0.1)
-                    continue
-                m, rank, host, code = min(failed, key=lambda f: failure_key(f[0].dir, f[1]))
-                raise TestbedError(f"{label}: job {m.name} rank {rank} in {host} failed "
-                                   f"(exit {code}); every job was stopped: "
-                                   f"{rank_failure(m.dir, rank)}")
+                started[0] = True
+
+        def policy_ok() -> None:
             error = policy_error(fab, round_id)
             if error is not None:
                 raise TestbedError(f"{label}: the policy failed while the jobs ran; every job "
                                    f"was stopped: {error}")
-            if all(code == 0 for *_, code in codes):
-                return
-            if time.time() > deadline:
-                raise TestbedError(f"{label}: not finished after {exp.job_timeout_s:.0f} s "
-                                   "(job_timeout_s)")
-            time.sleep(0.2)
+        watch_ranks(procs, deadline=deadline, timeout_s=exp.job_timeout_s, label=label,
+                    poll_s=0.2, stopped="; every job was stopped", before=release,
+                    after=policy_ok)
     finally:
-        fab.stop_processes([p for *_, p in procs])
+        fab.stop_processes([r.proc for r in procs])
 
 
 def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id: int,

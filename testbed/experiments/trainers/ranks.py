@@ -6,11 +6,53 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.core.errors import TestbedError
 
 from ..base import Phase
+
+
+@dataclass(frozen=True)
+class RankProcess:
+    """One started rank: its job's folder (where it writes `rank<R>.error`), its rank, and
+    how a message names it ("rank 3 in h4", "job a rank 3 in h4")."""
+    job_dir: Path
+    rank: int
+    what: str
+    proc: subprocess.Popen
+
+
+def watch_ranks(ranks: list[RankProcess], *, deadline: float, timeout_s: float, label: str,
+                poll_s: float, stopped: str = "", before: Callable[[], None] = lambda: None,
+                after: Callable[[], None] = lambda: None) -> None:
+    """Until every rank has ended well; when some fail, raises TestbedError naming the one
+    that failed first by its own fault (`failure_key`, once `settled`), `label` first and
+    `stopped` after the exit status. `before` runs at each look before the processes are
+    polled, `after` once none has failed (each may raise); a look every `poll_s`."""
+    failed_at: float | None = None
+    while True:
+        before()
+        codes = [r.proc.poll() for r in ranks]
+        failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
+        if failed:  # the first to fail by its own fault, not the first listed
+            failed_at = failed_at or time.time()
+            if not settled([failure_key(r.job_dir, r.rank)[0] for r, _ in failed],
+                           any(c is None for c in codes), time.time() - failed_at):
+                time.sleep(0.1)
+                continue
+            first = first_failed([(r.job_dir, r.rank) for r, _ in failed])
+            r, code = next(f for f in failed if (f[0].job_dir, f[0].rank) == first)
+            raise TestbedError(f"{label}: {r.what} failed (exit {code}){stopped}: "
+                               f"{rank_failure(r.job_dir, r.rank)}")
+        after()
+        if all(c == 0 for c in codes):
+            return
+        if time.time() > deadline:
+            raise TestbedError(f"{label}: not finished after {timeout_s:.0f} s "
+                               "(job_timeout_s)")
+        time.sleep(poll_s)
 
 
 def run_processes(fab: Phase, ranks: list[tuple[int, str, str]], job_dir: Path,
@@ -20,39 +62,21 @@ def run_processes(fab: Phase, ranks: list[tuple[int, str, str]], job_dir: Path,
     job's `RankPlacement.ranks`); fail fast when one dies (its error in the message, which
     `label` starts, the others stopped). Returns the machine's peak memory in use while
     the job ran."""
-    procs: list[tuple[int, str, subprocess.Popen]] = []
-    mem_low = _mem_available()
+    procs: list[RankProcess] = []
+    mem_low = [_mem_available()]
     try:
         for rank, host, role in ranks:
-            procs.append((rank, host, fab.start_process(host, argv_of(rank, host),
-                                                    f"training {role} rank {rank} in {host}",
-                                                    job_dir / f"rank{rank}.log")))
-        deadline = time.time() + timeout_s
-        failed_at: float | None = None
-        while True:
-            mem_low = min(mem_low, _mem_available())
-            codes = [(rank, host, p.poll()) for rank, host, p in procs]
-            failed = [(rank, host, c) for rank, host, c in codes if c not in (None, 0)]
-            if failed:
-                failed_at = failed_at or time.time()
-                if not settled([failure_key(job_dir, r)[0] for r, _, _ in failed],
-                               any(c is None for _, _, c in codes), time.time() - failed_at):
-                    time.sleep(0.1)
-                    continue
-                first = first_failed(job_dir, [r for r, _, _ in failed])
-                rank, host, code = next(f for f in failed if f[0] == first)
-                why = rank_failure(job_dir, rank)
-                raise TestbedError(f"{label}: rank {rank} in {host} failed "
-                                   f"(exit {code}): {why}")
-            if all(c == 0 for _, _, c in codes):
-                break
-            if time.time() > deadline:
-                raise TestbedError(f"{label}: not finished after {timeout_s:.0f} s "
-                                   "(job_timeout_s)")
-            time.sleep(0.3)
+            procs.append(RankProcess(job_dir, rank, f"rank {rank} in {host}", fab.start_process(
+                host, argv_of(rank, host), f"training {role} rank {rank} in {host}",
+                job_dir / f"rank{rank}.log")))
+
+        def sample() -> None:
+            mem_low[0] = min(mem_low[0], _mem_available())
+        watch_ranks(procs, deadline=time.time() + timeout_s, timeout_s=timeout_s, label=label,
+                    poll_s=0.3, before=sample)
     finally:
-        fab.stop_processes([p for _, _, p in procs])
-    return {"mem_used_peak_gb": round((_mem_total() - mem_low) / 2**30, 2)}
+        fab.stop_processes([r.proc for r in procs])
+    return {"mem_used_peak_gb": round((_mem_total() - mem_low[0]) / 2**30, 2)}
 
 
 # what a rank says when a peer's exit broke its connections: the peer's failure, not its own
@@ -83,12 +107,12 @@ def settled(peer_gone: list[bool], running: bool, waited_s: float) -> bool:
     return not all(peer_gone) or not running or waited_s >= FAILURE_GRACE_S
 
 
-def first_failed(job_dir: Path, ranks: list[int]) -> int:
+def first_failed(ranks: list[tuple[Path, int]]) -> tuple[Path, int]:
     """Of ranks that have exited with an error, the one that failed first by its own fault
     (`failure_key`). A crashed rank's peers fail after it ("connection closed by peer");
     when one look at the processes finds them all dead, the rank number must not decide
     which is named."""
-    return min(ranks, key=lambda rank: failure_key(job_dir, rank))
+    return min(ranks, key=lambda r: failure_key(*r))
 
 
 def error_time(job_dir: Path, rank: int) -> float:

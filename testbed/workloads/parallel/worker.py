@@ -35,7 +35,7 @@ from pathlib import Path
 from testbed.config.loader import load_json
 from testbed.workloads.model.parallel.job import JobConfig
 
-from ..rank import exit_now, report_failure
+from ..rank import exit_now, run_rank
 from .runner import Runner
 
 IN_FLIGHT: list[str] = []  # what a failed rank was waiting for, for its error file
@@ -78,15 +78,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        cfg = load_json(JobConfig, args.config)
-        run(cfg, args.rank, args.world_size, args.master, out, args.ifname)
-        return 0
-    except Exception as exc:
-        where = f" (during {IN_FLIGHT[0]})" if IN_FLIGHT and IN_FLIGHT[0] else ""
-        return report_failure(out, args.rank, exc, where)
+    return run_rank(args.out, args.rank, lambda out: run(
+        load_json(JobConfig, args.config), args.rank, args.world_size, args.master, out,
+        args.ifname), where=lambda: f" (during {IN_FLIGHT[0]})" if IN_FLIGHT and IN_FLIGHT[0]
+        else "")
 
 
 if __name__ == "__main__":
