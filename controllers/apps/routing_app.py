@@ -34,7 +34,6 @@ from controllers.apps.compat import (
     set_ev_cls,
 )
 from testbed.config.controller import phase_config
-from testbed.config.loader import SpecError
 from testbed.config.replies import (
     CommandReply,
     ControllerCommand,
@@ -42,6 +41,7 @@ from testbed.config.replies import (
     Reroute,
     Resync,
     read_command,
+    refusal,
     write_state,
 )
 from topologies.model import Topology, ifname
@@ -295,8 +295,10 @@ class FabricRouting(RyuApp):
                 if line.strip():
                     try:
                         cmd = read_command(line)
-                    except SpecError as exc:  # JSON, but not the runner's: said in the log
+                    except ValueError as exc:  # not JSON, or not the runner's: answered
                         self.logger.error("not a command: %s (%s)", line.strip(), exc)
+                        self.commands.append(refusal(line, str(exc), time.time()))
+                        self._write_state()
                         continue
                     self.command(cmd)
 

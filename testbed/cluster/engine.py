@@ -26,10 +26,10 @@ def remote_classes(ssh_options: list[str]) -> tuple[type, type]:
     base = list(RemoteHost.sshbase)
     sshbase = base[:-1] + ssh_options + base[-1:]  # before the trailing -tt
 
-    class Host(RemoteHost):  # type: ignore[misc]
+    class Host(RemoteHost):
         pass
 
-    class Switch(RemoteOVSSwitch):  # type: ignore[misc]
+    class Switch(RemoteOVSSwitch):
         # The engine starts a server's switches with one ovs-vsctl command line typed into a
         # node's shell, whose terminal cuts lines at 4095 characters (canonical mode); its
         # limit is OVSSwitch's 128000, so beyond ~10 switches the line was cut and no bridge
@@ -59,7 +59,7 @@ def server_ip(node: Any, toward: str) -> str:
     return route.split(" src ")[1].split()[0]
 
 
-class VxlanLink(RemoteLink):  # type: ignore[misc]
+class VxlanLink(RemoteLink):
     """A link whose two ends may be on different servers; between servers each end is a
     VXLAN device (`vni`, a link parameter, unique in the fabric) in its server's root
     namespace, moved into its node like the engine's GRE links. The inner MTU is set by the
@@ -93,7 +93,7 @@ class VxlanLink(RemoteLink):  # type: ignore[misc]
             node.rcmd(f"ip link set {name} up")
             if not self.moveIntf(name, node):
                 raise RuntimeError(f"could not move {name} into {node} on {node.server}")
-        self.tunnel = True  # RemoteLink.stop deletes both ends instead of one veth
+        self.tunnel: bool | None = True  # RemoteLink.stop deletes both ends, not one veth
         return None
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.cluster import LOCAL, ClusterSpec, Server
-from testbed.core.resources import BPF_PIN_ROOT, STATE_DIR
+from testbed.core import resources
 from testbed.core.system import REPO_ROOT, TestbedError, in_netns
 from testbed.dataplane.qos_render import UNDERLAY_PRIO
 
@@ -171,8 +171,11 @@ def check_server(conn: Conn, tunnel: str) -> dict:
             if done.returncode != 0:
                 raise TestbedError(f"server {conn.name}: {conn.user} cannot run sudo without "
                                    "a password there; allow it (sudoers NOPASSWD) or use root")
+    files = " ".join(shlex.quote(str(REPO_ROOT / (m.replace(".", "/") + ".py")))
+                     for m in REMOTE_MODULES)
     probe = conn.run(["sh", "-c", PROBE.format(python=shlex.quote(str(PYTHON)),
-                                               needed=" ".join(NEEDED), tunnel=tunnel)],
+                                               needed=" ".join(NEEDED), tunnel=tunnel,
+                                               files=files)],
                      check=False)
     if probe.returncode == 255 and not conn.local:
         raise TestbedError(ssh_failure(conn, probe.stderr, probe.returncode))
@@ -185,6 +188,10 @@ def check_server(conn: Conn, tunnel: str) -> dict:
         raise TestbedError(f"server {conn.name}: the testbed is not installed at {REPO_ROOT} "
                            "(every server needs it at the same path); clone it there and "
                            "run scripts/bootstrap.sh")
+    if found.get("code"):
+        raise TestbedError(f"server {conn.name}: its testbed at {REPO_ROOT} lacks "
+                           f"{found['code'].strip()}, which this one runs there; check out "
+                           "the same version on every server")
     if found.get("ovs") != "yes":
         raise TestbedError(f"server {conn.name}: Open vSwitch is not running; run "
                            "scripts/bootstrap.sh there (it starts OVS)")
@@ -202,6 +209,9 @@ missing=""
 for cmd in {needed}; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
 echo "missing=$missing"
 if [ -x {python} ]; then echo repo=yes; else echo repo=no; fi
+code=""
+for f in {files}; do [ -f "$f" ] || code="$code $f"; done
+echo "code=$code"
 if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then echo ovs=yes; else echo ovs=no; fi
 case {tunnel} in
   vxlan) args="type vxlan id 1 local 127.0.0.1 remote 127.0.0.2 dstport 4789";;
@@ -316,12 +326,18 @@ def release_remote(entries: list[dict], control_dir: Path, pin_root: Path) -> li
     return removed
 
 
+DPAGENT = "testbed.net.dpagent"  # a server's dataplane agent
+# the testbed's modules a fabric runs on its servers; the probe checks each is there, so
+# that a server with another version of the testbed is refused before anything is built
+REMOTE_MODULES = ("testbed.dataplane.ovs", "testbed.measure.conservation",
+                  "testbed.measure.cpu", DPAGENT)
+
+
 def module(name: str, *args: str) -> list[str]:
     """argv of one of the testbed's modules on a server (its Python, at the same path)."""
+    if name not in REMOTE_MODULES:
+        raise ValueError(f"{name} is not in REMOTE_MODULES, which the servers' probe checks")
     return [str(PYTHON), "-m", name, *args]
-
-
-DPAGENT = "testbed.net.dpagent"  # a server's dataplane agent
 
 
 UNDERLAY_PORT = 5299  # the underlay goodput test's iperf3 port on the receiving server
@@ -362,4 +378,5 @@ def underlay(sender: Conn, receiver: Conn, receiver_address: str,
 def release_servers(entries: list[dict], run_id: str) -> list[str]:
     """What a run record lists on other servers, removed (`testbed clean`, the runner's
     teardown): `release_remote` with the record's control directory and pin root."""
-    return release_remote(entries, control_dir(STATE_DIR, run_id), BPF_PIN_ROOT)
+    return release_remote(entries, control_dir(resources.STATE_DIR, run_id),
+                          resources.BPF_PIN_ROOT)

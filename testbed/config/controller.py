@@ -3,6 +3,7 @@ per-phase configuration file through which the runner hands all of it to the Ryu
 (`ControllerConfig`, loaded by the apps with the same strict loader as the spec)."""
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import importlib.util
 import os
@@ -198,6 +199,33 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+# names a plugin may have imported that now live elsewhere: the controller's Ryu names and
+# OpenFlow builders moved into its apps' folder, the dataplane's live API into its own
+# package; old name -> new name (a module, or a module's attribute)
+MOVED = {"controllers.compat": "controllers.apps.compat",
+         "controllers.ofmsgs": "controllers.apps.ofmsgs",
+         "controllers.launch": "controllers.apps.launch",
+         "testbed.net.dpapi": "testbed.dataplane.dpapi",
+         "testbed.net.qos_render": "testbed.dataplane.qos_render",
+         "controllers.plans.Plan": "controllers.plans.RoutePlan",
+         "controllers.routing.Plan": "controllers.plans.RoutePlan",
+         "controllers.flowsched.Placement": "controllers.flowsched.FlowPlacement"}
+
+
+def moved_imports(source: str) -> list[str]:
+    """What a plugin's source imports by a name that moved (`MOVED`), each with its new
+    name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found += [f"{n} (now {MOVED[n]})" for n in names if n in MOVED]
+    return found
+
+
 def plugin_problem(plugin: str) -> str | None:
     """Why ryu-manager could not load `plugin` (None: it can): a file must be an existing
     .py file, anything else a module found on the controller's import path. Found without
@@ -209,7 +237,7 @@ def plugin_problem(plugin: str) -> str | None:
             return f"{plugin}: a file plugin is a Python file (.py); a module is named with dots"
         if not path.is_file():
             return f"file {plugin} does not exist"
-        return None
+        return _stale(plugin, path)
     if not MODULE_RE.fullmatch(plugin):
         return f"{plugin!r} is neither a module name (ryu.app.simple_switch_13) nor a .py file"
     # the controller's path: the project's root (its working directory), then the
@@ -227,7 +255,16 @@ def plugin_problem(plugin: str) -> str | None:
         search = list(found.submodule_search_locations or []) or None
         if search is None and i < len(plugin.split(".")) - 1:
             return f"{'.'.join(plugin.split('.')[:i + 1])} is a module, not a package"
-    return None
+    origin = found.origin if found is not None else None
+    return _stale(plugin, Path(origin)) if origin and origin.endswith(".py") else None
+
+
+def _stale(plugin: str, path: Path) -> str | None:
+    try:
+        moved = moved_imports(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        return f"{plugin}: cannot read {path}: {exc}"
+    return (f"{plugin} imports {', '.join(moved)}; import the new name" if moved else None)
 
 
 

@@ -68,7 +68,8 @@ class ControllerCommand:
     while the phase runs. Only `op` "routing" is known (route by `mode` from now on);
     `id` numbers the fabric's commands, the answer carries it back. The runner always
     writes every field; one missing is refused by the app's answer, as an unknown `op`
-    is (controllers/recovery.py `command_error`)."""
+    is (controllers/recovery.py `command_error`), and a line that is no command at all
+    (`refusal`)."""
     id: int | None = None
     op: str | None = None
     mode: str | None = None
@@ -148,6 +149,19 @@ def read_command(line: str) -> ControllerCommand:
     """The routing app's side: one line of the commands file (ValueError: not JSON,
     SpecError: not a command)."""
     return from_data(ControllerCommand, json.loads(line), "command")
+
+
+def refusal(line: str, why: str, now: float) -> CommandReply:
+    """The answer to a line of the commands file that is not a command (`why`: what
+    `read_command` said), carrying its `id` when it has an integer one, so that the runner
+    waiting for that id hears why at once rather than timing out."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        data = None
+    cmd_id = data.get("id") if isinstance(data, dict) else None
+    return CommandReply(id=cmd_id if type(cmd_id) is int else None, time=now, op=None,
+                        mode=None, error=f"not a command: {why}")
 
 
 # ---- the PFC app's event log (pfc_events.csv) -----------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .files import read_jsonl, read_rows
 from .units import unit_of
@@ -49,6 +49,10 @@ def mark_cpu_bound(ax: Any, rows: list[dict], heights: Sequence[float],
     return True
 
 
+@overload
+def cell(value: str | None, missing: float = 0.0) -> float: ...
+@overload
+def cell(value: str | None, missing: None) -> float | None: ...
 def cell(value: str | None, missing: float | None = 0.0) -> float | None:
     """A table cell as a number, `missing` where the run wrote nothing (empty or None)."""
     return float(value) if value not in (None, "", "None") else missing

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from testbed.cluster.fabric import MAKE_DIR
 from testbed.cluster.servers import underlay_script
 from testbed.config.qos import QosConfig, TrafficClass
@@ -159,3 +161,15 @@ def test_a_remote_output_directory_is_made_and_its_outermost_new_part_named(tmp_
     assert make(tmp_path / "run" / "training" / "job") == str(tmp_path / "run")
     assert (tmp_path / "run" / "training" / "job").is_dir()
     assert make(tmp_path / "run" / "training" / "job") == ""  # there already
+
+
+def test_the_modules_run_on_servers_are_the_ones_the_probe_checks():
+    """Every module a fabric runs on a server is in REMOTE_MODULES (module() refuses others)
+    and is a file of this checkout, which the probe looks for on each server."""
+    from testbed.cluster import servers
+    from testbed.core.system import REPO_ROOT
+    for name in servers.REMOTE_MODULES:
+        assert (REPO_ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+        assert servers.module(name)[-1] == name
+    with pytest.raises(ValueError, match="REMOTE_MODULES"):
+        servers.module("testbed.net.ovs")

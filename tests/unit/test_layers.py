@@ -37,7 +37,8 @@ LAYERS = (
     ("runner, API, CLI", "testbed", False),
 )
 # runtime folders typed as strictly as the pure layers
-TYPED = ("testbed/core", "testbed/results", "testbed/dataplane")
+TYPED = ("testbed/core", "testbed/results", "testbed/dataplane", "testbed/cluster",
+         "testbed/experiments/jobs")
 # what a pure layer may not import besides the runtime layers
 RUNTIME_LIBRARIES = ("mininet", "pyroute2", "torch", "ryu", "eventlet", "matplotlib")
 

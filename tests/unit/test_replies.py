@@ -18,6 +18,7 @@ from testbed.config.replies import (
     command_line,
     read_command,
     read_state,
+    refusal,
     reply_data,
     write_state,
 )
@@ -89,6 +90,17 @@ def test_a_command_crosses_as_one_line_and_reads_back():
     assert read_command('{"op": "reboot"}') == ControllerCommand(op="reboot")
     with pytest.raises(SpecError, match="command.id: expected an integer"):
         read_command('{"id": "3", "op": "routing"}')
+
+
+def test_a_line_that_is_no_command_is_answered_under_its_id():
+    bad = '{"id": 4, "op": "routing", "mode": "single", "colour": "red"}'
+    with pytest.raises(SpecError) as exc:
+        read_command(bad)
+    reply = refusal(bad, str(exc.value), 7.5)
+    assert (reply.id, reply.time, reply.op, reply.mode) == (4, 7.5, None, None)
+    assert reply.error is not None and reply.error.startswith("not a command: command.colour")
+    assert refusal("not json", "Expecting value", 1.0).id is None
+    assert refusal('{"id": true}', "x", 1.0).id is None  # a bool is not an id
 
 
 def test_a_restarts_counters_and_reroutes_add_to_its_predecessors():

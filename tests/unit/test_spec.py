@@ -3,6 +3,7 @@ import dataclasses
 
 import pytest
 
+from testbed.config.controller import MOVED, plugin_problem
 from testbed.spec import Permutation, QueueCalibration, SpecError, load, loads
 
 BASE = {"name": "t", "topology": {"kind": "fattree", "params": {"k": 4}},
@@ -190,3 +191,32 @@ def test_load_reports_yaml_errors(tmp_path):
 def test_queue_calibration_defaults_match_issue():
     q = QueueCalibration()
     assert (q.rate_mbps, q.buffer_pkts) == (20.0, 100)
+
+
+def test_a_plugin_importing_a_moved_name_is_told_its_new_name(tmp_path):
+    """A plugin written against an earlier layout fails `testbed validate` with the name to
+    import instead, not later inside the controller with the fabric already built."""
+    plugin = tmp_path / "old_app.py"
+    plugin.write_text("from controllers.compat import RyuApp\n"
+                      "from controllers.flowsched import Placement, FlowInfo\n")
+    problem = plugin_problem(str(plugin))
+    assert problem is not None and "controllers.compat (now controllers.apps.compat)" in problem
+    assert "controllers.flowsched.Placement (now controllers.flowsched.FlowPlacement)" in problem
+    plugin.write_text("from controllers.apps.compat import RyuApp\n")
+    assert plugin_problem(str(plugin)) is None
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_every_moved_name_is_gone_and_its_new_one_exists(old):
+    import importlib
+    import importlib.util
+
+    def exists(name: str) -> bool:
+        if importlib.util.find_spec(name.rpartition(".")[0] or name) is None:
+            return False
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a module's attribute, not a module
+            module, _, attr = name.rpartition(".")
+            return attr in vars(importlib.import_module(module))
+    assert not exists(old) and exists(MOVED[old])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.results.plots import (
+    CsvPlot,
     cell,
     mark_cpu_bound,
     plot_rows,
@@ -112,4 +113,4 @@ def draw_dir(out_dir: Path, plots: Path) -> list[Path]:
         if rows else []
 
 
-PLOTS = {"jobs.csv": iterations}
+PLOTS: dict[str, CsvPlot] = {"jobs.csv": iterations}

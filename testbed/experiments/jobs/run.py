@@ -10,6 +10,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
@@ -149,7 +150,12 @@ def decisions(jobs_dir: Path, round_id: int) -> list[dict]:
     return out
 
 
-def dscp_snapshot(dp, dscps: list[int]) -> dict[tuple[int, int], tuple[int, int, int]]:
+def _delta(after: tuple[int, int, int], before: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Counters (bytes, marks, drops) gained between two snapshots."""
+    return (after[0] - before[0], after[1] - before[1], after[2] - before[2])
+
+
+def dscp_snapshot(dp: Any, dscps: list[int]) -> dict[tuple[int, int], tuple[int, int, int]]:
     """(switch egress port, DSCP) -> (bytes, marks, drops) so far."""
     out = {}
     for p in dp.ports:
@@ -258,9 +264,8 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
     counters: dict[str, dict[str, tuple[int, int, int]]] = {}
     for m in members:
         d = JOB_DSCPS[m.index]
-        counters[m.name] = {names_of[port]: tuple(a - b for a, b in zip(after[(port, dd)],
-                                                                        before[(port, dd)]))
-                            for (port, dd) in after if dd == d}  # type: ignore[misc]
+        counters[m.name] = {names_of[port]: _delta(after[(port, dd)], before[(port, dd)])
+                            for (port, dd) in after if dd == d}
     ranks = {m.name: [[job_row(x) for x in read_records(m.dir / f"rank{r}.jsonl")]
                       for r in m.worker_ranks] for m in members}
     return {"members": members, "ranks": ranks, "counters": counters, "checks": checks,
