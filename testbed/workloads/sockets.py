@@ -4,9 +4,11 @@ switches can tell a job's (or a collective type's) traffic apart, and counted fr
 TCP_INFO. No torch here."""
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import struct
+import termios
 
 
 def socket_fds() -> set[int]:
@@ -62,6 +64,29 @@ def tcp_sent(fds: set[int]) -> tuple[int, int]:
     payload = segs = 0
     for info in tcp_infos(fds):
         payload += struct.unpack_from("Q", info, 120)[0]
+        segs += struct.unpack_from("I", info, 136)[0]
+    return payload, segs
+
+
+def tcp_written(fds: set[int]) -> tuple[int, int]:
+    """(payload bytes this process has handed to these TCP sockets, segments sent): the
+    acknowledged bytes plus those still in the send queue, sent or not (SIOCOUTQ). Counted
+    at an iteration's end it is exactly that iteration's payload, while the acknowledged
+    bytes alone lag by what is still in flight: the tail of a collective whose ACKs come
+    after it returned, up to a ring step's whole chunk."""
+    payload = segs = 0
+    buf = bytearray(4)
+    for s in tcp_sockets(fds):
+        try:
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+        except OSError:
+            continue
+        try:
+            fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, buf)  # SIOCOUTQ: unacknowledged bytes
+            queued = struct.unpack("i", buf)[0]
+        except OSError:  # a listening socket has no send queue
+            queued = 0
+        payload += struct.unpack_from("Q", info, 120)[0] + queued
         segs += struct.unpack_from("I", info, 136)[0]
     return payload, segs
 

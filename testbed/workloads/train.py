@@ -18,8 +18,8 @@ line per push) and `rank<R>.trace.json`, a Chrome trace of compute and communica
 that opens in Perfetto / chrome://tracing. On failure, `rank<R>.error` says why.
 
 Every TCP connection of the job's process group is marked with `--job-dscp` (when jobs share
-a fabric, each job's own code point: the switches count it per port) and its acknowledged
-bytes are each iteration's `sent_bytes`; `cwnd_segs` and `ssthresh_segs` are the congestion
+a fabric, each job's own code point: the switches count it per port) and the payload the
+iteration wrote to them (acknowledged or still queued) is its `sent_bytes`; `cwnd_segs` and `ssthresh_segs` are the congestion
 window and slow-start threshold of its busiest connection when the iteration starts. With
 `--gate-file`, `--report-file` and `--start-file` a worker takes part in jobs sharing a
 fabric (jobsync.py): it waits for the runner's common start and a policy's gate before its
@@ -39,7 +39,7 @@ from pathlib import Path
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 
 from .rank import Timeline, counters, exit_now, run_rank, union_s
-from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window
+from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window, tcp_written
 
 SYNCS = ("ring", "ps", "local")
 PRIORITIES = ("none", "fifo", "p3")
@@ -119,9 +119,10 @@ class Worker:
         self.timeline = Timeline(args.rank)
         self.logfh = (out / f"rank{args.rank}.jsonl").open("w", buffering=1)
         # the job's connections: marked, and their bytes counted; one snapshot closes an
-        # iteration and opens the next, so no acknowledged byte falls between two
+        # iteration and opens the next, so no byte falls between two, and a snapshot counts
+        # what the iteration wrote (acknowledged or still queued), so none falls into the next
         self.fds = fds
-        self.sent_mark = tcp_sent(fds)[0]
+        self.sent_mark = tcp_written(fds)[0]
         self.window: tuple[int, int | None] = (0, None)
         self.gate = Gate(args.gate_file)
         self.reporter = Reporter(args.report_file if self.index == 0 else "",
@@ -143,7 +144,7 @@ class Worker:
         self.reporter.set_phase("sync")
 
     def sent(self) -> int:
-        now = tcp_sent(self.fds)[0]
+        now = tcp_written(self.fds)[0]
         sent, self.sent_mark = now - self.sent_mark, now
         return sent
 

@@ -100,9 +100,8 @@ def test_training_worker_jobs_share_an_uplink(tmp_path):
         assert abs(float(alone["bytes_per_iter"]) / grad[job] - 1) <= 0.01, (alone, grad)
         # leaf 2's uplink carries both ps workers' pushes (h4, h5 -> h1) and one direction
         # of the ring (h6 -> h2), counted by the job's DSCP: payload plus headers (0-10%).
-        # The payload is the gradient: bytes_per_iter is rank 0's acknowledged bytes between
-        # its iteration ends, whose median one CI run read a segment (8948 B, 2.6%) above
-        # the gradient, while the ring's bytes on this uplink are rank 1's.
+        # The payload is the gradient: bytes_per_iter is what rank 0 wrote per iteration,
+        # while the ring's bytes on this uplink are rank 1's.
         on_uplink = float(links[("none", job, "l2-eth4")]["bytes_per_iter"])
         payload = crossing * grad[job]
         assert 1.0 <= on_uplink / payload <= 1.1, (job, on_uplink, payload)

@@ -156,11 +156,8 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 if policy != "alone" else None,
                 "predicted_overlap": note.get("predicted_overlap", {}).get(name)
                 if isinstance(note.get("predicted_overlap"), dict) else None,
-                # the mean, not the median: an iteration's bytes are the acknowledged bytes
-                # between its end and the previous one's, so a segment acknowledged just
-                # after an iteration ends counts in the next one (one 9 KB jumbo segment is
-                # 2.6% of a 340 KB ring iteration); over the steady iterations the shifts
-                # cancel, while a median picks one shifted iteration
+                # the mean over the steady iterations: an iteration's bytes are what its
+                # rank wrote between its end and the previous one's
                 "bytes_per_iter": _r(sum(r["bytes"] for r in steady) / len(steady), 0)
                 if steady else None,
                 "marks_per_iter": _r(sum(c[1] for c in counters.values()) / n_it, 2),

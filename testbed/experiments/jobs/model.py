@@ -106,7 +106,7 @@ def sharing_groups(links: list[set[tuple[str, str]]]) -> list[list[int]]:
 def job_row(r: dict) -> dict:
     """A rank's iteration in the fields this experiment reads, whichever worker wrote it:
     `pipeline_s` before the synchronisation the jobs compete with and `sync_s` from its
-    start to the iteration's end, `bytes` the payload its connections had acknowledged. The
+    start to the iteration's end, `bytes` the payload it wrote to its connections. The
     parallel worker's pipeline (compute and pipeline communication) and data-parallel
     synchronisation and its bytes per collective type; the training worker's compute up to
     its first communication (a DDP bucket, a push, an average) and the rest."""

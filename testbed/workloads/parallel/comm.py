@@ -15,7 +15,7 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.job import JobConfig
 
 from ..rank import Timeline
-from ..sockets import mark_sockets, socket_fds, tcp_sent
+from ..sockets import mark_sockets, socket_fds, tcp_sent, tcp_written
 
 TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
 
@@ -56,7 +56,12 @@ class Comm:
         return kind in self.groups
 
     def sent(self) -> dict[str, tuple[int, int]]:
+        """Per collective kind: (payload acknowledged, segments sent)."""
         return {k: tcp_sent(self.fds[k]) for k in KINDS}
+
+    def written(self) -> dict[str, tuple[int, int]]:
+        """Per collective kind: (payload handed to TCP, acknowledged or queued; segments)."""
+        return {k: tcp_written(self.fds[k]) for k in KINDS}
 
     def _span(self, account: str, name: str, start: float, nbytes: int) -> None:
         self.in_flight = ""

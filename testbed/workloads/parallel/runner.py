@@ -158,10 +158,11 @@ class Runner:
              "groups": {k: r for k, (_, r) in self.comm.groups.items()}}))
 
     def run(self) -> None:
-        # one snapshot closes an iteration and opens the next: a byte whose ACK comes after
-        # the collective returned (the tail of a send) counts in the next iteration instead
-        # of falling between two (it did: a DP allreduce measured 0.87-0.89 of its volume)
-        self.sent_mark = self.comm.sent()
+        # one snapshot closes an iteration and opens the next, so no byte falls between two
+        # (a DP allreduce once measured 0.87-0.89 of its volume); a snapshot counts what was
+        # written, acknowledged or still queued, so the tail of a send whose ACKs come
+        # after the collective returned counts in its own iteration, not the next
+        self.sent_mark = self.comm.written()
         self.reporter.start()
         try:
             for it in range(self.cfg.iters):
@@ -176,7 +177,7 @@ class Runner:
         sent0 = self.sent_mark
         compute0 = self.compute_spans_now()
         row = self.iteration(it)
-        sent1 = self.sent_mark = self.comm.sent()
+        sent1 = self.sent_mark = self.comm.written()
         (rx0, tx0, r0, w0), (rx1, tx1, r1, w1) = base, counters(self.ifname)
         spans = self.comm.spans
         row.update({
