@@ -34,6 +34,29 @@ def _type_name(tp: Any) -> str:
             dict: "a mapping", list: "a list"}.get(tp, str(tp))
 
 
+def _fits(tp: Any, value: Any) -> bool:
+    """Whether `value` has the shape of type `tp` (a union's arm): a mapping for a
+    dataclass or a dict, a string for a str or a Literal, and so on."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) or tp is dict \
+            or typing.get_origin(tp) is dict:
+        return isinstance(value, dict)
+    if typing.get_origin(tp) is list:
+        return isinstance(value, list)
+    if tp is str or typing.get_origin(tp) is Literal:
+        return isinstance(value, str)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp in (int, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
+
+
+def _arm_name(tp: Any) -> str:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return f"a mapping ({', '.join(f.name for f in dataclasses.fields(tp))})"
+    return _type_name(typing.get_origin(tp) or tp)
+
+
 def convert(tp: Any, value: Any, path: str) -> Any:
     """`value` as type `tp`, or SpecError naming `path`."""
     origin = typing.get_origin(tp)
@@ -44,6 +67,12 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1:  # `str | Program`: the arm the value's shape fits
+            for arm in inner:
+                if _fits(arm, value):
+                    return convert(arm, value, path)
+            raise SpecError(f"{path}: expected {' or '.join(_arm_name(a) for a in inner)}, "
+                            f"got {value!r}")
         return convert(inner[0], value, path)
     if origin is Literal:
         if value not in args:
