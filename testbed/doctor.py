@@ -1,8 +1,10 @@
 """`testbed doctor`: what the machine offers for the fabric, with fixes."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from testbed.config.network import BPF_CONGESTION_CONTROLS
 from testbed.core.system import (
     congestion_controls,
     have,
@@ -67,12 +69,34 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
         if have("clang-14") and have("bpftool"):
             out.append(_qos_dataplane())
     ccs = congestion_controls()
-    for cc in ("cubic", "dctcp", "bbr"):
-        detail = "yes" if cc in ccs else "no"
-        if cc == "dctcp" and cc not in ccs:
-            detail = "no (ECN experiments use ECN-enabled cubic and say so)"
-        out.append((f"tcp {cc}", cc in ccs, detail, None))
+    for cc in ("cubic", "reno", "bbr"):
+        out.append((f"tcp {cc}", cc in ccs, "yes" if cc in ccs else "no", None))
+    for cc in BPF_CONGESTION_CONTROLS:
+        if cc in ccs:
+            out.append((f"tcp {cc}", True, "yes (the kernel's own)", None))
+        elif root and have("clang-14") and have("bpftool"):
+            out.append(_bpf_cc(cc))
+        else:
+            out.append((f"tcp {cc}", False, "unknown (a BPF program: needs root, clang-14 "
+                        "and bpftool)", None))
     return out
+
+
+def _bpf_cc(name: str) -> tuple[str, bool, str, str | None]:
+    """One of the testbed's BPF congestion controls built, registered and unregistered at
+    once (a throwaway record: `testbed clean` would find it if this were killed)."""
+    from testbed.core.resources import RunRecord, release_record
+    from testbed.dataplane import hostcc
+    rec = RunRecord(run_id=f"doctor-{os.getpid()}", out_dir="")
+    try:
+        obj = hostcc.build(hostcc.shipped_source(name))
+        reg = hostcc.register(obj, hostcc.shipped_source(name), rec)
+        hostcc.unregister(reg)
+        return (f"tcp {name}", True, f"yes (BPF program {obj.name}: builds, registers)", None)
+    except Exception as exc:  # reported, never fatal
+        return (f"tcp {name}", False, f"no: {str(exc).splitlines()[-1][:80]}", BOOTSTRAP)
+    finally:
+        release_record(rec)
 
 
 def _qos_dataplane() -> tuple[str, bool, str, str | None]:

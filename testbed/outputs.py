@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from testbed.config.datapath import TRAITS
 from testbed.core import provenance
+from testbed.dataplane.hostcc import TRACE_FIELDS
 
 from .experiments import csv_plots, dir_plots
 from .results import sweep, timeline
@@ -47,6 +48,11 @@ def write_outputs(ctx: RunContext, status: str, error: str, results: dict,
                   [[*experiment_at(ctx.experiment_spans, s.t, bool(ctx.sweep)), round(s.t, 3),
                     round(s.machine_busy, 4), round(s.ovs_thread, 4), s.ovs_rx_backlog_bytes]
                    for s in ctx.cpu.samples])
+    trace = ctx.cc.rows() if ctx.cc is not None else []
+    if trace:  # the BPF congestion controls' own trace
+        ctx.write_csv("cc_trace.csv", ["experiment", *point, *TRACE_FIELDS],
+                      [[*experiment_at(ctx.experiment_spans, r[0] - ctx.cpu.t0,
+                                       bool(ctx.sweep)), *r] for r in trace])
     with (out / "events.jsonl").open("w") as fh:
         for ev in ctx.events:
             fh.write(json.dumps(ev) + "\n")
@@ -68,7 +74,9 @@ def write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "ovs_send_buffer_bytes": ctx.send_buffer_bytes,
         "mtu_bytes": ctx.spec.links.mtu_bytes,
         "congestion_control": {"configured": ctx.spec.hosts.congestion_control,
-                               "per_host": ctx.host_cc},
+                               "per_host": ctx.host_cc,
+                               # the algorithms the run registered as BPF programs
+                               "bpf": ctx.cc.describe() if ctx.cc is not None else {}},
         "ecn": ctx.spec.hosts.ecn,
         "phases": ctx.phases,  # what each fabric really ran with (experiments override the spec)
         "clock": {**ctx.clock, "cpu_t0_unix_s": ctx.cpu.t0},  # for timeline.json

@@ -24,9 +24,10 @@ from testbed.config.qos import QosConfig
 from testbed.config.replies import reply_data
 from testbed.core import provenance
 from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
-from testbed.core.system import TestbedError, congestion_controls, is_root, port_free
+from testbed.core.system import TestbedError, is_root, port_free
 from testbed.dataplane import ovs
 from testbed.dataplane.dpapi import Dataplane
+from testbed.dataplane.hostcc import HostCongestion
 from testbed.workloads.model.flows import carried_nothing
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
@@ -94,6 +95,21 @@ class RunContext:
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
+    # the BPF congestion controls the run registered (built and registered on first use)
+    cc: HostCongestion | None = None
+
+    def resolve_cc(self, spec: Spec) -> Spec:
+        """`spec` with its hosts' congestion control as the name hosts select: a BPF
+        program (the testbed's own or the user's) is built and registered now, so that a
+        compile error or a verifier's refusal comes before any fabric."""
+        cc = self.host_congestion().resolve(spec.hosts.congestion_control)
+        return replace(spec, hosts=replace(spec.hosts, congestion_control=cc))
+
+    def host_congestion(self) -> HostCongestion:
+        if self.cc is None:
+            self.cc = HostCongestion(self.record, self.log,
+                                     cluster=self.spec.cluster is not None)
+        return self.cc
 
     def run_experiment(self, exp: ExperimentSpec, index: int) -> dict:
         """The experiment at `index` in the session's spec: its headline, warnings and
@@ -196,8 +212,14 @@ class RunContext:
                                f"phase's traffic ended after {time.time() - injector.t0:.1f} s")
 
     def congestion_controls(self) -> list[str]:
-        """The congestion controls this kernel offers its hosts."""
-        return congestion_controls()
+        """The congestion controls hosts may select: this kernel's and the testbed's own
+        BPF algorithms (registered when a phase selects one)."""
+        return self.host_congestion().available()
+
+    def cc_trace(self, t0: float, t1: float) -> list[list]:
+        """What the BPF congestion controls traced between two Unix times (rows of
+        hostcc.TRACE_FIELDS)."""
+        return self.cc.rows(t0, t1) if self.cc is not None else []
 
     def qdisc_sampler(self, ifnames: list[str], rate_hz: float) -> QueueSampler:
         """Samples the root qdisc of switch ports over netlink (fabrics without `qos`)."""
@@ -234,6 +256,9 @@ class RunContext:
         `hedera` and `circuits` change some of Hedera's or c-Through's settings, `jobs`
         loads the cross-job policies' app (it needs `qos`)."""
         routing = own_routing(topo.kind, routing)
+        if hosts is not None:  # a phase's own hosts may select one of the testbed's BPF
+            hosts = replace(hosts, congestion_control=self.host_congestion().resolve(
+                hosts.congestion_control))
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
@@ -375,6 +400,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     t0 = time.time()
     cpu.start()
     try:
+        ctx.spec = ctx.resolve_cc(spec)
         if live_port is not None:
             start_view(out_dir, live_port, record, log)
         yield ctx
@@ -391,6 +417,8 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
         for sig in _HANDLED_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         cpu.stop()
+        if ctx.cc is not None:
+            ctx.cc.release()
         release_record(record, release_servers)  # what an interrupted teardown left
         lock.release()
     try:
@@ -433,6 +461,9 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     with session(spec, topo, spec_text, out_dir, log, "`testbed run`", live_port) as ctx:
         ctx.sweep = [p.values for p in points]
         ran = []  # (point, values, type, index, headline): the sweep's table
+        # every point's congestion control built and registered before any fabric
+        points = [replace(p, spec=ctx.resolve_cc(p.spec)) for p in points]
+        resolved = ctx.spec
         try:
             for p in points or [None]:
                 if p is not None:
@@ -448,7 +479,7 @@ def run_spec(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
                     if p is not None:
                         ran.append((p.index, p.values, exp.type, i, result["headline"]))
         finally:  # an interrupted sweep keeps the points it finished
-            ctx.spec, ctx.topo, ctx.point = spec, topo, None
+            ctx.spec, ctx.topo, ctx.point = resolved, topo, None
             if ran:
                 ctx.write_csv("sweep.csv", *sweep.table(list(points[0].values), ran))
     return ctx.out_dir

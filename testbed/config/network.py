@@ -3,6 +3,7 @@ hosts' TCP settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from topologies import build
@@ -60,16 +61,40 @@ class LinkConfig:
             raise SpecError(f"links.loss_pct: must be in [0, 100] (got {self.loss_pct})")
 
 
+# The testbed's own congestion controls, BPF programs (testbed/dataplane/bpf/cc/<name>.bpf.c)
+# registered under these names when the kernel has no algorithm of that name.
+BPF_CONGESTION_CONTROLS = ("dctcp",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BpfProgram:
+    """A user's own congestion control: a C file holding a BPF `tcp_congestion_ops`
+    (`SEC(".struct_ops")`), compiled and registered by the testbed for the run. The path is
+    relative to the working directory."""
+    bpf: str
+
+    def check(self, path: str) -> None:
+        if not self.bpf.endswith(".c"):
+            raise SpecError(f"{path}.bpf: a C source file (.c) is expected, got {self.bpf!r}")
+        if not Path(self.bpf).is_file():
+            raise SpecError(f"{path}.bpf: no such file: {self.bpf} (paths are relative to "
+                            f"the working directory, {Path.cwd()})")
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostConfig:
-    congestion_control: str = "cubic"
+    # a kernel algorithm's name, one of BPF_CONGESTION_CONTROLS, or {bpf: path/to/cc.bpf.c};
+    # a run resolves a program to the name it registers (testbed/dataplane/hostcc.py)
+    congestion_control: str | BpfProgram = "cubic"
     ecn: bool = False
     rto_min_us: int | None = None  # TCP's minimum retransmission timeout (kernel: 200000)
 
     def check(self) -> None:
-        if not self.congestion_control.isidentifier():
-            raise SpecError(f"hosts.congestion_control: not an algorithm name "
-                            f"({self.congestion_control!r})")
+        cc = self.congestion_control
+        if isinstance(cc, BpfProgram):
+            cc.check("hosts.congestion_control")
+        elif not cc.isidentifier():
+            raise SpecError(f"hosts.congestion_control: not an algorithm name ({cc!r})")
 
 
 def positive(value: float | None, path: str, allow_none: bool = False) -> None:

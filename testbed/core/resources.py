@@ -53,6 +53,9 @@ class RunRecord:
     pids: list[dict] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)  # name -> value to restore
     bpf_pins: list[str] = field(default_factory=list)  # directories under /sys/fs/bpf/testbed
+    # BPF congestion controls registered for the run (dataplane/hostcc.py): each struct_ops
+    # map's name, written before it is registered, and its id once it is
+    struct_ops: list[dict] = field(default_factory=list)
     # a cluster's other servers: how to reach each and what the run makes there
     # (testbed/cluster/servers.py: name, address, user, ssh_config, bridges, ifaces, sysctls)
     servers: list[dict] = field(default_factory=list)
@@ -77,6 +80,18 @@ class RunRecord:
 
     def remember_sysctl(self, name: str, old_value: str) -> None:
         self.sysctls.setdefault(name, old_value)
+        self.save()
+
+    def add_struct_ops(self, maps: list[str], ids: list[int] | None = None) -> None:
+        """Struct_ops maps about to be registered (`ids` None), or registered (their ids,
+        in the order of `maps`)."""
+        for i, name in enumerate(maps):
+            entry = next((e for e in self.struct_ops if e["map"] == name), None)
+            if entry is None:
+                entry = {"map": name, "id": None}
+                self.struct_ops.append(entry)
+            if ids is not None:
+                entry["id"] = ids[i]
         self.save()
 
     @classmethod
@@ -185,10 +200,33 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
             sysctl_set(name, value)
         except OSError:
             pass
+    removed += unregister_struct_ops(rec.struct_ops)
     if rec.servers and release_servers is not None:
         removed += release_servers(rec.servers, rec.run_id)
     mark_killed(rec)
     rec.path.unlink(missing_ok=True)
+    return removed
+
+
+def unregister_struct_ops(entries: list[dict]) -> list[str]:
+    """Unregister a record's struct_ops maps that are still registered: by id when the
+    record has it and the name still matches, else by name."""
+    if not entries:
+        return []
+    out = run(["bpftool", "-j", "struct_ops", "show"], check=False).stdout or "[]"
+    try:
+        live = {m["id"]: m["name"] for m in json.loads(out)}
+    except (ValueError, KeyError, TypeError):
+        live = {}
+    removed = []
+    for entry in entries:
+        ids = [entry["id"]] if live.get(entry.get("id")) == entry["map"] else \
+            [i for i, name in live.items() if name == entry["map"]]
+        for i in ids:
+            if run(["bpftool", "struct_ops", "unregister", "id", str(i)],
+                   check=False).returncode == 0:
+                removed.append(f"BPF congestion control {entry['map']} (struct_ops id {i})")
+                live.pop(i, None)
     return removed
 
 

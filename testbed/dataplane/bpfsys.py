@@ -1,5 +1,5 @@
-"""The few bpf(2) calls the testbed needs, through ctypes: open a pinned map, read and write
-elements, map an array into memory, and consume a BPF ring buffer.
+"""The few bpf(2) calls the testbed needs, through ctypes: open a pinned map (or one by its
+id), read and write elements, map an array into memory, and consume a BPF ring buffer.
 
 No library binding is used because the consumers run inside Ryu's eventlet loop, where a
 plain file descriptor and `mmap` behave predictably; libbpf's Python bindings are not
@@ -20,6 +20,7 @@ _libc.syscall.restype = ctypes.c_long
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_OBJ_GET = 7
+BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
 PAGE = mmap.PAGESIZE
 
@@ -36,14 +37,21 @@ def _bpf(cmd: int, attr: bytes) -> int:
 class Map:
     """A pinned BPF map: fixed-size keys and values as bytes."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, fd: int | None = None):
         self.path = path
-        cpath = ctypes.create_string_buffer(path.encode())
-        self.fd = _bpf(BPF_OBJ_GET, struct.pack("QII", ctypes.addressof(cpath), 0, 0))
+        if fd is None:
+            cpath = ctypes.create_string_buffer(path.encode())
+            fd = _bpf(BPF_OBJ_GET, struct.pack("QII", ctypes.addressof(cpath), 0, 0))
+        self.fd = fd
         info = ctypes.create_string_buffer(88)
         _bpf(BPF_OBJ_GET_INFO_BY_FD, struct.pack("IIQ", self.fd, 88, ctypes.addressof(info)))
         (self.type, _, self.key_size, self.value_size, self.max_entries,
          self.flags) = struct.unpack_from("6I", info.raw)
+
+    @classmethod
+    def by_id(cls, map_id: int) -> Map:
+        """A map that is not pinned, by its id (`bpftool map show`)."""
+        return cls(f"map id {map_id}", _bpf(BPF_MAP_GET_FD_BY_ID, struct.pack("III", map_id, 0, 0)))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -83,8 +91,8 @@ class RingBuffer:
     BUSY = 1 << 31
     DISCARD = 1 << 30
 
-    def __init__(self, path: str):
-        self.map = Map(path)
+    def __init__(self, path: str | Map):
+        self.map = path if isinstance(path, Map) else Map(path)
         self.fd = self.map.fd
         self.size = self.map.max_entries
         self.consumer = mmap.mmap(self.fd, PAGE, mmap.MAP_SHARED,

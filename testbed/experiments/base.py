@@ -101,6 +101,8 @@ class Context(Protocol):
 
     def congestion_controls(self) -> list[str]: ...
 
+    def cc_trace(self, t0: float, t1: float) -> list[list]: ...
+
     def qdisc_sampler(self, ifnames: list[str], rate_hz: float) -> Any: ...
 
     def class_sampler(self, dp: Any, slots: list[tuple[int, int]], rate_hz: float = 1000.0,
@@ -150,7 +152,8 @@ def check_cc(results: list[Any], expected: str, outcome: Outcome, label: str) ->
 
 
 def ecn_congestion_control(available: list[str]) -> str:
-    """What ECN phases run: DCTCP where the kernel has it, else ECN-enabled cubic."""
+    """What ECN phases run: DCTCP (the kernel's, or the testbed's BPF program where the
+    kernel has none), else ECN-enabled cubic."""
     return "dctcp" if "dctcp" in available else "cubic"
 
 

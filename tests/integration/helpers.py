@@ -32,3 +32,36 @@ def leftovers(topo_switches: list[str]) -> list[str]:
     left += [n for n in topo_switches if Path(f"/sys/class/net/{n}").exists()]
     left += [r.run_id for r in records()]
     return left
+
+
+def machine_state() -> dict:
+    """What a run changes on the machine and `testbed clean` must put back: OVS bridges,
+    network interfaces, processes (not kernel threads; not OVS's own daemons, which a run
+    restarts when their socket buffer is too small, docs/FIDELITY.md), the sysctls under
+    net.core and net.ipv4, pinned BPF objects, and registered struct_ops (BPF congestion
+    controls)."""
+    from testbed.dataplane import ovs
+    procs = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if cmd and not cmd.startswith(("ovs-vswitchd", "ovsdb-server")):
+            procs.add((int(pid), cmd))
+    sysctls = {}
+    for d in ("/proc/sys/net/core", "/proc/sys/net/ipv4"):
+        for f in sorted(Path(d).iterdir()):
+            if f.is_file():
+                try:
+                    sysctls[str(f)] = f.read_text().strip()
+                except OSError:
+                    pass
+    bpf = Path("/sys/fs/bpf/testbed")
+    from testbed.dataplane.hostcc import registered
+    return {"bridges": set(ovs.bridges()), "interfaces": set(os.listdir("/sys/class/net")),
+            "processes": procs, "sysctls": sysctls,
+            "bpf": sorted(str(p) for p in bpf.rglob("*")) if bpf.exists() else [],
+            "struct_ops": sorted(m["name"] for m in registered())}

@@ -11,7 +11,7 @@ import pytest
 
 from topologies import build
 
-from .helpers import leftovers, rows, run
+from .helpers import leftovers, machine_state, rows, run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,36 +139,6 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
     summary = json.loads((out / "summary.json").read_text())
     # SIGINT/SIGTERM: the run wrote its own summary; SIGKILL: `testbed clean` found it dead
     assert summary["status"] == ("killed" if sig == signal.SIGKILL else "incomplete"), summary
-
-
-def machine_state() -> dict:
-    """What a run changes on the machine and `testbed clean` must put back: OVS bridges,
-    network interfaces, processes (not kernel threads; not OVS's own daemons, which a run
-    restarts when their socket buffer is too small, docs/FIDELITY.md), the sysctls under
-    net.core and net.ipv4, and pinned BPF objects."""
-    from testbed.dataplane import ovs
-    procs = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except OSError:
-            continue
-        if cmd and not cmd.startswith(("ovs-vswitchd", "ovsdb-server")):
-            procs.add((int(pid), cmd))
-    sysctls = {}
-    for d in ("/proc/sys/net/core", "/proc/sys/net/ipv4"):
-        for f in sorted(Path(d).iterdir()):
-            if f.is_file():
-                try:
-                    sysctls[str(f)] = f.read_text().strip()
-                except OSError:
-                    pass
-    bpf = Path("/sys/fs/bpf/testbed")
-    return {"bridges": set(ovs.bridges()), "interfaces": set(os.listdir("/sys/class/net")),
-            "processes": procs, "sysctls": sysctls,
-            "bpf": sorted(str(p) for p in bpf.rglob("*")) if bpf.exists() else []}
 
 
 SPECS = {

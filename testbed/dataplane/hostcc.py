@@ -1,0 +1,343 @@
+"""TCP congestion controls written in BPF, for the hosts' kernels: compiled with clang
+against the running kernel's BTF (`vmlinux.h`, generated once per kernel), cached by
+content hash like the switch dataplane's objects, registered as `struct_ops` with bpftool
+for one run, and unregistered at its end.
+
+A registered algorithm is one more name in `tcp_available_congestion_control`: a host's
+namespace selects it like a built-in one, once the initial namespace's
+`tcp_allowed_congestion_control` lists it (net/hostsetup.py adds it first: setting a
+namespace's default to an algorithm the list lacks fails with EPERM and leaks a kernel
+reference, so that the program stays loaded until reboot).
+
+What a run registers is written into its record *before* it is registered (the object's
+struct_ops map names), so that `testbed clean` unregisters what a killed run left
+(core/resources.py). The programs trace their state into a ring buffer (bpf/cc/tbcc.h),
+drained here into rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.config.network import BPF_CONGESTION_CONTROLS, BpfProgram
+from testbed.core.resources import RunRecord
+from testbed.core.system import TestbedError, congestion_controls, run
+from testbed.dataplane.bpfsys import Map, RingBuffer
+from testbed.dataplane.qosplane import BUILD_DIR
+
+CC_DIR = Path(__file__).resolve().parent / "bpf" / "cc"
+BTF = Path("/sys/kernel/btf/vmlinux")
+# struct tbcc_event (bpf/cc/tbcc.h): t_ns, saddr, daddr, sport, dport, cwnd, ssthresh,
+# srtt_us, state, value, marks, delivered
+TRACE_RECORD = struct.Struct("<Q4s4sHH7I")
+TRACE_STATES = {1: "alpha", 2: "target_us", 3: "scale"}
+TRACE_FIELDS = ["t_unix_s", "algorithm", "flow", "cwnd_segs", "ssthresh_segs", "srtt_us",
+                "state", "value", "marks", "delivered"]
+
+
+def shipped_source(name: str) -> Path:
+    """The source of one of the testbed's own algorithms."""
+    return CC_DIR / f"{name}.bpf.c"
+
+
+def _tools() -> tuple[str, str]:
+    clang = shutil.which("clang-14") or shutil.which("clang")
+    if clang is None or shutil.which("bpftool") is None:
+        raise TestbedError("BPF congestion controls need clang and bpftool; run "
+                           "scripts/bootstrap.sh")
+    return clang, "bpftool"
+
+
+def vmlinux_header() -> Path:
+    """vmlinux.h of the running kernel, from its BTF (one per kernel build)."""
+    if not BTF.exists():
+        raise TestbedError(f"{BTF} is missing: this kernel has no BTF, which BPF congestion "
+                           "controls need")
+    digest = hashlib.sha1(BTF.read_bytes()).hexdigest()[:12]
+    header = BUILD_DIR / f"vmlinux-{digest}" / "vmlinux.h"
+    if not header.exists():
+        header.parent.mkdir(parents=True, exist_ok=True)
+        text = run(["bpftool", "btf", "dump", "file", str(BTF), "format", "c"],
+                   timeout=120).stdout
+        tmp = header.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(header)
+    return header
+
+
+def _local_includes(source: Path) -> list[Path]:
+    """The files a source includes with quotes from its own directory or bpf/cc (one level),
+    so that editing one rebuilds the object."""
+    found = []
+    for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), re.M):
+        for folder in (source.parent, CC_DIR):
+            if (folder / name).is_file() and name != "vmlinux.h":
+                found.append(folder / name)
+                break
+    return found
+
+
+def compile_error(stderr: str, source: Path) -> str:
+    """The compiler's first errors, each with the source line and caret it prints."""
+    lines = stderr.splitlines()
+    keep: list[str] = []
+    for i, line in enumerate(lines):
+        if ": error:" in line or ": fatal error:" in line:
+            keep += lines[i:i + 3]
+            if len(keep) >= 9:
+                break
+    return "\n".join(keep or lines[-8:]) or f"clang failed on {source}"
+
+
+def build(source: Path, defines: dict[str, int] | None = None) -> Path:
+    """The BPF object of a congestion control's C source, compiled once per content of the
+    source, the headers it includes, the kernel's BTF and `defines`. TestbedError with the
+    compiler's first errors when it does not compile."""
+    clang, _ = _tools()
+    if not source.is_file():
+        raise TestbedError(f"congestion control source {source} does not exist")
+    header = vmlinux_header()
+    flags = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    h = hashlib.sha1(source.read_bytes() + header.parent.name.encode() + " ".join(flags).encode())
+    for inc in _local_includes(source):
+        h.update(inc.read_bytes())
+    obj = BUILD_DIR / f"cc-{source.name.split('.')[0]}-{h.hexdigest()[:12]}.o"
+    if obj.exists():
+        return obj
+    tmp = obj.with_suffix(".tmp")
+    proc = run([clang, "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *flags,
+                "-I", str(header.parent), "-I", str(CC_DIR), "-I", str(source.parent),
+                "-c", str(source), "-o", str(tmp)], check=False, timeout=120)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise TestbedError(f"congestion control {source} does not compile:\n"
+                           f"{compile_error(proc.stderr, source)}")
+    tmp.replace(obj)
+    return obj
+
+
+def struct_ops_maps(obj: Path) -> list[str]:
+    """The names of the struct_ops maps an object defines (its `SEC(".struct_ops")`
+    variables), read from its symbol table; the names bpftool lists once registered."""
+    objdump = shutil.which("llvm-objdump-14") or shutil.which("llvm-objdump")
+    if objdump is None:
+        raise TestbedError("llvm-objdump is missing; run scripts/bootstrap.sh")
+    names = []
+    for line in run([objdump, "-t", str(obj)]).stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-3].startswith(".struct_ops"):
+            names.append(parts[-1][:15])  # a BPF object's name: 15 characters
+    if not names:
+        raise TestbedError(f"{obj}: no tcp_congestion_ops in SEC(\".struct_ops\"): nothing "
+                           "to register")
+    return names
+
+
+def registered() -> list[dict]:
+    """The struct_ops maps the kernel holds: [{"id", "name", "kernel_struct_ops"}]."""
+    out = run(["bpftool", "-j", "struct_ops", "show"], check=False)
+    try:
+        return json.loads(out.stdout or "[]")
+    except ValueError:
+        return []
+
+
+def _map_ids(name: str) -> set[int]:
+    out = run(["bpftool", "-j", "map", "show"], check=False).stdout or "[]"
+    try:
+        return {m["id"] for m in json.loads(out) if m.get("name") == name}
+    except (ValueError, KeyError, TypeError):
+        return set()
+
+
+def verifier_error(stderr: str) -> str:
+    """What matters of a failed registration: libbpf's reason and the end of the
+    verifier's log (where it says which instruction it refused and why)."""
+    lines = [ln.removeprefix("libbpf: ") for ln in stderr.splitlines() if ln.strip()]
+    log: list[str] = []
+    inside = False
+    for ln in lines:
+        if "BEGIN PROG LOAD LOG" in ln:
+            inside, log = True, []
+        elif "END PROG LOAD LOG" in ln:
+            inside = False
+        elif inside:
+            log.append(ln)
+    reasons = [ln for ln in lines if "failed" in ln or "Error" in ln or "error" in ln][:3]
+    tail = [ln for ln in log if not ln.startswith(("processed ", "verification time"))][-6:]
+    return "\n".join(reasons + (["verifier log (end):"] + tail if tail else [])) \
+        or "\n".join(lines[-8:])
+
+
+@dataclass
+class Registration:
+    """One algorithm registered for a run."""
+    algorithm: str          # the name hosts select (tcp_available_congestion_control)
+    maps: list[str]         # its struct_ops maps' names, as the record lists them
+    ids: list[int]          # their ids
+    source: str
+    object: str
+    trace: RingBuffer | None = None
+
+
+def register(obj: Path, source: Path, record: RunRecord) -> Registration:
+    """Register the struct_ops of a built object: recorded first (so that a kill at any
+    moment leaves something `testbed clean` finds), then registered; the new algorithm's
+    name is what `tcp_available_congestion_control` gained."""
+    maps = struct_ops_maps(obj)
+    taken = {m["name"] for m in registered()}
+    if clash := [m for m in maps if m in taken]:
+        raise TestbedError(f"a struct_ops map named {clash[0]} is already registered (an "
+                           "earlier run's? `testbed clean` removes what runs left)")
+    before = set(congestion_controls())
+    traces_before = _map_ids("tbcc_events")
+    record.add_struct_ops(maps)
+    proc = run(["bpftool", "struct_ops", "register", str(obj)], check=False, timeout=60)
+    ids = [m["id"] for m in registered() if m["name"] in maps]
+    if proc.returncode != 0 or len(ids) != len(maps):
+        for i in ids:  # a partial registration goes too
+            run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
+        raise TestbedError(f"congestion control {source} was refused by the kernel:\n"
+                           f"{verifier_error(proc.stderr + proc.stdout)}")
+    record.add_struct_ops(maps, ids)
+    new = [cc for cc in congestion_controls() if cc not in before]
+    if len(new) != 1:
+        for i in ids:
+            run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
+        raise TestbedError(f"{source}: registering it added {new or 'no'} congestion "
+                           "control(s); one tcp_congestion_ops per file is expected")
+    trace_ids = sorted(_map_ids("tbcc_events") - traces_before)
+    trace = RingBuffer(Map.by_id(trace_ids[0])) if len(trace_ids) == 1 else None
+    return Registration(algorithm=new[0], maps=maps, ids=ids, source=str(source),
+                        object=str(obj), trace=trace)
+
+
+def unregister(reg: Registration) -> None:
+    if reg.trace is not None:
+        reg.trace.close()
+        reg.trace = None
+    for i in reg.ids:
+        run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
+
+
+def flow_name(saddr: bytes, sport: int, daddr: bytes, dport: int) -> str:
+    return f"{'.'.join(map(str, saddr))}:{sport}>{'.'.join(map(str, daddr))}:{dport}"
+
+
+def trace_rows(records: list[bytes], algorithm: str, mono_to_unix: float) -> list[list]:
+    """cc_trace.csv rows (TRACE_FIELDS) of a program's trace records."""
+    rows = []
+    for rec in records:
+        (t_ns, saddr, daddr, sport, dport, cwnd, ssthresh, srtt, state, value, marks,
+         delivered) = TRACE_RECORD.unpack_from(rec)
+        rows.append([round(t_ns / 1e9 + mono_to_unix, 6), algorithm,
+                     flow_name(saddr, sport, daddr, dport), cwnd,
+                     None if ssthresh >= 0x7FFFFFFF else ssthresh, srtt,
+                     TRACE_STATES.get(state, str(state)), value, marks, delivered])
+    return rows
+
+
+@dataclass
+class HostCongestion:
+    """The BPF congestion controls of one run: registered on first use (or all at once
+    before the first fabric, for those the spec names), traced while the run lasts,
+    unregistered at its end."""
+    record: RunRecord
+    log: Callable[[str], None] = print
+    cluster: bool = False  # hosts on other servers, whose kernels this does not reach
+    regs: dict[str, Registration] = field(default_factory=dict)  # spec key -> registration
+    # the trace's records as drained (algorithm, clock offset, raw records): parsed only
+    # when read (`rows`), so that draining costs a copy while traffic runs
+    raw: list[tuple[str, float, list[bytes]]] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def available(self) -> list[str]:
+        """What hosts may select: the kernel's algorithms and the testbed's own."""
+        kernel = congestion_controls()
+        return kernel + [n for n in BPF_CONGESTION_CONTROLS if n not in kernel]
+
+    def resolve(self, cc: str | BpfProgram) -> str:
+        """The algorithm name hosts select for a spec's `congestion_control`: a kernel
+        algorithm as it is; one of the testbed's own (the kernel lacking it) or a user's
+        program, built and registered now (once per run)."""
+        if isinstance(cc, str):
+            if cc not in BPF_CONGESTION_CONTROLS or cc in self._kernel_own():
+                return cc
+            key, source = cc, shipped_source(cc)
+        else:
+            key, source = f"bpf:{Path(cc.bpf).resolve()}", Path(cc.bpf).resolve()
+        if key in self.regs:
+            return self.regs[key].algorithm
+        if self.cluster:
+            raise TestbedError(f"congestion control {cc if isinstance(cc, str) else cc.bpf}: a "
+                               "BPF program is registered in this machine's kernel only, and "
+                               "a cluster's hosts run on other servers too; choose one of "
+                               "their kernels' algorithms")
+        obj = build(source)
+        reg = register(obj, source, self.record)
+        self.regs[key] = reg
+        self.log(f"congestion control {reg.algorithm}: BPF program {source.name} registered "
+                 f"(struct_ops {', '.join(reg.maps)})")
+        self._start_drain()
+        return reg.algorithm
+
+    def _kernel_own(self) -> set[str]:
+        """The kernel's algorithms, not counting those this run registered."""
+        ours = {r.algorithm for r in self.regs.values()}
+        return {cc for cc in congestion_controls() if cc not in ours}
+
+    def describe(self) -> dict[str, dict]:
+        """algorithm -> where it comes from, for the run's summary."""
+        return {r.algorithm: {"implementation": "bpf", "source": r.source,
+                              "object": Path(r.object).name, "struct_ops": r.maps}
+                for r in self.regs.values()}
+
+    # ---- the trace ---------------------------------------------------------------
+    def _start_drain(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain_loop, daemon=True,
+                                            name="cc-trace")
+            self._thread.start()
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(0.1):
+            self.drain()
+
+    def drain(self) -> None:
+        mono_to_unix = time.time() - time.monotonic()
+        with self._lock:
+            for reg in self.regs.values():
+                if reg.trace is not None and (records := reg.trace.drain()):
+                    self.raw.append((reg.algorithm, mono_to_unix, records))
+
+    def rows(self, t0: float = 0.0, t1: float = float("inf")) -> list[list]:
+        """The trace so far as cc_trace.csv rows (TRACE_FIELDS), those between `t0` and
+        `t1` (Unix time) when given."""
+        self.drain()
+        with self._lock:
+            raw = list(self.raw)
+        out = []
+        for algorithm, offset, records in raw:
+            out += [r for r in trace_rows(records, algorithm, offset) if t0 <= r[0] <= t1]
+        return out
+
+    def release(self) -> None:
+        """Stop tracing and unregister everything (the record keeps the names until the
+        run's resources are released, which unregisters again, harmlessly)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.drain()
+        with self._lock:
+            for reg in self.regs.values():
+                unregister(reg)

@@ -1,0 +1,161 @@
+"""Congestion controls as BPF programs in the hosts' kernels: a user's own program and the
+testbed's DCTCP carry a run's flows and are gone after it; a broken program fails before
+anything is created; a run killed at any moment leaves them registered, and `testbed
+clean` removes them and restores the allowed list."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.core.system import TestbedError
+from testbed.dataplane import ovs
+
+from .helpers import machine_state, rows, run
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Reno, traced once per acknowledged round: the smallest program a user writes
+USER_CC = r"""
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_endian.h>
+#include "tbcc.h"
+
+char _license[] SEC("license") = "GPL";
+
+SEC("struct_ops/it_ssthresh")
+__u32 BPF_PROG(it_ssthresh, struct sock *sk) { return tcp_reno_ssthresh(sk); }
+
+SEC("struct_ops/it_cong_avoid")
+void BPF_PROG(it_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	tcp_reno_cong_avoid(sk, ack, acked);
+	tbcc_trace(sk, TBCC_SCALE, 1024, 0, acked);
+}
+
+SEC("struct_ops/it_undo")
+__u32 BPF_PROG(it_undo, struct sock *sk) { return tcp_reno_undo_cwnd(sk); }
+
+SEC(".struct_ops")
+struct tcp_congestion_ops it_reno = {
+	.ssthresh = (void *)it_ssthresh,
+	.cong_avoid = (void *)it_cong_avoid,
+	.undo_cwnd = (void *)it_undo,
+	.name = "it_reno",
+};
+"""
+
+
+def spec(cc_path: Path, duration_s: float = 3) -> dict:
+    """One sender through a 20 Mb/s bottleneck: drop-tail with the user's program, then
+    ECN marking at K = 10 with DCTCP."""
+    return {"name": "it-hostcc", "hosts": {"congestion_control": {"bpf": str(cc_path)}},
+            "experiments": [{"type": "ecn_queue", "senders": 1, "rate_mbps": 20,
+                             "access_rate_mbps": 100, "buffer_pkts": 100, "k_pkts": 10,
+                             "duration_s": duration_s, "omit_s": 1, "sample_hz": 200}]}
+
+
+def gone_after(before: dict, timeout_s: float = 10) -> dict:
+    """The machine state once the kernel has let go of the programs (sockets of the last
+    phase release them a moment after the namespaces go)."""
+    deadline = time.time() + timeout_s
+    while True:
+        state = machine_state()
+        if state["struct_ops"] == before["struct_ops"] or time.time() > deadline:
+            return state
+        time.sleep(0.2)
+
+
+def test_user_program_and_dctcp_carry_a_run_and_are_gone_after(tmp_path):
+    cc = tmp_path / "it_reno.bpf.c"
+    cc.write_text(USER_CC)
+    before = machine_state()
+    out, summary = run(tmp_path, spec(cc))
+    assert summary["status"] == "ok", summary["error"]
+    table = {r["phase"]: r for r in rows(out, "ecn_queue_summary.csv")}
+    assert table["drop-tail"]["sender_cc"] == "['it_reno']"
+    assert table["ecn-dctcp"]["sender_cc"] == "['dctcp']"
+    for r in table.values():
+        assert float(r["goodput_mbps"]) >= 0.8 * 20, r
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["congestion_control"]["bpf"]) == {"it_reno", "dctcp"}
+    trace = rows(out, "cc_trace.csv")
+    assert {r["algorithm"] for r in trace} == {"it_reno", "dctcp"}
+    alpha = [r for r in trace if r["algorithm"] == "dctcp" and r["state"] == "alpha"]
+    # marks echoed to the sender: alpha left 1 (its start) and followed them
+    assert alpha and sum(int(r["marks"]) for r in alpha) > 0
+    assert min(int(r["value"]) for r in alpha) < 1024
+    after = gone_after(before)
+    assert after["struct_ops"] == before["struct_ops"]
+    assert after["sysctls"] == before["sysctls"], {
+        k: (before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
+        if before["sysctls"].get(k) != v}
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("char _license", "int x = undefined_thing;\nchar _license",
+     "(?s)does not compile:\n.*undeclared identifier"),
+    ("return tcp_reno_ssthresh(sk);", "tcp_sk(sk)->rcv_nxt = 5; return 2;",
+     "(?s)refused by the kernel:\n.*no write support"),
+], ids=["compile", "verifier"])
+def test_a_broken_program_fails_before_anything_is_created(tmp_path, old, new, message):
+    source = USER_CC.replace(old, new)
+    cc = tmp_path / "broken.bpf.c"
+    cc.write_text(source)
+    before = machine_state()
+    with pytest.raises(TestbedError, match=message):
+        run(tmp_path, spec(cc))
+    assert rows(tmp_path / "run", "startup.csv") == []  # no fabric began
+    assert set(ovs.bridges()) == before["bridges"]
+    assert gone_after(before)["struct_ops"] == before["struct_ops"]
+
+
+def _reached(phase: str, log: list[str], out: Path) -> bool:
+    if phase == "registered":
+        return any("BPF program" in line and "registered" in line for line in log)
+    if phase == "fabric":
+        return any("starting dumbbell" in line for line in log)
+    return bool(list((out / "flows").glob("*client.json")))
+
+
+@pytest.mark.parametrize("phase", ["registered", "fabric", "traffic"])
+def test_sigkill_at_any_phase_then_clean_unregisters(tmp_path, phase):
+    cc = tmp_path / "it_reno.bpf.c"
+    cc.write_text(USER_CC)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec(cc, duration_s=30)))
+    out = tmp_path / "killed"
+    before = machine_state()
+    logfile = tmp_path / "run.log"
+    with logfile.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(path), "--out",
+                                 str(out)], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and \
+                not _reached(phase, logfile.read_text().splitlines(), out):
+            time.sleep(0.02)
+        assert proc.poll() is None and _reached(phase, logfile.read_text().splitlines(), out), \
+            (phase, logfile.read_text())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert "it_reno" in machine_state()["sysctls"][
+        "/proc/sys/net/ipv4/tcp_available_congestion_control"], "nothing left to clean?"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "removed BPF congestion control it_reno" in done.stdout, done.stdout
+    after = gone_after(before)
+    assert after["struct_ops"] == before["struct_ops"]
+    assert after["sysctls"] == before["sysctls"], {
+        k: (before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
+        if before["sysctls"].get(k) != v}
+    assert after["bridges"] == before["bridges"]
