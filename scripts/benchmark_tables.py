@@ -135,19 +135,26 @@ def startup(out: Path) -> None:
 
 
 def ecn(out: Path) -> None:
-    h = headline(out / "ecn_queue")
-    print("| phase | sender | queue mean / p50 / p90 / max (pkts) | marks | drops | goodput | "
-          "marks with qdisc < K (upper bound) | BPF vs qdisc p50 / p99 (pkts) | sampling |\n"
-          "|---|---|---|---|---|---|---|---|---|")
-    for key in ("droptail", "ecn"):
-        r = h[key]
-        b = r["marks_with_real_queue_below_k"]
-        frac = "n/a" if b["fraction"] is None else f"{b['fraction']:.1%}"
-        print(f"| {r['phase']} | {r['sender_cc'][0]}{' +ECN' if r['ecn'] else ''} | "
-              f"**{r['queue_mean_pkts']}** / {r['queue_p50_pkts']} / {r['queue_p90_pkts']} / "
-              f"{r['queue_max_pkts']} | {r['marks_pkts']} | {r['drops_pkts']} | "
-              f"{r['goodput_mbps']} Mb/s | {frac} | {b.get('bpf_minus_qdisc_p50_pkts')} / "
-              f"{b.get('bpf_minus_qdisc_p99_pkts')} | {r['sample_rate_hz']} Hz |")
+    summary = json.loads((out / "ecn_queue" / "summary.json").read_text())
+    print("| flows | phase | sender | queue mean / p50 / p90 / max (pkts) | marks | drops | "
+          "goodput (of link) | Jain | alpha mean / marked fraction | CPU core-ms/MB | "
+          "marks with qdisc < K (upper bound) | BPF vs qdisc p50 / p99 (pkts) | sampling "
+          "| CPU-bound |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for exp in summary["experiments"].values():
+        h = exp["headline"]
+        flows = h.get("senders", "")
+        for r in [h["droptail"], *h["ecn_phases"].values()]:
+            b = r["marks_with_real_queue_below_k"]
+            frac = "n/a" if b["fraction"] is None else f"{b['fraction']:.1%}"
+            alpha = "n/a" if r.get("alpha_mean") is None else f"{r['alpha_mean']:.3f}"
+            print(f"| {flows} | {r['phase']} | {r['sender_cc'][0]}{' +ECN' if r['ecn'] else ''} | "
+                  f"**{r['queue_mean_pkts']}** / {r['queue_p50_pkts']} / {r['queue_p90_pkts']} / "
+                  f"{r['queue_max_pkts']} | {r['marks_pkts']} | {r['drops_pkts']} | "
+                  f"{r['goodput_mbps']} Mb/s ({r['goodput_of_link']:.1%}) | "
+                  f"{r['jain_fairness']} | {alpha} / {r['marked_fraction']} | "
+                  f"{r['cpu_core_ms_per_mb']} | {frac} | {b.get('bpf_minus_qdisc_p50_pkts')} / "
+                  f"{b.get('bpf_minus_qdisc_p99_pkts')} | {r['sample_rate_hz']} Hz | "
+                  f"{r['cpu_bound']} |")
 
 
 def priority(out: Path) -> None:

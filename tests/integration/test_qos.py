@@ -19,8 +19,12 @@ def test_ecn_marks_keep_the_queue_near_k(tmp_path):
     tail, ecn = head["droptail"], head["ecn"]
     assert tail["queue_mean_pkts"] >= 0.6 * 425          # drop-tail fills the buffer
     assert tail["drops_pkts"] > 0 and tail["marks_pkts"] == 0
-    assert ecn["queue_mean_pkts"] <= 2 * 20              # ECN cubic: <= 2 K
+    # DCTCP (the BPF program on this kernel) holds the queue near K: 0.8-2 K, no drops
+    assert ecn["sender_cc"] == ["dctcp"]
+    assert 0.8 * 20 <= ecn["queue_mean_pkts"] <= 2 * 20
     assert ecn["marks_pkts"] > 100 and ecn["drops_pkts"] == 0
+    # its alpha, read from the kernel, is the fraction of packets the switch marked: 10%
+    assert abs(ecn["alpha_mean"] / ecn["marked_fraction"] - 1) <= 0.10, ecn
     assert ecn["marks_with_real_queue_below_k"]["fraction"] <= 0.10
     assert ecn["sample_rate_hz"] >= 100
     assert tail["lost_in_switches_pkts"] == 0 and ecn["lost_in_switches_pkts"] == 0
