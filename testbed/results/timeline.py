@@ -10,7 +10,9 @@ clock (seconds from the run's start):
 - PFC pauses as slices on the paused transmitter (`qos_apps/*/pfc_events.csv`);
 - the controller's and the runner's decisions as instants: Hedera's moves, the jobs app's
   decisions, reroutes, fault steps;
-- the machine's CPU and OVS's forwarding thread (`metrics/cpu.csv`).
+- the machine's CPU and OVS's forwarding thread (`metrics/cpu.csv`);
+- the hosts' BPF congestion controls' state per flow (`metrics/cc_trace.csv`: cwnd and the
+  algorithm's own value, e.g. DCTCP's alpha), at most every CC_BIN_S per flow.
 
 Only files: a pure function of the results directory, so a finished run's timeline can be
 drawn again (`build`). The clock pair in `manifest.json` (one moment on the Unix and the
@@ -30,15 +32,17 @@ if TYPE_CHECKING:
     from testbed.config.replies import PfcRecord
 
 LOAD_BIN_S = 0.1  # link load: bytes enqueued per 100 ms
+CC_BIN_S = 0.01  # a congestion control's state: one point per flow per 10 ms at most
 
 # pids of the fabric's and the machine's tracks; ranks follow from RANK_PID0
-PID = {"queues": 1, "load": 2, "marks": 3, "pfc": 4, "controller": 5, "cpu": 6}
+PID = {"queues": 1, "load": 2, "marks": 3, "pfc": 4, "controller": 5, "cpu": 6, "cc": 7}
 NAMES = {"queues": "fabric: queue depth (bytes) per port and class",
          "load": "fabric: link load (Mb/s) per port",
          "marks": "fabric: ECN marks and drops (cumulative) per port and class",
          "pfc": "fabric: PFC pauses per transmitter and class",
          "controller": "controller and runner: decisions",
-         "cpu": "machine: CPU"}
+         "cpu": "machine: CPU",
+         "cc": "hosts: congestion control state per flow"}
 RANK_PID0 = 100
 
 
@@ -202,6 +206,23 @@ def cpu_events(rows: list[dict], t0_unix: float, clock: Clock) -> list[dict]:
                       "ovs_thread": float(r["ovs_thread_core_fraction"])}} for r in rows]
 
 
+def cc_events(rows: list[dict], clock: Clock, bin_s: float = CC_BIN_S) -> list[dict]:
+    """Counters from `cc_trace.csv` rows: per flow, its window and the algorithm's own
+    state, one point per `bin_s` at most (the last of each bin)."""
+    last: dict[str, tuple[int, dict]] = {}
+    out = []
+    for r in rows:
+        name = f"{r['algorithm']} {r['flow']}"
+        t = float(r["t_unix_s"])
+        point = {"ph": "C", "pid": PID["cc"], "name": name, "ts": clock.unix_us(t),
+                 "args": {"cwnd_segs": int(r["cwnd_segs"]), r["state"]: int(r["value"])}}
+        b = int(t / bin_s)
+        if name in last and last[name][0] != b:
+            out.append(last[name][1])
+        last[name] = (b, point)
+    return out + [p for _, p in last.values()]
+
+
 def build(out_dir: Path) -> dict | None:
     """The run's timeline from its files, or None for a run with neither training, nor
     traffic classes, nor sampled queues, nor PFC events (a reachability or permutation run).
@@ -217,7 +238,8 @@ def build(out_dir: Path) -> dict | None:
     loads = sorted((out_dir / "timeline").glob("*-loads.csv"))
     pfc = sorted((out_dir / "qos_apps").glob("*/pfc_events.csv"))
     qos = any(phase.get("qos") for phase in manifest.get("phases", {}).values())
-    if not (traces or queues or pfc or qos):
+    cc_csv = out_dir / "metrics" / "cc_trace.csv"
+    if not (traces or queues or pfc or qos or cc_csv.exists()):
         return None
     events: list[dict] = []
     for i, path in enumerate(traces):
@@ -235,6 +257,8 @@ def build(out_dir: Path) -> dict | None:
     cpu_csv = out_dir / "metrics" / "cpu.csv"
     if cpu_csv.exists() and "cpu_t0_unix_s" in c:
         events += cpu_events(read_rows(cpu_csv), c["cpu_t0_unix_s"], clock)
+    if cc_csv.exists():
+        events += cc_events(read_rows(cc_csv), clock)
     used = {e["pid"] for e in events if e["ph"] != "M"}
     for key, pid in PID.items():
         if pid in used:

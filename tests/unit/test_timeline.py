@@ -114,3 +114,18 @@ def test_a_run_with_classes_but_no_samples_gets_its_cpu_and_decisions(tmp_path):
                [[0.5, 0.4, 0.2, 0]])
     events = json.loads(timeline.write(out).read_text())["traceEvents"]
     assert [e["ts"] for e in events if e["ph"] == "C"] == [500_000.0]
+
+
+def test_congestion_control_state_is_one_point_per_flow_per_bin():
+    """A BPF congestion control's trace: per flow, the last point of each 10 ms bin, with
+    its window and the algorithm's own value under its name."""
+    rows = [{"t_unix_s": str(100.0 + i * 0.002), "algorithm": "dctcp",
+             "flow": f"10.0.0.{1 + i % 2}:5000>10.0.0.3:5201", "cwnd_segs": str(10 + i),
+             "state": "alpha", "value": str(i)} for i in range(20)]
+    events = timeline.cc_events(rows, timeline.Clock(100.0, 0.0))
+    flows = {e["name"] for e in events}
+    assert flows == {"dctcp 10.0.0.1:5000>10.0.0.3:5201", "dctcp 10.0.0.2:5000>10.0.0.3:5201"}
+    # 20 points over 38 ms in 4 bins of 10 ms each, per flow the last of each bin
+    assert len(events) == 8
+    first = next(e for e in events if e["name"].startswith("dctcp 10.0.0.1"))
+    assert first["pid"] == timeline.PID["cc"] and first["args"] == {"cwnd_segs": 14, "alpha": 4}
