@@ -85,7 +85,7 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
 def _bpf_cc(name: str) -> tuple[str, bool, str, str | None]:
     """One of the testbed's BPF congestion controls built, registered and unregistered at
     once (a throwaway record: `testbed clean` would find it if this were killed)."""
-    from testbed.core.resources import RunRecord, release_record
+    from testbed.core.resources import RunRecord, unregister_struct_ops
     from testbed.dataplane import hostcc
     rec = RunRecord(run_id=f"doctor-{os.getpid()}", out_dir="")
     try:
@@ -96,7 +96,8 @@ def _bpf_cc(name: str) -> tuple[str, bool, str, str | None]:
     except Exception as exc:  # reported, never fatal
         return (f"tcp {name}", False, f"no: {str(exc).splitlines()[-1][:80]}", BOOTSTRAP)
     finally:
-        release_record(rec)
+        unregister_struct_ops(rec.struct_ops)  # what an exception left registered
+        rec.path.unlink(missing_ok=True)
 
 
 def _qos_dataplane() -> tuple[str, bool, str, str | None]:

@@ -22,6 +22,7 @@ from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.replies import reply_data
+from testbed.config.units import frame_bytes
 from testbed.core import provenance
 from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
 from testbed.core.system import TestbedError, is_root, port_free
@@ -29,6 +30,7 @@ from testbed.dataplane import ovs
 from testbed.dataplane.dpapi import Dataplane
 from testbed.dataplane.hostcc import HostCongestion
 from testbed.workloads.model.flows import carried_nothing
+from topologies.graph import distances_to
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
@@ -262,6 +264,9 @@ class RunContext:
         links = replace(self.spec.links, **link_overrides) if link_overrides else self.spec.links
         if links.rate_mbps:  # one rate for every link: the controller and the
             topo = at_rate(topo, links.rate_mbps)  # experiment see the rates the fabric has
+        if self.cc is not None and self.cc.configurable():  # a delay-based program's units
+            self.cc.configure(min(link.rate_mbps for link in topo.links),
+                              frame_bytes(links.mtu_bytes), path_switches(topo))
         qos = qos if qos is not None else self.spec.qos
         if qos is not None:
             self.mechanisms.update(QOS_MECHANISMS)
@@ -317,6 +322,19 @@ class RunContext:
                                   round(t.teardown_s, 3), cpu["machine_idle_min"],
                                   cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
+
+
+def path_switches(topo: Topology) -> dict[tuple[str, str], int]:
+    """(source address, destination address) -> the nodes a packet crosses between two
+    hosts on a shortest path (switches, and relaying servers where a fabric has them)."""
+    ips = {h.name: h.ip for h in topo.hosts}
+    out = {}
+    for dst in topo.hosts:
+        dist = distances_to(topo, dst.name)
+        for src in topo.hosts:
+            if src.name != dst.name and src.name in dist:
+                out[(ips[src.name], dst.ip)] = dist[src.name] - 1
+    return out
 
 
 def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,

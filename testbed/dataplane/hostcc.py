@@ -20,6 +20,7 @@ import hashlib
 import json
 import re
 import shutil
+import socket
 import struct
 import threading
 import time
@@ -150,12 +151,13 @@ def registered() -> list[dict]:
         return []
 
 
-def _map_ids(name: str) -> set[int]:
+def _maps() -> dict[int, str]:
+    """Every BPF map the kernel holds: id -> name."""
     out = run(["bpftool", "-j", "map", "show"], check=False).stdout or "[]"
     try:
-        return {m["id"] for m in json.loads(out) if m.get("name") == name}
+        return {m["id"]: m.get("name", "") for m in json.loads(out)}
     except (ValueError, KeyError, TypeError):
-        return set()
+        return {}
 
 
 def verifier_error(stderr: str) -> str:
@@ -186,6 +188,8 @@ class Registration:
     source: str
     object: str
     trace: RingBuffer | None = None
+    # the program's own maps by name (tbcc_events, tbcc_config, tbcc_hops, ...): their ids
+    own_maps: dict[str, int] = field(default_factory=dict)
 
 
 def register(obj: Path, source: Path, record: RunRecord) -> Registration:
@@ -198,7 +202,7 @@ def register(obj: Path, source: Path, record: RunRecord) -> Registration:
         raise TestbedError(f"a struct_ops map named {clash[0]} is already registered (an "
                            "earlier run's? `testbed clean` removes what runs left)")
     before = set(congestion_controls())
-    traces_before = _map_ids("tbcc_events")
+    maps_before = _maps()
     record.add_struct_ops(maps)
     proc = run(["bpftool", "struct_ops", "register", str(obj)], check=False, timeout=60)
     ids = [m["id"] for m in registered() if m["name"] in maps]
@@ -214,10 +218,10 @@ def register(obj: Path, source: Path, record: RunRecord) -> Registration:
             run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
         raise TestbedError(f"{source}: registering it added {new or 'no'} congestion "
                            "control(s); one tcp_congestion_ops per file is expected")
-    trace_ids = sorted(_map_ids("tbcc_events") - traces_before)
-    trace = RingBuffer(Map.by_id(trace_ids[0])) if len(trace_ids) == 1 else None
+    own = {name: i for i, name in _maps().items() if i not in maps_before and name}
+    trace = RingBuffer(Map.by_id(own["tbcc_events"])) if "tbcc_events" in own else None
     return Registration(algorithm=new[0], maps=maps, ids=ids, source=str(source),
-                        object=str(obj), trace=trace)
+                        object=str(obj), trace=trace, own_maps=own)
 
 
 def unregister(reg: Registration) -> None:
@@ -226,6 +230,29 @@ def unregister(reg: Registration) -> None:
         reg.trace = None
     for i in reg.ids:
         run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
+
+
+CONFIG = struct.Struct("<II")  # struct tbcc_config: link_mbps, frame_bytes
+
+
+def configure(reg: Registration, link_mbps: float, frame_bytes: int,
+              hops: dict[tuple[str, str], int]) -> None:
+    """Tell a program that reads them (`tbcc_config`, `tbcc_hops`) the phase's link rate,
+    frame size and the switches on the path between every two hosts (by address)."""
+    if "tbcc_config" in reg.own_maps:
+        cfg = Map.by_id(reg.own_maps["tbcc_config"])
+        try:
+            cfg.update(struct.pack("<I", 0), CONFIG.pack(max(1, round(link_mbps)), frame_bytes))
+        finally:
+            cfg.close()
+    if "tbcc_hops" in reg.own_maps:
+        table = Map.by_id(reg.own_maps["tbcc_hops"])
+        try:
+            for (src, dst), n in hops.items():
+                key = socket.inet_aton(dst) + socket.inet_aton(src)  # u64: saddr << 32 | daddr
+                table.update(key, struct.pack("<I", n))
+        finally:
+            table.close()
 
 
 def flow_name(saddr: bytes, sport: int, daddr: bytes, dport: int) -> str:
@@ -290,6 +317,17 @@ class HostCongestion:
                  f"(struct_ops {', '.join(reg.maps)})")
         self._start_drain()
         return reg.algorithm
+
+    def configurable(self) -> bool:
+        """Whether a registered program reads the phase's link rate or path lengths."""
+        return any({"tbcc_config", "tbcc_hops"} & set(r.own_maps) for r in self.regs.values())
+
+    def configure(self, link_mbps: float, frame_bytes: int,
+                  hops: dict[tuple[str, str], int]) -> None:
+        """A phase's link rate, frame size and path lengths, for the programs that read
+        them (before its fabric starts)."""
+        for reg in self.regs.values():
+            configure(reg, link_mbps, frame_bytes, hops)
 
     def _kernel_own(self) -> set[str]:
         """The kernel's algorithms, not counting those this run registered."""

@@ -159,3 +159,24 @@ def test_sigkill_at_any_phase_then_clean_unregisters(tmp_path, phase):
         k: (before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
         if before["sysctls"].get(k) != v}
     assert after["bridges"] == before["bridges"]
+
+
+def test_swift_holds_the_queue_at_its_target_in_packets(tmp_path):
+    """Swift's target is a queue in packet times: 61 for its base, 9.3 per switch on the
+    path (2 here) and a flow term from the window. Two Swift senders through a 20 Mb/s
+    bottleneck hold the mean queue there within 15%, with no drop."""
+    out, summary = run(tmp_path, {
+        "name": "it-swift", "hosts": {"congestion_control": "swift"},
+        "experiments": [{"type": "ecn_queue", "senders": 2, "rate_mbps": 20,
+                         "access_rate_mbps": 100, "buffer_pkts": 200, "k_pkts": 10,
+                         "duration_s": 6, "omit_s": 2, "sample_hz": 200}]})
+    assert summary["status"] == "ok", summary["error"]
+    swift = summary["experiments"]["0:ecn_queue"]["headline"]["droptail"]
+    assert swift["sender_cc"] == ["swift"] and swift["drops_pkts"] == 0
+    trace = [r for r in rows(out, "cc_trace.csv") if r["algorithm"] == "swift"]
+    cwnd = sorted(int(r["cwnd_segs"]) for r in trace[len(trace) // 2:])[len(trace) // 4]
+    fs_range = 100 / (4096 * 8 / 100e3)
+    alpha = fs_range / (1 / 0.1 ** 0.5 - 1 / 100 ** 0.5)
+    flow = min(max(alpha / cwnd ** 0.5 - alpha / 100 ** 0.5, 0.0), fs_range)
+    target = 20 / 0.32768 + 2 * 20 / 6.55 / 0.32768 + flow
+    assert abs(swift["queue_mean_pkts"] / target - 1) <= 0.15, (swift, cwnd, target)

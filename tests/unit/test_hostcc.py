@@ -80,6 +80,47 @@ def test_alpha_cannot_see_less_than_one_64th(alpha_program):
     assert alpha_program(1024, 64, 1, 200)[-1] > 0
 
 
+SWIFT_HARNESS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+#include "swift_target.h"
+int main(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        printf("%llu\n", swift_target_mpt(strtoull(argv[i], 0, 10), atoi(argv[1])));
+    return 0;
+}
+"""
+
+
+def test_swift_target_follows_the_paper(tmp_path):
+    """base + hops * h + clamp(alpha / sqrt(cwnd) + beta, 0, fs_range), alpha and beta such
+    that the flow term is fs_range at 0.1 packet and 0 at 100 packets: the program's integer
+    arithmetic within 0.5% of the formula, in packet times (htsim's defaults at 100 Gb/s
+    and 4 KB packets)."""
+    cc = shutil.which("clang-14") or shutil.which("clang") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (scripts/bootstrap.sh installs clang-14)")
+    (tmp_path / "h.c").write_text(SWIFT_HARNESS)
+    subprocess.run([cc, "-O2", "-I", str(hostcc.CC_DIR), "-o", str(tmp_path / "t"),
+                    str(tmp_path / "h.c")], check=True)
+    pkt_us = 4096 * 8 / 100e3  # a packet time at the reference
+    base, h, fs_range = 20 / pkt_us, 20 / 6.55 / pkt_us, 100 / pkt_us
+    alpha = fs_range / (1 / 0.1 ** 0.5 - 1 / 100 ** 0.5)
+    beta = -alpha / 100 ** 0.5
+    cwnds = [0.05, 0.1, 0.5, 1, 2, 5, 10, 40, 99, 100, 1000]
+    for hops in (0, 1, 5):
+        out = subprocess.run([str(tmp_path / "t"), str(hops), *(str(round(c * 1000))
+                                                                 for c in cwnds)],
+                             capture_output=True, text=True, check=True).stdout.split()
+        for c, got in zip(cwnds, out):
+            fs = min(max(alpha / c ** 0.5 + beta, 0.0), fs_range)
+            exact = base + hops * h + fs
+            assert abs(int(got) / 1000 / exact - 1) <= 0.005, (hops, c, got, exact)
+
+
 def test_shipped_algorithms_have_sources():
     for name in BPF_CONGESTION_CONTROLS:
         assert hostcc.shipped_source(name).is_file(), name

@@ -63,8 +63,9 @@ struct tbcc_event {
 	__u32 srtt_us;     /* smoothed RTT */
 	__u32 state;       /* what `value` is: TBCC_ALPHA, TBCC_TARGET_US, ... */
 	__u32 value;
-	__u32 marks;       /* marks (CE-echoed packets) seen in the window this closes */
-	__u32 delivered;   /* packets delivered in that window */
+	__u32 marks;       /* DCTCP: CE-echoed packets in the window this closes;
+			    * swift: 1 when the record is a decrease */
+	__u32 delivered;   /* packets delivered in that window (acknowledged by the ACK) */
 };
 
 #define TBCC_ALPHA      1  /* DCTCP's alpha, scaled by 1024 */
