@@ -39,7 +39,7 @@ BTF = Path("/sys/kernel/btf/vmlinux")
 # struct tbcc_event (bpf/cc/tbcc.h): t_ns, saddr, daddr, sport, dport, cwnd, ssthresh,
 # srtt_us, state, value, marks, delivered
 TRACE_RECORD = struct.Struct("<Q4s4sHH7I")
-TRACE_STATES = {1: "alpha", 2: "target_us", 3: "scale"}
+TRACE_STATES = {1: "alpha", 2: "target_us", 3: "scale", 4: "queued_pkts"}
 TRACE_FIELDS = ["t_unix_s", "algorithm", "flow", "cwnd_segs", "ssthresh_segs", "srtt_us",
                 "state", "value", "marks", "delivered"]
 

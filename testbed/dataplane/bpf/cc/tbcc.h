@@ -71,6 +71,7 @@ struct tbcc_event {
 #define TBCC_ALPHA      1  /* DCTCP's alpha, scaled by 1024 */
 #define TBCC_TARGET_US  2  /* a delay target, microseconds */
 #define TBCC_SCALE      3  /* a multiplier, scaled by 1024 */
+#define TBCC_QUEUED_PKTS 4 /* packets of the flow estimated to wait in queues */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
