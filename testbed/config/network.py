@@ -63,7 +63,7 @@ class LinkConfig:
 
 # The testbed's own congestion controls, BPF programs (testbed/dataplane/bpf/cc/<name>.bpf.c)
 # registered under these names when the kernel has no algorithm of that name.
-BPF_CONGESTION_CONTROLS = ("dctcp", "swift")
+BPF_CONGESTION_CONTROLS = ("dctcp", "swift", "mltcp")
 
 
 @dataclass(frozen=True, kw_only=True)
