@@ -85,8 +85,10 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
 def _bpf_cc(name: str) -> tuple[str, bool, str, str | None]:
     """One of the testbed's BPF congestion controls built, registered and unregistered at
     once (a throwaway record: `testbed clean` would find it if this were killed)."""
-    from testbed.core.resources import RunRecord, unregister_struct_ops
+    from testbed.core.resources import RunRecord, records, unregister_struct_ops
     from testbed.dataplane import hostcc
+    if any(r.owner_alive() for r in records()):  # its programs' names are taken
+        return (f"tcp {name}", True, "not checked: a run is active", None)
     rec = RunRecord(run_id=f"doctor-{os.getpid()}", out_dir="")
     try:
         obj = hostcc.build(hostcc.shipped_source(name))

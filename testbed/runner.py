@@ -436,7 +436,10 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
             signal.signal(sig, signal.SIG_IGN)
         cpu.stop()
         if ctx.cc is not None:
-            ctx.cc.release()
+            try:
+                ctx.cc.release()
+            except Exception as exc:  # the record's release below unregisters them too
+                log(f"warning: releasing the BPF congestion controls: {exc}")
         release_record(record, release_servers)  # what an interrupted teardown left
         lock.release()
     try:

@@ -94,6 +94,10 @@ class RunRecord:
                 entry["id"] = ids[i]
         self.save()
 
+    def owner_alive(self) -> bool:
+        """Whether the process that made the run still runs (the same start time)."""
+        return _proc_start_time(self.owner_pid) == self.owner_start
+
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         return cls(**json.loads(path.read_text()))
@@ -208,19 +212,26 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
     return removed
 
 
+def struct_ops_registered() -> dict[int, str]:
+    """The struct_ops maps the kernel holds (BPF congestion controls among them): id ->
+    name."""
+    out = run(["bpftool", "-j", "struct_ops", "show"], check=False).stdout or "[]"
+    try:
+        return {m["id"]: m["name"] for m in json.loads(out)}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
 def unregister_struct_ops(entries: list[dict]) -> list[str]:
     """Unregister a record's struct_ops maps that are still registered: by id when the
     record has it and the name still matches, else by name."""
     if not entries:
         return []
-    out = run(["bpftool", "-j", "struct_ops", "show"], check=False).stdout or "[]"
-    try:
-        live = {m["id"]: m["name"] for m in json.loads(out)}
-    except (ValueError, KeyError, TypeError):
-        live = {}
+    live = struct_ops_registered()
     removed = []
     for entry in entries:
-        ids = [entry["id"]] if live.get(entry.get("id")) == entry["map"] else \
+        known = entry.get("id")
+        ids = [known] if known is not None and live.get(known) == entry["map"] else \
             [i for i, name in live.items() if name == entry["map"]]
         for i in ids:
             if run(["bpftool", "struct_ops", "unregister", "id", str(i)],
@@ -257,8 +268,7 @@ def clean(release_servers: ServerRelease | None = None) -> list[str]:
     """Remove what earlier runs left behind (never what a live run owns)."""
     removed: list[str] = []
     for rec in records():
-        alive = _proc_start_time(rec.owner_pid) == rec.owner_start
-        if rec.owner_pid != os.getpid() and alive:
+        if rec.owner_pid != os.getpid() and rec.owner_alive():
             raise TestbedError(f"run {rec.run_id} (pid {rec.owner_pid}) is still active; "
                                "stop it first (Ctrl-C or kill that pid)")
         removed += release_record(rec, release_servers)

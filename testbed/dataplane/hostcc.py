@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.config.network import BPF_CONGESTION_CONTROLS, BpfProgram
-from testbed.core.resources import RunRecord
+from testbed.core.resources import RunRecord, struct_ops_registered
 from testbed.core.system import TestbedError, congestion_controls, run
 from testbed.dataplane.bpfsys import Map, RingBuffer
 from testbed.dataplane.qosplane import BUILD_DIR
@@ -39,9 +40,18 @@ BTF = Path("/sys/kernel/btf/vmlinux")
 # struct tbcc_event (bpf/cc/tbcc.h): t_ns, saddr, daddr, sport, dport, cwnd, ssthresh,
 # srtt_us, state, value, marks, delivered
 TRACE_RECORD = struct.Struct("<Q4s4sHH7I")
-TRACE_STATES = {1: "alpha", 2: "target_us", 3: "scale", 4: "queued_pkts"}
+TRACE_STATES = {1: "alpha", 2: "target_us", 3: "scale", 4: "queued_pkts",
+                5: "phase_bytes"}
+INFINITE_SSTHRESH = 0x7FFFFFFF  # the kernel's TCP_INFINITE_SSTHRESH: no loss or mark yet
 TRACE_FIELDS = ["t_unix_s", "algorithm", "flow", "cwnd_segs", "ssthresh_segs", "srtt_us",
                 "state", "value", "marks", "delivered"]
+
+
+def bpf_possible() -> bool:
+    """Whether this machine can build and register BPF congestion controls: root, the
+    kernel's BTF, clang and bpftool (what `doctor` checks one by one)."""
+    return os.geteuid() == 0 and BTF.exists() and shutil.which("bpftool") is not None \
+        and (shutil.which("clang-14") or shutil.which("clang")) is not None
 
 
 def shipped_source(name: str) -> Path:
@@ -98,23 +108,22 @@ def compile_error(stderr: str, source: Path) -> str:
     return "\n".join(keep or lines[-8:]) or f"clang failed on {source}"
 
 
-def build(source: Path, defines: dict[str, int] | None = None) -> Path:
+def build(source: Path) -> Path:
     """The BPF object of a congestion control's C source, compiled once per content of the
-    source, the headers it includes, the kernel's BTF and `defines`. TestbedError with the
-    compiler's first errors when it does not compile."""
+    source, the headers it includes and the kernel's BTF (the build cache's key).
+    TestbedError with the compiler's first errors when it does not compile."""
     clang, _ = _tools()
     if not source.is_file():
         raise TestbedError(f"congestion control source {source} does not exist")
     header = vmlinux_header()
-    flags = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-    h = hashlib.sha1(source.read_bytes() + header.parent.name.encode() + " ".join(flags).encode())
+    h = hashlib.sha1(source.read_bytes() + header.parent.name.encode())
     for inc in _local_includes(source):
         h.update(inc.read_bytes())
     obj = BUILD_DIR / f"cc-{source.name.split('.')[0]}-{h.hexdigest()[:12]}.o"
     if obj.exists():
         return obj
-    tmp = obj.with_suffix(".tmp")
-    proc = run([clang, "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *flags,
+    tmp = obj.with_suffix(f".{os.getpid()}.tmp")  # two builds at once do not collide
+    proc = run([clang, "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
                 "-I", str(header.parent), "-I", str(CC_DIR), "-I", str(source.parent),
                 "-c", str(source), "-o", str(tmp)], check=False, timeout=120)
     if proc.returncode != 0:
@@ -143,12 +152,8 @@ def struct_ops_maps(obj: Path) -> list[str]:
 
 
 def registered() -> list[dict]:
-    """The struct_ops maps the kernel holds: [{"id", "name", "kernel_struct_ops"}]."""
-    out = run(["bpftool", "-j", "struct_ops", "show"], check=False)
-    try:
-        return json.loads(out.stdout or "[]")
-    except ValueError:
-        return []
+    """The struct_ops maps the kernel holds: [{"id", "name"}]."""
+    return [{"id": i, "name": name} for i, name in struct_ops_registered().items()]
 
 
 def _maps() -> dict[int, str]:
@@ -197,15 +202,15 @@ def register(obj: Path, source: Path, record: RunRecord) -> Registration:
     moment leaves something `testbed clean` finds), then registered; the new algorithm's
     name is what `tcp_available_congestion_control` gained."""
     maps = struct_ops_maps(obj)
-    taken = {m["name"] for m in registered()}
-    if clash := [m for m in maps if m in taken]:
+    held = struct_ops_registered()
+    if clash := [m for m in maps if m in held.values()]:
         raise TestbedError(f"a struct_ops map named {clash[0]} is already registered (an "
                            "earlier run's? `testbed clean` removes what runs left)")
     before = set(congestion_controls())
     maps_before = _maps()
     record.add_struct_ops(maps)
     proc = run(["bpftool", "struct_ops", "register", str(obj)], check=False, timeout=60)
-    ids = [m["id"] for m in registered() if m["name"] in maps]
+    ids = [i for i, name in struct_ops_registered().items() if name in maps and i not in held]
     if proc.returncode != 0 or len(ids) != len(maps):
         for i in ids:  # a partial registration goes too
             run(["bpftool", "struct_ops", "unregister", "id", str(i)], check=False)
@@ -219,7 +224,14 @@ def register(obj: Path, source: Path, record: RunRecord) -> Registration:
         raise TestbedError(f"{source}: registering it added {new or 'no'} congestion "
                            "control(s); one tcp_congestion_ops per file is expected")
     own = {name: i for i, name in _maps().items() if i not in maps_before and name}
-    trace = RingBuffer(Map.by_id(own["tbcc_events"])) if "tbcc_events" in own else None
+    trace = None
+    if "tbcc_events" in own:
+        ring = Map.by_id(own["tbcc_events"])
+        try:
+            trace = RingBuffer(ring)
+        except OSError:
+            ring.close()
+            raise
     return Registration(algorithm=new[0], maps=maps, ids=ids, source=str(source),
                         object=str(obj), trace=trace, own_maps=own)
 
@@ -251,6 +263,9 @@ def configure(reg: Registration, link_mbps: float, frame_bytes: int,
             for (src, dst), n in hops.items():
                 key = socket.inet_aton(dst) + socket.inet_aton(src)  # u64: saddr << 32 | daddr
                 table.update(key, struct.pack("<I", n))
+        except OSError as exc:  # full (a fabric of more than 256 hosts): say so
+            raise TestbedError(f"{reg.algorithm}: its tbcc_hops map cannot hold the paths "
+                               f"of {len(hops)} host pairs ({exc})") from None
         finally:
             table.close()
 
@@ -267,7 +282,7 @@ def trace_rows(records: list[bytes], algorithm: str, mono_to_unix: float) -> lis
          delivered) = TRACE_RECORD.unpack_from(rec)
         rows.append([round(t_ns / 1e9 + mono_to_unix, 6), algorithm,
                      flow_name(saddr, sport, daddr, dport), cwnd,
-                     None if ssthresh >= 0x7FFFFFFF else ssthresh, srtt,
+                     None if ssthresh >= INFINITE_SSTHRESH else ssthresh, srtt,
                      TRACE_STATES.get(state, str(state)), value, marks, delivered])
     return rows
 
@@ -289,8 +304,11 @@ class HostCongestion:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def available(self) -> list[str]:
-        """What hosts may select: the kernel's algorithms and the testbed's own."""
+        """What hosts may select: the kernel's algorithms, and the testbed's own where
+        this machine can build and register them for every host (not a cluster's)."""
         kernel = congestion_controls()
+        if self.cluster or not bpf_possible():
+            return kernel
         return kernel + [n for n in BPF_CONGESTION_CONTROLS if n not in kernel]
 
     def resolve(self, cc: str | BpfProgram) -> str:
@@ -298,9 +316,15 @@ class HostCongestion:
         algorithm as it is; one of the testbed's own (the kernel lacking it) or a user's
         program, built and registered now (once per run)."""
         if isinstance(cc, str):
-            if cc not in BPF_CONGESTION_CONTROLS or cc in self._kernel_own():
+            if cc not in BPF_CONGESTION_CONTROLS:
                 return cc
             key, source = cc, shipped_source(cc)
+            if key not in self.regs and cc in congestion_controls():
+                if f"tb_{cc}" in struct_ops_registered().values():  # ours, not the kernel's
+                    raise TestbedError(f"congestion control {cc}: the testbed's BPF program "
+                                       "is still registered by an earlier run; `testbed "
+                                       "clean` removes it")
+                return cc  # the kernel's own module
         else:
             key, source = f"bpf:{Path(cc.bpf).resolve()}", Path(cc.bpf).resolve()
         if key in self.regs:
@@ -312,7 +336,8 @@ class HostCongestion:
                                "their kernels' algorithms")
         obj = build(source)
         reg = register(obj, source, self.record)
-        self.regs[key] = reg
+        with self._lock:  # the drain thread walks the registrations
+            self.regs[key] = reg
         self.log(f"congestion control {reg.algorithm}: BPF program {source.name} registered "
                  f"(struct_ops {', '.join(reg.maps)})")
         self._start_drain()
@@ -326,13 +351,8 @@ class HostCongestion:
                   hops: dict[tuple[str, str], int]) -> None:
         """A phase's link rate, frame size and path lengths, for the programs that read
         them (before its fabric starts)."""
-        for reg in self.regs.values():
+        for reg in list(self.regs.values()):
             configure(reg, link_mbps, frame_bytes, hops)
-
-    def _kernel_own(self) -> set[str]:
-        """The kernel's algorithms, not counting those this run registered."""
-        ours = {r.algorithm for r in self.regs.values()}
-        return {cc for cc in congestion_controls() if cc not in ours}
 
     def describe(self) -> dict[str, dict]:
         """algorithm -> where it comes from, for the run's summary."""
@@ -349,12 +369,16 @@ class HostCongestion:
 
     def _drain_loop(self) -> None:
         while not self._stop.wait(0.1):
-            self.drain()
+            try:
+                self.drain()
+            except Exception as exc:  # the trace stops; the run goes on and says so
+                self.log(f"congestion control trace stopped: {type(exc).__name__}: {exc}")
+                return
 
     def drain(self) -> None:
         mono_to_unix = time.time() - time.monotonic()
         with self._lock:
-            for reg in self.regs.values():
+            for reg in list(self.regs.values()):
                 if reg.trace is not None and (records := reg.trace.drain()):
                     self.raw.append((reg.algorithm, mono_to_unix, records))
 
@@ -377,5 +401,5 @@ class HostCongestion:
             self._thread.join(timeout=2)
         self.drain()
         with self._lock:
-            for reg in self.regs.values():
+            for reg in list(self.regs.values()):
                 unregister(reg)

@@ -8,13 +8,14 @@
  *   bytes_ratio    = bytes acknowledged since this phase began / bytes of the last phase
  *
  * Per flow: a phase begins when the flow sends after an idle gap of more than
- * MLTCP_GAP_RTTS smoothed RTTs (the kernel's CA_EVENT_TX_START, with the gap measured from
+ * MLTCP_GAP_RTTS minimum RTTs (the kernel's CA_EVENT_TX_START, with the gap measured from
  * the last ACK); the previous phase's bytes are its total. The window grows by F packets
  * per RTT instead of one; slow start, the loss and ECN reactions are Reno's.
  *
  * F's slope and intercept are the testbed's (1 + 3 * bytes_ratio, the same function as the
  * MLTCP-like switch weights of the jobs experiment), not the paper's, which were not at
- * hand; override them with -D in a copy. Traced once per window grown: F in 1024ths.
+ * hand; edit the #defines in a copy (with its own .name and struct_ops variable) to change
+ * them. Traced once per window grown: F in 1024ths.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -57,10 +58,14 @@ void BPF_PROG(mltcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 	struct mltcp *ca = inet_csk_ca(sk);
 	__u64 gap = tp->tcp_mstamp - ca->last_ack_us;
 
-	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * (tp->srtt_us >> 3))
+	/* in minimum RTTs: the smoothed RTT grows with the very queues two jobs' phases
+	 * build, until a compute gap no longer counts as one and phases merge */
+	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * tp->rtt_min.s[0].v)
 		return;
-	if (tp->bytes_acked > ca->phase_start)  /* a new iteration: the last one's total */
+	if (tp->bytes_acked > ca->phase_start) {  /* a new iteration: the last one's total */
 		ca->last_total = tp->bytes_acked - ca->phase_start;
+		tbcc_trace(sk, TBCC_PHASE_BYTES, (__u32)ca->last_total, 0, (__u32)(gap / 1000));
+	}
 	ca->phase_start = tp->bytes_acked;
 }
 

@@ -53,6 +53,7 @@ struct swift {                     /* lives in icsk_ca_priv (104 bytes) */
 	__u32 target_us;
 	__u32 hops;
 	__u32 pkt_ns;
+	__u32 above;               /* the last RTT sample was above the target */
 };
 
 static __always_inline void swift_path(struct sock *sk, struct swift *ca)
@@ -75,6 +76,7 @@ void BPF_PROG(swift_init, struct sock *sk)
 
 	ca->t_last_decrease_us = 0;
 	ca->target_us = 0;
+	ca->above = 0;
 	swift_path(sk, ca);
 }
 
@@ -98,18 +100,19 @@ void BPF_PROG(swift_pkts_acked, struct sock *sk, const struct ack_sample *sample
 	if (sample->rtt_us <= 0)
 		return;
 	ca->target_us = swift_target_us(sk, ca);
-	if (delay <= ca->target_us || now - ca->t_last_decrease_us < (tp->srtt_us >> 3))
-		return;
+	ca->above = delay > ca->target_us;
+	if (!ca->above || now - ca->t_last_decrease_us < (tp->srtt_us >> 3))
+		return;                   /* below the target, or decreased within this RTT */
 	/* 1 - beta * (delay - target) / delay, at least 1 - max_mdf */
 	factor = 1000 - (__u32)((__u64)SWIFT_BETA_MILLI * (delay - ca->target_us) / delay);
 	factor = tbcc_max(factor, 1000 - SWIFT_MAX_MDF_MILLI);
 	next = tbcc_max((__u32)((__u64)cwnd * factor / 1000), 2U);
+	tp->snd_ssthresh = next;          /* leaves slow start for good */
 	if (next < cwnd) {
 		tp->snd_cwnd = next;
 		ca->t_last_decrease_us = now;
+		tbcc_trace(sk, TBCC_TARGET_US, ca->target_us, 1, sample->pkts_acked);
 	}
-	tp->snd_ssthresh = tp->snd_cwnd;  /* leaves slow start for good */
-	tbcc_trace(sk, TBCC_TARGET_US, ca->target_us, 1, sample->pkts_acked);
 }
 
 SEC("struct_ops/swift_cong_avoid")
@@ -118,6 +121,8 @@ void BPF_PROG(swift_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct swift *ca = inet_csk_ca(sk);
 
+	if (ca->above)
+		return;                   /* above the target: no growth, decreases only */
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
 		acked = tcp_slow_start(tp, acked);
 		if (!acked)

@@ -12,13 +12,11 @@
 #ifndef TBCC_H
 #define TBCC_H
 
+/* macros of the kernel's headers, which vmlinux.h (types and enums only) lacks; the
+ * ICSK_ACK_* flags are enum values and come from vmlinux.h */
 #define TCP_ECN_OK          1
-#define TCP_ECN_QUEUE_CWR   2
 #define TCP_ECN_DEMAND_CWR  4
 #define TCP_CONG_NEEDS_ECN  0x2
-#define ICSK_ACK_TIMER      2
-#define ICSK_ACK_NOW        8
-#define TCP_INFINITE_SSTHRESH 0x7fffffff
 
 /* kfuncs a BPF tcp_congestion_ops may call (net/ipv4/bpf_tcp_ca.c) */
 extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
@@ -72,6 +70,7 @@ struct tbcc_event {
 #define TBCC_TARGET_US  2  /* a delay target, microseconds */
 #define TBCC_SCALE      3  /* a multiplier, scaled by 1024 */
 #define TBCC_QUEUED_PKTS 4 /* packets of the flow estimated to wait in queues */
+#define TBCC_PHASE_BYTES 5 /* bytes of a communication phase that just ended */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -85,7 +84,7 @@ static __always_inline void tbcc_trace(struct sock *sk, __u32 state, __u32 value
 	struct tbcc_event *e = bpf_ringbuf_reserve(&tbcc_events, sizeof(*e), 0);
 
 	if (!e)
-		return;  /* the drain fell behind: the trace has a gap, counted by the reader */
+		return;  /* the ring is full (the drain fell behind): this record is lost */
 	e->t_ns = bpf_ktime_get_ns();
 	e->saddr = sk->__sk_common.skc_rcv_saddr;
 	e->daddr = sk->__sk_common.skc_daddr;
