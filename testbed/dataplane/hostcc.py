@@ -1,6 +1,6 @@
 """TCP congestion controls written in BPF, for the hosts' kernels: compiled with clang
-against the running kernel's BTF (`vmlinux.h`, generated once per kernel), cached by
-content hash like the switch dataplane's objects, registered as `struct_ops` with bpftool
+against the running kernel's BTF (`vmlinux.h`, generated once per kernel), cached by a
+hash of what they are built from like the switch dataplane's objects, registered as `struct_ops` with bpftool
 for one run, and unregistered at its end.
 
 A registered algorithm is one more name in `tcp_available_congestion_control`: a host's
@@ -78,7 +78,7 @@ def vmlinux_header() -> Path:
         header.parent.mkdir(parents=True, exist_ok=True)
         text = run(["bpftool", "btf", "dump", "file", str(BTF), "format", "c"],
                    timeout=120).stdout
-        tmp = header.with_suffix(".tmp")
+        tmp = header.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text)
         tmp.replace(header)
     return header
@@ -123,7 +123,8 @@ def build(source: Path) -> Path:
     if obj.exists():
         return obj
     tmp = obj.with_suffix(f".{os.getpid()}.tmp")  # two builds at once do not collide
-    proc = run([clang, "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
+    arch = {"aarch64": "arm64"}.get(os.uname().machine, "x86")  # bpf_tracing.h's PT_REGS
+    proc = run([clang, "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
                 "-I", str(header.parent), "-I", str(CC_DIR), "-I", str(source.parent),
                 "-c", str(source), "-o", str(tmp)], check=False, timeout=120)
     if proc.returncode != 0:
