@@ -14,6 +14,7 @@ from testbed.core.system import (
     run,
 )
 from testbed.dataplane import ovs
+from testbed.dataplane.hostcc import bpf_possible
 
 BOOTSTRAP = "sudo scripts/bootstrap.sh"
 
@@ -74,11 +75,11 @@ def checks() -> list[tuple[str, bool, str, str | None]]:
     for cc in BPF_CONGESTION_CONTROLS:
         if cc in ccs:
             out.append((f"tcp {cc}", True, "yes (the kernel's own)", None))
-        elif root and have("clang-14") and have("bpftool"):
+        elif bpf_possible():
             out.append(_bpf_cc(cc))
         else:
-            out.append((f"tcp {cc}", False, "unknown (a BPF program: needs root, clang-14 "
-                        "and bpftool)", None))
+            out.append((f"tcp {cc}", False, "unknown (a BPF program: needs root, clang-14, "
+                        "bpftool and the kernel's BTF)", None))
     return out
 
 

@@ -74,21 +74,16 @@ def tcp_written(fds: set[int]) -> tuple[int, int]:
     at an iteration's end it is exactly that iteration's payload, while the acknowledged
     bytes alone lag by what is still in flight: the tail of a collective whose ACKs come
     after it returned, up to a ring step's whole chunk."""
-    payload = segs = 0
+    acked, segs = tcp_sent(fds)
+    queued = 0
     buf = bytearray(4)
     for s in tcp_sockets(fds):
         try:
-            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-        except OSError:
-            continue
-        try:
             fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, buf)  # SIOCOUTQ: unacknowledged bytes
-            queued = struct.unpack("i", buf)[0]
+            queued += struct.unpack("i", buf)[0]
         except OSError:  # a listening socket has no send queue
-            queued = 0
-        payload += struct.unpack_from("Q", info, 120)[0] + queued
-        segs += struct.unpack_from("I", info, 136)[0]
-    return payload, segs
+            pass
+    return acked + queued, segs
 
 
 INFINITE_SSTHRESH = 0x7FFFFFFF  # TCP_INFINITE_SSTHRESH: no loss or mark seen yet
