@@ -24,7 +24,7 @@ def spec(name, policies, iters, **b):
 
 
 def test_two_jobs_on_one_uplink_fair_and_mltcp_like(tmp_path):
-    out, summary = run(tmp_path, spec("it-jobs", ["none", "mltcp"], 12))
+    out, summary = run(tmp_path, spec("it-jobs", ["none", "mltcp"], 16))
     assert summary["status"] == "ok", summary
     by = {(r["policy"], r["job"]): r for r in rows(out, "jobs.csv")}
     phases = {(r["policy"], r["job"], r["iteration"]): r for r in rows(out, "jobs_phases.csv")}
@@ -40,10 +40,13 @@ def test_two_jobs_on_one_uplink_fair_and_mltcp_like(tmp_path):
         assert float(first["overlap"]) >= 0.8, first
         model = float(none["model_policy_s"]) / float(none["alone_iter_s"])
         assert abs(float(none["slowdown"]) / model - 1) <= 0.15, (none, model)
-        # MLTCP-like weights pull the phases apart: below 20% overlap by the end, and the
-        # job back within 10% of alone
+        # MLTCP-like weights pull the phases apart: below 20% overlap within 10 iterations
+        # (released aligned, they took 4-6 here and 7-8 once in CI), and the job back
+        # within 10% of alone, over its steady iterations and from the settled one on
         assert mltcp["overlap_settled_after"] not in ("", "None"), mltcp
+        assert int(mltcp["overlap_settled_after"]) <= 10, mltcp
         assert float(mltcp["slowdown"]) <= 1.1, mltcp
+        assert float(mltcp["slowdown_settled"]) <= 1.1, mltcp
     # the switches count each job's DSCP apart: each job's bytes on the shared uplink are
     # its rank 0's payload plus headers (jumbo frames: 0-10% more)
     links = {(r["policy"], r["job"], r["link"]): r for r in rows(out, "jobs_links.csv")}

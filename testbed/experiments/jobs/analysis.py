@@ -116,6 +116,10 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
             w = min(exp.warmup_iters, n_shared - 1)
             steady = rows0[w:n_shared]
             iter_s = _median(periods(rows0)[w:n_shared])
+            settled = settled_after(per_iter[:n_shared]) if policy != "alone" else None
+            # once a policy has pulled the phases apart: its steady state without the way there
+            after = (_median(periods(rows0)[max(settled, w):n_shared])
+                     if settled is not None and max(settled, w) < n_shared else None)
             iter_by[(policy, name)] = iter_s
             alone = profiles[name].period_s
             counters = rnd["counters"][name]
@@ -138,6 +142,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "iters_shared": n_shared,
                 "alone_iter_s": _r(alone),
                 "slowdown": _r(iter_s / alone, 3) if iter_s and alone else None,
+                "slowdown_settled": _r(after / alone, 3) if after and alone else None,
                 "jct_s": _r(rows0[-1]["t_sync_end"] - rows0[0]["t_start"]) if rows0 else None,
                 "compute_s_median": _r(_median([r["pipeline_s"] for r in steady])),
                 "comm_s_median": _r(_median([r["sync_s"] for r in steady])),
@@ -152,8 +157,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                 "model_overlapped_s": _r(ex.overlapped_s),
                 "overlap_mean": _r(_median(per_iter[w:n_shared]) if policy != "alone"
                                    else None, 3),
-                "overlap_settled_after": settled_after(per_iter[:n_shared])
-                if policy != "alone" else None,
+                "overlap_settled_after": settled,
                 "predicted_overlap": note.get("predicted_overlap", {}).get(name)
                 if isinstance(note.get("predicted_overlap"), dict) else None,
                 # the mean over the steady iterations: an iteration's bytes are what its
