@@ -74,6 +74,8 @@ class HostSetup:
                         "net.ipv6.conf.default.disable_ipv6=1"]
             if fab.hosts.rto_min_us is not None:
                 settings.append(f"net.ipv4.tcp_rto_min_us={fab.hosts.rto_min_us}")
+            if not fab.hosts.slow_start_after_idle:
+                settings.append("net.ipv4.tcp_slow_start_after_idle=0")
             if host.relay:
                 settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
                              "net.ipv4.conf.default.rp_filter=0",
