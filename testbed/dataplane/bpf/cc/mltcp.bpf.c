@@ -7,9 +7,13 @@
  *   F(bytes_ratio) = MLTCP_INTERCEPT + MLTCP_SLOPE * bytes_ratio
  *   bytes_ratio    = bytes acknowledged since this phase began / bytes of the last phase
  *
- * Per flow: a phase begins when the flow sends after an idle gap of more than
- * MLTCP_GAP_RTTS minimum RTTs (the kernel's CA_EVENT_TX_START, with the gap measured from
- * the last ACK); the previous phase's bytes are its total. The window grows by F packets
+ * Per flow: a phase begins when the flow sends after an idle gap (the kernel's
+ * CA_EVENT_TX_START) longer than MLTCP_GAP_RTTS minimum RTTs and than a quarter of the
+ * previous phase's duration; the previous phase's bytes are its total. The gap is measured
+ * from the last ACK that acknowledged data: a collective's peer often sends first, and its
+ * data carries an ACK that acknowledges nothing. The duration term keeps a collective's own
+ * waits (for a peer's next chunk, a few RTTs of the queue) inside its phase, while the
+ * compute between iterations ends it. The window grows by F packets
  * per RTT instead of one; slow start, the loss and ECN reactions are Reno's.
  *
  * F's slope and intercept are the testbed's (1 + 3 * bytes_ratio, the same function as the
@@ -38,7 +42,9 @@ char _license[] SEC("license") = "GPL";
 struct mltcp {                     /* lives in icsk_ca_priv (104 bytes) */
 	__u64 phase_start;         /* tp->bytes_acked when this phase began */
 	__u64 last_total;          /* bytes of the previous phase (0: none yet) */
-	__u64 last_ack_us;         /* when the last ACK came (tp->tcp_mstamp) */
+	__u64 last_ack_us;         /* when data was last acknowledged (tp->tcp_mstamp) */
+	__u64 phase_us;            /* when this phase began */
+	__u64 last_dur_us;         /* how long the previous phase lasted */
 };
 
 SEC("struct_ops/mltcp_init")
@@ -48,7 +54,8 @@ void BPF_PROG(mltcp_init, struct sock *sk)
 
 	ca->phase_start = tcp_sk(sk)->bytes_acked;
 	ca->last_total = 0;
-	ca->last_ack_us = tcp_sk(sk)->tcp_mstamp;
+	ca->last_ack_us = ca->phase_us = tcp_sk(sk)->tcp_mstamp;
+	ca->last_dur_us = 0;
 }
 
 SEC("struct_ops/mltcp_cwnd_event")
@@ -60,19 +67,23 @@ void BPF_PROG(mltcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 
 	/* in minimum RTTs: the smoothed RTT grows with the very queues two jobs' phases
 	 * build, until a compute gap no longer counts as one and phases merge */
-	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * tp->rtt_min.s[0].v)
+	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * tp->rtt_min.s[0].v ||
+	    gap <= ca->last_dur_us / 4)
 		return;
 	if (tp->bytes_acked > ca->phase_start) {  /* a new iteration: the last one's total */
 		ca->last_total = tp->bytes_acked - ca->phase_start;
+		ca->last_dur_us = ca->last_ack_us - ca->phase_us;
 		tbcc_trace(sk, TBCC_PHASE_BYTES, (__u32)ca->last_total, 0, (__u32)(gap / 1000));
 	}
 	ca->phase_start = tp->bytes_acked;
+	ca->phase_us = tp->tcp_mstamp;
 }
 
-SEC("struct_ops/mltcp_in_ack_event")
-void BPF_PROG(mltcp_in_ack_event, struct sock *sk, __u32 flags)
+SEC("struct_ops/mltcp_pkts_acked")
+void BPF_PROG(mltcp_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	((struct mltcp *)inet_csk_ca(sk))->last_ack_us = tcp_sk(sk)->tcp_mstamp;
+	if (sample->pkts_acked)
+		((struct mltcp *)inet_csk_ca(sk))->last_ack_us = tcp_sk(sk)->tcp_mstamp;
 }
 
 /* F in 1024ths: the intercept until a first phase has been seen */
@@ -117,7 +128,7 @@ SEC(".struct_ops")
 struct tcp_congestion_ops tb_mltcp = {
 	.init		= (void *)mltcp_init,
 	.cwnd_event	= (void *)mltcp_cwnd_event,
-	.in_ack_event	= (void *)mltcp_in_ack_event,
+	.pkts_acked	= (void *)mltcp_pkts_acked,
 	.cong_avoid	= (void *)mltcp_cong_avoid,
 	.ssthresh	= (void *)mltcp_ssthresh,
 	.undo_cwnd	= (void *)mltcp_undo_cwnd,
