@@ -18,8 +18,9 @@ Built in:
   from the alone profile), highest first; strict priority or WRR weights by rank.
 - `time_shift` (CASSINI-like, NSDI'24): once every job has started, gates that release
   each job's iterations on a common period (the slowest job's alone iteration plus
-  `slack`) at offsets chosen on the fluid model (workloads/model/interference.py) to keep their
-  communication phases apart.
+  `slack`, or the jobs' link times plus `margin` if longer) at offsets chosen on the fluid
+  model (workloads/model/interference.py) to keep their communication phases apart; a group
+  is left ungated, and the note says so, when the model predicts no gain.
 - `mltcp` (MLTCP-like, HotNets'24): each job's WRR weight grows with the share of its
   iteration's bytes it has already sent (1 + `gain` x share, in steps of 1/`levels`).
   MLTCP scales the congestion window of each flow inside the sender's TCP; these machines
@@ -170,8 +171,9 @@ class Priority:
 
 @dataclass(frozen=True)
 class ShiftPlan:
-    period_s: float            # common: the slowest alone iteration plus the slack
-    offsets: list[float]
+    period_s: float            # common: the slowest alone iteration plus the slack, or
+    #                            every job's link time plus the margin if that is longer
+    offsets: list[float]       # the gates' release offsets
     overlap_unshifted: float   # the model's mean share of a phase beside another's ...
     overlap: float             # ... gated in step, and gated at the offsets
     gated_s: float             # the model's mean iteration gated at the offsets ...
@@ -184,22 +186,42 @@ class ShiftPlan:
         return self.gated_s < 0.99 * self.fair_s
 
 
-def shift_plan(jobs: list[JobInfo], slack: float) -> ShiftPlan:
-    """The gates for jobs on one period, each job's compute padded to it, at the offsets
-    the fluid model finds best; with what the model predicts of them."""
-    period = max(j.period_s for j in jobs) * (1 + slack)
-    offsets, _ = best_offsets([j.fluid(period_s=period) for j in jobs])
+def gated_model(jobs: list[JobInfo], period_s: float, offsets: list[float]) -> list[Job]:
+    """The fluid model of jobs whose iterations gates release every `period_s` at
+    `offsets`. A released job computes, communicates, then waits for its next release, so
+    its link time begins its own alone iteration minus that link time after the release;
+    the model pads a job's compute to the period before its link time instead, so each
+    job's offset there is its gate's minus its padding (the period minus its alone
+    iteration), all moved by one constant to start at zero."""
+    starts = [o - (period_s - j.period_s) for j, o in zip(jobs, offsets)]
+    first = min(starts, default=0.0)
+    return [j.fluid(s - first, period_s=period_s) for j, s in zip(jobs, starts)]
 
-    def overlap(offs: list[float]) -> float:
-        runs = simulate([j.fluid(o, period_s=period) for j, o in zip(jobs, offs)], 12)
+
+def shift_plan(jobs: list[JobInfo], slack: float, margin: float = 0.1) -> ShiftPlan:
+    """The gates for jobs on one period at the offsets the fluid model finds best; with
+    what the model predicts of them. The period is the slowest alone iteration plus
+    `slack`, and never shorter than every job's link time plus `margin` of it: a schedule
+    that leaves the link no idle time keeps the phases apart only while nothing jitters,
+    and a job that overruns its period once runs late, ungated, from then on."""
+    period = max(max(j.period_s for j in jobs) * (1 + slack),
+                 sum(j.link_s or j.comm_s for j in jobs) * (1 + margin))
+    best, _ = best_offsets([j.fluid(period_s=period) for j in jobs])
+    # the model's offsets are where its padded compute starts; a gate releases the job
+    # earlier by its padding, which the model does not see
+    gates = [o + (period - j.period_s) for j, o in zip(jobs, best)]
+    gates = [g - min(gates) for g in gates]
+
+    def overlap(model: list[Job]) -> float:
+        runs = simulate(model, 12)
         return sum(overlap_fraction(runs, i, k) for i in range(len(jobs))
                    for k in range(4, 12)) / (8 * len(jobs))
 
     def mean_iteration(model: list[Job]) -> float:
         return sum(steady_iteration_s(simulate(model, 12), 4)) / len(model)
-    return ShiftPlan(period, offsets, overlap([0.0] * len(jobs)), overlap(offsets),
-                     mean_iteration([j.fluid(o, period_s=period)
-                                     for j, o in zip(jobs, offsets)]),
+    in_step = [j.fluid(period_s=period) for j in jobs]
+    model = gated_model(jobs, period, gates)
+    return ShiftPlan(period, gates, overlap(in_step), overlap(model), mean_iteration(model),
                      mean_iteration([j.fluid() for j in jobs]))
 
 
@@ -209,8 +231,8 @@ class TimeShift:
     iterations later (so that every job reaches its first gated iteration before its
     release); a job that meets no other is left alone."""
 
-    def __init__(self, slack: float = 0.03, lead: int = 2):
-        self.slack, self.lead = slack, lead
+    def __init__(self, slack: float = 0.03, lead: int = 2, margin: float = 0.1):
+        self.slack, self.lead, self.margin = slack, lead, margin
         self.rnd: Round | None = None
         self.done = False
 
@@ -229,7 +251,7 @@ class TimeShift:
         for group in rnd.sharing():
             if len(group) < 2:
                 continue
-            plan = shift_plan(group, self.slack)
+            plan = shift_plan(group, self.slack, self.margin)
             if not plan.gains:  # the model's mean iterations, gated and not
                 note["not_gated"].update({j.name: round(plan.gated_s / plan.fair_s, 3)
                                           for j in group})

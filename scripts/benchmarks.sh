@@ -11,6 +11,8 @@
 #                            under ECMP and single path (its own routing moves circuits)
 #   permutation_relay_fair   on the relay fabrics (DCell, FiConn, MDCube) at 20 Mb/s
 #   plugins_fattree          with its plugins, then without them (the baseline)
+#   jobs_two, jobs_unequal   with their policies, then with MLTCP in the hosts' congestion
+#                            control and fair sharing (NAME-mltcp-cc)
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-results/benchmarks-$(date +%Y%m%d-%H%M%S)}
@@ -28,7 +30,7 @@ if ((${#specs[@]} == 0)); then
          hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
          parallel_smoke \
-         fault_link fault_link_ff fault_controller fault_training jobs_two jobs_fattree \
+         fault_link fault_link_ff fault_controller fault_training jobs_two jobs_unequal jobs_fattree \
          jobs_training plugins_fattree)
 fi
 
@@ -93,6 +95,11 @@ for spec in "${specs[@]}"; do
       for t in "${relays[@]}"; do
         run "$(label "$spec" "$t")" "experiments/$spec.yaml" --topology "$(at_20mbps "$t")"
       done
+      ;;
+    jobs_two|jobs_unequal)
+      run "$spec" "experiments/$spec.yaml"
+      run "$spec-mltcp-cc" "experiments/$spec.yaml" --set hosts.congestion_control=mltcp \
+        --set 'experiments.0.policies=[none]'
       ;;
     plugins_fattree)
       run "$spec" "experiments/$spec.yaml"

@@ -85,6 +85,25 @@ def test_time_shift_does_not_gate_jobs_of_incompatible_periods():
     assert d is not None and d.gates == {} and set(d.note["not_gated"]) == {"long", "short"}
 
 
+def test_shift_plan_releases_unequal_jobs_by_their_own_compute():
+    """Two jobs measured on a 20 Mb/s uplink: a (compute 0.39 s, link 0.26 s) and b (0.18 s,
+    0.38 s). A gate releases a job early by its padding to the common period; the gates'
+    offsets carry it, so the phases the gates give are the ones the model kept apart."""
+    a = JobInfo("a", 10, 0.3926, 0.2554, 0.6494, 631456, link_s=0.2563)
+    b = JobInfo("b", 12, 0.1823, 0.3739, 0.5576, 946032, link_s=0.3836)
+    plan = shift_plan([a, b], 0.03, margin=0.1)
+    # 0.64 s of link time per period: the period grows to fit it with 10% to spare
+    assert plan.period_s == pytest.approx((0.2563 + 0.3836) * 1.1)
+    assert plan.overlap == pytest.approx(0.0) and plan.gains
+    # where each job's link time falls in the period, as the workers run after a release
+    spans = sorted(((o + j.period_s - j.link_s) % plan.period_s, j.link_s)
+                   for j, o in zip((a, b), plan.offsets))
+    (s0, l0), (s1, l1) = spans
+    assert s0 + l0 <= s1 + 1e-9 and s1 + l1 <= s0 + plan.period_s + 1e-9
+    # without the margin, the same jobs fill 96% of the slowest alone period
+    assert shift_plan([a, b], 0.03, margin=0.0).period_s == pytest.approx(0.6494 * 1.03)
+
+
 def test_time_shift_gates_once_every_job_has_reported():
     p = TimeShift(slack=0.03, lead=2)
     jobs = [info("a"), info("b", 12)]

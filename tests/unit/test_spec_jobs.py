@@ -59,7 +59,7 @@ BAD_JOBS = [
     ({"period_ms": 0}, "experiments[0].period_ms: must be > 0"),
     ({"background": [{"kind": "iperf", "hosts": ["h1", "h5"], "dscp": 10}]},
      "experiments[0].background: DSCP [10] is a job's own"),
-    ({"time_shift": {"lead": 0}}, "experiments[0].time_shift: slack >= 0 and lead >= 1"),
+    ({"time_shift": {"lead": 0}}, "experiments[0].time_shift: slack >= 0, margin >= 0 and lead >= 1"),
     ({"mltcp": {"levels": 0}}, "experiments[0].mltcp: gain >= 0 and levels >= 1"),
     ({"jobs": [{"dp": 2, "fault": {"rank": 2}}]}, "experiments[0].jobs[0].fault.rank: a rank"),
     ({"jobs": [{"dp": 2, "fault": {"at_iter": 99}}]},

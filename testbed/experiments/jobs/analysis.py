@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from controllers.jobpolicy import JobInfo
+from controllers.jobpolicy import JobInfo, gated_model
 from testbed.results.stats import round_or_none as _r
 from testbed.workloads.model.interference import simulate, steady_iteration_s
 
@@ -60,8 +60,8 @@ def policy_model(policy: str, group: list[JobInfo], rnd: dict, exp: Jobs,
         if not all(j.name in plan.get("period_s", {}) for j in group):
             return {j.name: _median(at[j.name][exp.warmup_iters:] or at[j.name])
                     for j in group}
-        runs = simulate([j.fluid(plan["offset_s"][j.name], period_s=plan["period_s"][j.name])
-                         for j in group], 16)
+        runs = simulate(gated_model(group, plan["period_s"][group[0].name],
+                                    [plan["offset_s"][j.name] for j in group]), 16)
         return dict(zip((j.name for j in group), steady_iteration_s(runs, 4)))
     if policy == "priority":
         ranking = note_of(rnd).get("ranking", [j.name for j in group])

@@ -128,9 +128,11 @@ class PriorityArgs:
 @dataclass(frozen=True, kw_only=True)
 class TimeShiftArgs:
     """CASSINI-like gates: the common period is the slowest alone iteration times
-    1 + `slack`; gates start `lead` iterations after every job has reported."""
+    1 + `slack`, or the jobs' link times times 1 + `margin` if that is longer; gates start
+    `lead` iterations after every job has reported."""
     slack: float = 0.03
     lead: int = 2
+    margin: float = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,8 +275,8 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.policies[{i}]: {pol} gives each job a traffic class; "
                             f"the dataplane has {JOB_CLASSES} besides best effort for "
                             f"{len(exp.jobs)} jobs")
-    if exp.time_shift.slack < 0 or exp.time_shift.lead < 1:
-        raise SpecError(f"{path}.time_shift: slack >= 0 and lead >= 1")
+    if exp.time_shift.slack < 0 or exp.time_shift.lead < 1 or exp.time_shift.margin < 0:
+        raise SpecError(f"{path}.time_shift: slack >= 0, margin >= 0 and lead >= 1")
     if exp.mltcp.gain < 0 or exp.mltcp.levels < 1:
         raise SpecError(f"{path}.mltcp: gain >= 0 and levels >= 1")
     used = {b.dscp for b in exp.background}
