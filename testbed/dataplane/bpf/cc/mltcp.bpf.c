@@ -9,12 +9,18 @@
  *
  * Per flow: a phase begins when the flow sends after an idle gap (the kernel's
  * CA_EVENT_TX_START) longer than MLTCP_GAP_RTTS minimum RTTs and than a quarter of the
- * previous phase's duration; the previous phase's bytes are its total. The gap is measured
- * from the last ACK that acknowledged data: a collective's peer often sends first, and its
- * data carries an ACK that acknowledges nothing. The duration term keeps a collective's own
- * waits (for a peer's next chunk, a few RTTs of the queue) inside its phase, while the
- * compute between iterations ends it. The window grows by F packets
- * per RTT instead of one; slow start, the loss and ECN reactions are Reno's.
+ * previous phase's busy time (its duration less the gaps it waited through); the previous
+ * phase's bytes are its total. The window grows by F packets per RTT instead of one; slow
+ * start, the loss and ECN reactions are Reno's.
+ *
+ * The gap is measured from the last ACK that acknowledged data: a collective's peer often
+ * sends first, and its data carries an ACK that acknowledges nothing. The busy-time term
+ * keeps a collective's own waits (for a peer's next chunk, a few RTTs of the queue) inside
+ * its phase, while the compute between iterations ends it. A phase that has been busy half
+ * as long again as the previous one has missed its end (a compute gap shorter than a
+ * quarter of the communication, or jitter): its next gap past the RTT test ends it, and
+ * its busy time does not become the reference, so one missed end does not lengthen the
+ * term and miss the next.
  *
  * F's slope and intercept are the testbed's (1 + 3 * bytes_ratio, the same function as the
  * MLTCP-like switch weights of the jobs experiment), not the paper's, which were not at
@@ -43,8 +49,10 @@ struct mltcp {                     /* lives in icsk_ca_priv (104 bytes) */
 	__u64 phase_start;         /* tp->bytes_acked when this phase began */
 	__u64 last_total;          /* bytes of the previous phase (0: none yet) */
 	__u64 last_ack_us;         /* when data was last acknowledged (tp->tcp_mstamp) */
+	__u64 acked_seen;          /* tp->bytes_acked then */
 	__u64 phase_us;            /* when this phase began */
-	__u64 last_dur_us;         /* how long the previous phase lasted */
+	__u64 idle_us;             /* the gaps this phase waited through */
+	__u64 last_busy_us;        /* the previous phase's busy time */
 };
 
 SEC("struct_ops/mltcp_init")
@@ -52,10 +60,10 @@ void BPF_PROG(mltcp_init, struct sock *sk)
 {
 	struct mltcp *ca = inet_csk_ca(sk);
 
-	ca->phase_start = tcp_sk(sk)->bytes_acked;
+	ca->phase_start = ca->acked_seen = tcp_sk(sk)->bytes_acked;
 	ca->last_total = 0;
 	ca->last_ack_us = ca->phase_us = tcp_sk(sk)->tcp_mstamp;
-	ca->last_dur_us = 0;
+	ca->idle_us = ca->last_busy_us = 0;
 }
 
 SEC("struct_ops/mltcp_cwnd_event")
@@ -63,27 +71,42 @@ void BPF_PROG(mltcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct mltcp *ca = inet_csk_ca(sk);
-	__u64 gap = tp->tcp_mstamp - ca->last_ack_us;
+	__u64 gap = tp->tcp_mstamp - ca->last_ack_us, busy = 0;
 
 	/* in minimum RTTs: the smoothed RTT grows with the very queues two jobs' phases
 	 * build, until a compute gap no longer counts as one and phases merge */
-	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * tp->rtt_min.s[0].v ||
-	    gap <= ca->last_dur_us / 4)
+	if (ev != CA_EVENT_TX_START || gap <= (__u64)MLTCP_GAP_RTTS * tp->rtt_min.s[0].v)
 		return;
+	if (ca->last_ack_us > ca->phase_us + ca->idle_us)
+		busy = ca->last_ack_us - ca->phase_us - ca->idle_us;
+	if (gap <= ca->last_busy_us / 4) {
+		if (busy <= ca->last_busy_us * 3 / 2) {
+			ca->idle_us += gap;        /* a wait inside the phase */
+			return;
+		}
+		busy = ca->last_busy_us;  /* ends a phase that missed its end; not a reference */
+	}
 	if (tp->bytes_acked > ca->phase_start) {  /* a new iteration: the last one's total */
 		ca->last_total = tp->bytes_acked - ca->phase_start;
-		ca->last_dur_us = ca->last_ack_us - ca->phase_us;
+		ca->last_busy_us = busy;
 		tbcc_trace(sk, TBCC_PHASE_BYTES, (__u32)ca->last_total, 0, (__u32)(gap / 1000));
 	}
 	ca->phase_start = tp->bytes_acked;
 	ca->phase_us = tp->tcp_mstamp;
+	ca->idle_us = 0;
 }
 
+/* called on every ACK while data is outstanding, also when it acknowledges nothing */
 SEC("struct_ops/mltcp_pkts_acked")
 void BPF_PROG(mltcp_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	if (sample->pkts_acked)
-		((struct mltcp *)inet_csk_ca(sk))->last_ack_us = tcp_sk(sk)->tcp_mstamp;
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp *ca = inet_csk_ca(sk);
+
+	if (tp->bytes_acked != ca->acked_seen) {
+		ca->acked_seen = tp->bytes_acked;
+		ca->last_ack_us = tp->tcp_mstamp;
+	}
 }
 
 /* F in 1024ths: the intercept until a first phase has been seen */
