@@ -172,7 +172,7 @@ class Priority:
 @dataclass(frozen=True)
 class ShiftPlan:
     period_s: float            # common: the slowest alone iteration plus the slack, or
-    #                            every job's link time plus the margin if that is longer
+    #                            the sum of the jobs' link times plus the margin if longer
     offsets: list[float]       # the gates' release offsets
     overlap_unshifted: float   # the model's mean share of a phase beside another's ...
     overlap: float             # ... gated in step, and gated at the offsets
@@ -192,25 +192,28 @@ def gated_model(jobs: list[JobInfo], period_s: float, offsets: list[float]) -> l
     its link time begins its own alone iteration minus that link time after the release;
     the model pads a job's compute to the period before its link time instead, so each
     job's offset there is its gate's minus its padding (the period minus its alone
-    iteration), all moved by one constant to start at zero."""
+    iteration), all moved by one constant to start at zero. What the model does not see:
+    a phase stretched by another job's delays the job's later iterations in the model,
+    while a gate absorbs up to the job's padding."""
     starts = [o - (period_s - j.period_s) for j, o in zip(jobs, offsets)]
     first = min(starts, default=0.0)
     return [j.fluid(s - first, period_s=period_s) for j, s in zip(jobs, starts)]
 
 
-def shift_plan(jobs: list[JobInfo], slack: float, margin: float = 0.1) -> ShiftPlan:
+def shift_plan(jobs: list[JobInfo], slack: float, margin: float) -> ShiftPlan:
     """The gates for jobs on one period at the offsets the fluid model finds best; with
     what the model predicts of them. The period is the slowest alone iteration plus
-    `slack`, and never shorter than every job's link time plus `margin` of it: a schedule
-    that leaves the link no idle time keeps the phases apart only while nothing jitters,
-    and a job that overruns its period once runs late, ungated, from then on."""
+    `slack`, and never shorter than the sum of the jobs' link times plus `margin` of it
+    (as if they all met on one link, as the model has them): a schedule that leaves the
+    link no idle time keeps the phases apart only while nothing jitters, and a job that
+    overruns its period once runs late, ungated, from then on."""
     period = max(max(j.period_s for j in jobs) * (1 + slack),
                  sum(j.link_s or j.comm_s for j in jobs) * (1 + margin))
     best, _ = best_offsets([j.fluid(period_s=period) for j in jobs])
     # the model's offsets are where its padded compute starts; a gate releases the job
     # earlier by its padding, which the model does not see
     gates = [o + (period - j.period_s) for j, o in zip(jobs, best)]
-    gates = [g - min(gates) for g in gates]
+    gates = [(g - min(gates)) % period for g in gates]
 
     def overlap(model: list[Job]) -> float:
         runs = simulate(model, 12)
@@ -219,8 +222,8 @@ def shift_plan(jobs: list[JobInfo], slack: float, margin: float = 0.1) -> ShiftP
 
     def mean_iteration(model: list[Job]) -> float:
         return sum(steady_iteration_s(simulate(model, 12), 4)) / len(model)
-    in_step = [j.fluid(period_s=period) for j in jobs]
     model = gated_model(jobs, period, gates)
+    in_step = gated_model(jobs, period, [0.0] * len(jobs))  # gates at one offset
     return ShiftPlan(period, gates, overlap(in_step), overlap(model), mean_iteration(model),
                      mean_iteration([j.fluid() for j in jobs]))
 

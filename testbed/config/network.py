@@ -88,8 +88,9 @@ class HostConfig:
     congestion_control: str | BpfProgram = "cubic"
     ecn: bool = False
     rto_min_us: int | None = None  # TCP's minimum retransmission timeout (kernel: 200000)
-    # False: an idle connection keeps its window (the kernel restarts it at the initial
-    # window after a retransmission timeout's idle time: tcp_slow_start_after_idle)
+    # False: an idle connection keeps its window (the kernel halves it for each
+    # retransmission timeout it was idle, down to the initial window:
+    # tcp_slow_start_after_idle)
     slow_start_after_idle: bool = True
 
     def check(self) -> None:

@@ -14,6 +14,7 @@ from controllers.jobpolicy import (
     Round,
     TimeShift,
     dscp_table,
+    gated_model,
     intensity,
     policy_for,
     shift_plan,
@@ -65,7 +66,7 @@ def test_priority_needs_a_class_per_job():
 
 
 def test_shift_plan_interleaves_two_identical_jobs():
-    plan = shift_plan([info("a"), info("b", 12)], 0.03)
+    plan = shift_plan([info("a"), info("b", 12)], 0.03, 0.1)
     assert plan.period_s == pytest.approx(1.03)
     assert plan.overlap_unshifted == pytest.approx(1.0) and plan.overlap == pytest.approx(0.0)
     assert plan.offsets[0] == 0.0 and M <= plan.offsets[1] <= plan.period_s - M
@@ -77,7 +78,7 @@ def test_time_shift_does_not_gate_jobs_of_incompatible_periods():
     """A short job held to a long job's period loses more than interleaving wins: the
     model says so, and the policy leaves the group ungated."""
     long, short = info("long", compute=1.2, comm=0.4), info("short", 12, compute=0.4, comm=0.2)
-    plan = shift_plan([long, short], 0.03)
+    plan = shift_plan([long, short], 0.03, 0.1)
     assert not plan.gains
     p = TimeShift()
     p.start(0.0, rnd("time_shift", [long, short]))
@@ -100,8 +101,15 @@ def test_shift_plan_releases_unequal_jobs_by_their_own_compute():
                    for j, o in zip((a, b), plan.offsets))
     (s0, l0), (s1, l1) = spans
     assert s0 + l0 <= s1 + 1e-9 and s1 + l1 <= s0 + plan.period_s + 1e-9
-    # without the margin, the same jobs fill 96% of the slowest alone period
+    # without the margin, the period is a's alone iteration plus 3%: the link times fill 96%
     assert shift_plan([a, b], 0.03, margin=0.0).period_s == pytest.approx(0.6494 * 1.03)
+    # the analysis models a gated round from the decision's note, rounded to 4 decimals: the
+    # same model the plan chose its offsets on
+    again = gated_model([a, b], round(plan.period_s, 4), [round(o, 4) for o in plan.offsets])
+    chosen = gated_model([a, b], plan.period_s, plan.offsets)
+    for x, y in zip(again, chosen):
+        assert x.offset_s == pytest.approx(y.offset_s, abs=2e-4)
+        assert x.compute_s == pytest.approx(y.compute_s, abs=2e-4)
 
 
 def test_time_shift_gates_once_every_job_has_reported():
