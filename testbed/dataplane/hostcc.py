@@ -1,7 +1,7 @@
 """TCP congestion controls written in BPF, for the hosts' kernels: compiled with clang
 against the running kernel's BTF (`vmlinux.h`, generated once per kernel), cached by a
-hash of what they are built from like the switch dataplane's objects, registered as `struct_ops` with bpftool
-for one run, and unregistered at its end.
+hash of what they are built from like the switch dataplane's objects, registered as
+`struct_ops` with bpftool for one run, and unregistered at its end.
 
 A registered algorithm is one more name in `tcp_available_congestion_control`: a host's
 namespace selects it like a built-in one, once the initial namespace's

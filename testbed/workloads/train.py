@@ -20,8 +20,9 @@ that opens in Perfetto / chrome://tracing. On failure, `rank<R>.error` says why.
 Every TCP connection of the job's process group is marked with `--job-dscp` (when jobs share
 a fabric, each job's own code point: the switches count it per port) and the payload the
 iteration wrote to them (acknowledged or still queued) is its `sent_bytes`; `cwnd_segs` and
-`ssthresh_segs` are the congestion window and slow-start threshold of its busiest connection when the iteration starts. With
-`--gate-file`, `--report-file` and `--start-file` a worker takes part in jobs sharing a
+`ssthresh_segs` are the congestion window and slow-start threshold of its busiest
+connection when the iteration starts. With `--gate-file`, `--report-file` and
+`--start-file` a worker takes part in jobs sharing a
 fabric (jobsync.py): it waits for the runner's common start and a policy's gate before its
 iterations, and the first worker reports its progress. Rows carry the iteration's start,
 the start of its synchronisation and its end on the machine's monotonic clock (`t_start`,
