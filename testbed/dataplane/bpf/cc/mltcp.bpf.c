@@ -129,6 +129,8 @@ void BPF_PROG(mltcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	struct mltcp *ca = inet_csk_ca(sk);
 	__u32 f;
 
+	if (!tbcc_is_cwnd_limited(tp))
+		return;                   /* as Reno: an unused window does not grow */
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
 		acked = tcp_slow_start(tp, acked);
 		if (!acked)

@@ -123,6 +123,8 @@ void BPF_PROG(swift_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 
 	if (ca->above)
 		return;                   /* above the target: no growth, decreases only */
+	if (!tbcc_is_cwnd_limited(tp))
+		return;                   /* an unused window does not grow */
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
 		acked = tcp_slow_start(tp, acked);
 		if (!acked)

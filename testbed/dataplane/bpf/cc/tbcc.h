@@ -12,6 +12,8 @@
 #ifndef TBCC_H
 #define TBCC_H
 
+#include <bpf/bpf_core_read.h>
+
 /* macros of the kernel's headers, which vmlinux.h (types and enums only) lacks; the
  * ICSK_ACK_* flags are enum values and come from vmlinux.h */
 #define TCP_ECN_OK          1
@@ -47,6 +49,18 @@ static __always_inline int tbcc_before(__u32 seq1, __u32 seq2)
 
 static __always_inline __u32 tbcc_min(__u32 a, __u32 b) { return a < b ? a : b; }
 static __always_inline __u32 tbcc_max(__u32 a, __u32 b) { return a > b ? a : b; }
+
+/* The kernel's tcp_is_cwnd_limited (include/net/tcp.h): whether the window, not the
+ * application, limited the last window's sending; in slow start, until the window is twice
+ * what was in flight. The kernel's own algorithms grow the window only then (Reno's
+ * cong_avoid returns otherwise), so that a flow waiting on its application does not arrive
+ * at its next burst with a window it never tested. */
+static __always_inline int tbcc_is_cwnd_limited(const struct tcp_sock *tp)
+{
+	if (BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited))
+		return 1;
+	return tp->snd_cwnd < tp->snd_ssthresh && tp->snd_cwnd < 2 * tp->max_packets_out;
+}
 
 /* One record of the trace (little-endian, packed as the testbed reads it:
  * testbed/dataplane/hostcc.py TRACE_RECORD). */
