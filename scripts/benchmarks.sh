@@ -12,7 +12,8 @@
 #   permutation_relay_fair   on the relay fabrics (DCell, FiConn, MDCube) at 20 Mb/s
 #   plugins_fattree          with its plugins, then without them (the baseline)
 #   jobs_two, jobs_unequal   with their policies, then with MLTCP in the hosts' congestion
-#                            control and fair sharing (NAME-mltcp-cc)
+#                            control and fair sharing over 50 iterations (NAME-mltcp-cc),
+#                            jobs_two also with a 2-segment initial window (-mltcp-cc-iw2)
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-results/benchmarks-$(date +%Y%m%d-%H%M%S)}
@@ -98,8 +99,13 @@ for spec in "${specs[@]}"; do
       ;;
     jobs_two|jobs_unequal)
       run "$spec" "experiments/$spec.yaml"
-      run "$spec-mltcp-cc" "experiments/$spec.yaml" --set hosts.congestion_control=mltcp \
-        --set 'experiments.0.policies=[none]'
+      mltcp=(--set hosts.congestion_control=mltcp --set 'experiments.0.policies=[none]'
+             --set experiments.0.iters=50)
+      run "$spec-mltcp-cc" "experiments/$spec.yaml" "${mltcp[@]}"
+      if [ "$spec" = jobs_two ]; then
+        run "$spec-mltcp-cc-iw2" "experiments/$spec.yaml" "${mltcp[@]}" \
+          --set hosts.initial_window_pkts=2
+      fi
       ;;
     plugins_fattree)
       run "$spec" "experiments/$spec.yaml"

@@ -92,8 +92,14 @@ class HostConfig:
     # retransmission timeout it was idle, down to the initial window:
     # tcp_slow_start_after_idle)
     slow_start_after_idle: bool = True
+    # TCP's initial window, also the window an idle connection restarts from (the hosts'
+    # routes' initcwnd); None: the kernel's 10 segments
+    initial_window_pkts: int | None = None
 
     def check(self) -> None:
+        if self.initial_window_pkts is not None and self.initial_window_pkts < 1:
+            raise SpecError(f"hosts.initial_window_pkts: at least 1 segment "
+                            f"(got {self.initial_window_pkts})")
         cc = self.congestion_control
         if isinstance(cc, BpfProgram):
             cc.check("hosts.congestion_control")

@@ -86,6 +86,7 @@ class HostSetup:
                    for port in range(host.ports)])])
             if host.relay:
                 self._relay_routes(host, relay_plan)
+            self._initial_window(host.name)
             self.host_cc[host.name] = fab.host_run(
                 host.name, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         wrong = {h: cc for h, cc in self.host_cc.items() if cc != fab.hosts.congestion_control}
@@ -99,6 +100,14 @@ class HostSetup:
                 f"net.ipv6.conf.{name}.disable_ipv6=1" for name in names)], check=False)
             fab.root_run(group[0], ["sh", "-c", " && ".join(
                 shlex.join(queues.offload_command(name)) for name in names)])
+
+    def _initial_window(self, host: str) -> None:
+        """hosts.initial_window_pkts on every route of the host (the kernel reads a new
+        connection's window, and the one an idle connection restarts from, off its route)."""
+        n = self.fab.hosts.initial_window_pkts
+        if n is not None:
+            self.fab.host_run(host, ["sh", "-c", "ip -o -4 route show | while read -r r; do "
+                                     f"ip route change $r initcwnd {int(n)} || exit 1; done"])
 
     def _relay_routes(self, host, relay_plan) -> None:
         """BCube servers: their address on every port, and a /32 route per destination."""
@@ -121,6 +130,7 @@ class HostSetup:
         changes = host_route_changes(self.relay_plan, new)
         for host, lines in changes.items():
             fab.host_run(host, IP_BATCH, input=batch_input(lines))
+            self._initial_window(host)
         self.relay_plan = new
         self.relay_reroutes.append({"time": t0, "ports_down": len(fab.ports_down),
                                     "hosts": len(changes),

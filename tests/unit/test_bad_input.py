@@ -65,6 +65,7 @@ HARD_EDGES: list[tuple[str | bytes, str]] = [
     (base_with("links.host_queue_pkts", 10**30), "links.host_queue_pkts: out of range"),
     (base_with("links.burst_us", 2_000_000), "links.burst_us: must be in 0..1000000"),
     (base_with("hosts.rto_min_us", -5), "hosts.rto_min_us: out of range"),
+    (base_with("hosts.initial_window_pkts", 0), "hosts.initial_window_pkts: at least 1 segment"),
     (base_with("topology.params", {"k": 4, "rate_mbps": float("nan")}),
      "fattree: rate_mbps must be a rate in Mb/s"),
     (base_with("topology.params", {"k": 4, "rate_mbps": 1e12}),
