@@ -39,6 +39,18 @@ def batch_input(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def route_with_initcwnd(route: str, segments: int) -> str:
+    """An IP_BATCH line that gives a route, as `ip -o route show` prints it, an initial
+    congestion window: the options go before a multipath route's nexthops, and -o's
+    backslashes between those go."""
+    words = route.replace("\\", " ").split()
+    if "initcwnd" in words:  # already set: replaced
+        i = words.index("initcwnd")
+        del words[i:i + 2]
+    at = words.index("nexthop") if "nexthop" in words else len(words)
+    return " ".join(["route", "change", *words[:at], "initcwnd", str(segments), *words[at:]])
+
+
 def ip_batch(lines: list[str], netns_pid: int | None = None) -> None:
     """Run `ip` commands (one per line, without the leading 'ip') in one process."""
     if lines:

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from controllers.recovery import degraded, host_route_changes, host_route_line
 from controllers.routing import plan as routing_plan
 from testbed.core.resources import BPF_PIN_ROOT as RESOURCES_BPF_ROOT
-from testbed.core.system import IP_BATCH, TestbedError, batch_input, sysctl_get, sysctl_set
+from testbed.core.system import (
+    IP_BATCH,
+    TestbedError,
+    batch_input,
+    route_with_initcwnd,
+    sysctl_get,
+    sysctl_set,
+)
 from testbed.dataplane import queues
 from testbed.dataplane.qosplane import QosPlane
 from topologies.model import ifname
@@ -106,8 +113,9 @@ class HostSetup:
         connection's window, and the one an idle connection restarts from, off its route)."""
         n = self.fab.hosts.initial_window_pkts
         if n is not None:
-            self.fab.host_run(host, ["sh", "-c", "ip -o -4 route show | while read -r r; do "
-                                     f"ip route change $r initcwnd {int(n)} || exit 1; done"])
+            routes = self.fab.host_run(host, ["ip", "-o", "-4", "route", "show"]).stdout
+            self.fab.host_run(host, IP_BATCH, input=batch_input(
+                [route_with_initcwnd(r, n) for r in routes.splitlines() if r.strip()]))
 
     def _relay_routes(self, host, relay_plan) -> None:
         """BCube servers: their address on every port, and a /32 route per destination."""

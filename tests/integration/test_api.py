@@ -92,13 +92,19 @@ def test_the_api_docstring_example_runs_as_written(tmp_path):
     assert (out / "flows" / "script-1-0-client.json").exists()
     assert_nothing_left(out)
 
-    with Testbed(SMALL, out=tmp_path / "strings", log=lambda m: None) as tb:
+    # every host route carries the initial window, a BCube server's own /32 routes too
+    spec = {**SMALL, "hosts": {"initial_window_pkts": 2}}
+    with Testbed(spec, out=tmp_path / "strings", log=lambda m: None) as tb:
         fab = tb.fabric()
         assert fab.host("h1").run(f"ping -c 1 -W 2 {fab.host('h4').ip}").returncode == 0
+        routes = fab.host("h1").run("ip -o -4 route show").stdout.splitlines()
+        assert routes and all(" initcwnd 2" in r for r in routes), routes
         with pytest.raises(SpecError, match="qos.classes"):
             tb.fabric("again", qos={"classes": "many"})
         fab = tb.fabric("bcube", topo="bcube n=2 k=1")  # a spec's data, checked, built
         assert fab.topo.kind == "bcube" and len(fab.hosts) == 4
+        routes = fab.host(fab.hosts[0]).run("ip -o -4 route show").stdout.splitlines()
+        assert len(routes) > 1 and all(" initcwnd 2" in r for r in routes), routes
     assert_nothing_left(tmp_path / "strings")
 
 

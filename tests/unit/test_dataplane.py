@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.core.system import TestbedError, in_netns
+from testbed.core.system import TestbedError, in_netns, route_with_initcwnd
 from testbed.dataplane.queues import PortQueue, check_mechanisms, htb_commands, offload_command
 
 
@@ -90,3 +90,18 @@ def test_fair_host_queue_one_fifo_per_flow_bucket():
         PortQueue(ifname="x", rate_mbps=1, buffer_bytes=30000, fair=True)
     with pytest.raises(ValueError, match="packet-limited"):
         PortQueue(ifname="x", rate_mbps=1, buffer_pkts=10, delay_us=10, fair=True)
+
+
+def test_initial_window_on_a_route_as_ip_prints_it():
+    """A plain route gains initcwnd at its end; a multipath one before its nexthops (which
+    `ip -o` joins with backslashes); a window already set is replaced, not repeated."""
+    assert route_with_initcwnd("10.0.0.0/8 dev h1-eth0 proto kernel scope link src 10.0.0.1 ",
+                               2) == ("route change 10.0.0.0/8 dev h1-eth0 proto kernel scope "
+                                      "link src 10.0.0.1 initcwnd 2")
+    multipath = ("10.0.1.2 proto static \\\tnexthop via 10.0.0.2 dev h1-eth0 weight 1 "
+                 "\\\tnexthop via 10.0.0.3 dev h1-eth1 weight 1 ")
+    assert route_with_initcwnd(multipath, 4) == (
+        "route change 10.0.1.2 proto static initcwnd 4 nexthop via 10.0.0.2 dev h1-eth0 "
+        "weight 1 nexthop via 10.0.0.3 dev h1-eth1 weight 1")
+    assert route_with_initcwnd("10.0.1.0/24 dev h1-eth1 initcwnd 10", 2) == (
+        "route change 10.0.1.0/24 dev h1-eth1 initcwnd 2")
