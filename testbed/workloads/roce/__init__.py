@@ -1,0 +1,139 @@
+"""The RoCEv2 engine (engine.c): built once per source version, configured per host, its
+results read back.
+
+This kernel has no RDMA (no rxe), so a host's RDMA NIC is a small C process that speaks
+RoCEv2's packet format over UDP port 4791 (engine.c says what it does). Python writes its
+config (`Engine`), starts it in the host like any workload process, and reads the JSON it
+leaves (`Result`).
+
+    eng = Engine(bind="10.0.0.1", mtu=1024)
+    eng.qp(1, peer="10.0.0.2", peer_qpn=1, line_mbps=100)
+    eng.write(1, start_us=0, nbytes=1_000_000)
+    argv = [str(build()), str(eng.save(path)), str(out)]
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.core.system import TestbedError, run
+from testbed.dataplane.qosplane import BUILD_DIR
+
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCES = ("engine.c", "roce_wire.h")
+ROCE_PORT = 4791
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows
+# what a packet carries besides its payload, on the wire: Ethernet 14, IPv4 20, UDP 8,
+# BTH 12, ICRC 4 (engine.c's WIRE_OVERHEAD)
+WIRE_OVERHEAD = 14 + 20 + 8 + 12 + 4
+
+
+def build() -> Path:
+    """The engine's binary, compiled (clang-14 from the bootstrap) once per content of its
+    sources into the build cache."""
+    cc = shutil.which("clang-14") or shutil.which("clang") or shutil.which("cc")
+    if cc is None:
+        raise TestbedError("a C compiler is missing (the RoCE engine needs clang); run "
+                           "scripts/bootstrap.sh")
+    digest = hashlib.sha1(b"".join((SOURCE_DIR / s).read_bytes() for s in SOURCES))
+    binary = BUILD_DIR / f"tbroce-{digest.hexdigest()[:12]}"
+    if not binary.exists():
+        BUILD_DIR.mkdir(exist_ok=True)
+        tmp = binary.with_suffix(".tmp")
+        proc = run([cc, "-O2", "-Wall", "-Werror", "-o", str(tmp),
+                    str(SOURCE_DIR / "engine.c")], check=False, timeout=120)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise TestbedError(f"the RoCE engine does not compile:\n{proc.stderr[-2000:]}")
+        tmp.replace(binary)
+    return binary
+
+
+@dataclass
+class Engine:
+    """One host's engine: its address, the queue pairs it holds and the WRITEs it posts.
+    A QP number is the host's own; a connection is a QP here and one at the peer, each
+    naming the other."""
+    bind: str
+    port: int = ROCE_PORT
+    mtu: int = 1024
+    dscp: int = 26              # data: the lossless class, ECN-capable
+    ctrl_dscp: int = 48         # ACKs, NAKs, CNPs
+    ack_every: int = 1          # an ACK per this many in-order packets, and at a message's end
+    rto_us: int = 4000
+    cnp_interval_us: int = 50
+    sample_us: int = 1000
+    linger_ms: int = 200
+    end_after_ms: int = 0       # 0: when every WRITE is acknowledged
+    drop_every: int = 0         # tests: the receiver discards every Nth data packet
+    qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
+    writes: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def qp(self, qpn: int, peer: str, peer_qpn: int, line_mbps: float,
+           peer_port: int = ROCE_PORT) -> None:
+        if any(q[0] == qpn for q in self.qps):
+            raise ValueError(f"queue pair {qpn} twice")
+        self.qps.append((qpn, peer, peer_port, peer_qpn, line_mbps))
+
+    def write(self, qpn: int, start_us: int, nbytes: int) -> None:
+        """An RDMA WRITE of `nbytes` on `qpn`, posted `start_us` after the engine starts;
+        a QP's WRITEs go in the order given."""
+        if not any(q[0] == qpn for q in self.qps):
+            raise ValueError(f"no queue pair {qpn}")
+        self.writes.append((qpn, start_us, nbytes))
+
+    def text(self) -> str:
+        if self.mtu not in ROCE_MTUS:
+            raise ValueError(f"mtu: a RoCE MTU ({', '.join(map(str, ROCE_MTUS))}), "
+                             f"got {self.mtu}")
+        lines = [f"bind {self.bind} {self.port}"]
+        lines += [f"{key} {getattr(self, key)}" for key in (
+            "mtu", "dscp", "ctrl_dscp", "ack_every", "rto_us", "cnp_interval_us",
+            "sample_us", "linger_ms", "end_after_ms", "drop_every")]
+        lines += [f"qp {qpn} {peer} {port} {pq} {mbps}" for qpn, peer, port, pq, mbps
+                  in self.qps]
+        # a QP's WRITEs consecutive, in the order given
+        order = {qpn: i for i, (qpn, *_) in enumerate(self.qps)}
+        for qpn, start, nbytes in sorted(self.writes, key=lambda w: order[w[0]]):
+            lines.append(f"msg {qpn} {start} {nbytes}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: Path) -> Path:
+        path.write_text(self.text())
+        return path
+
+
+@dataclass(frozen=True)
+class Message:
+    qpn: int
+    nbytes: int
+    start_us: float             # posted, from the engine's start
+    end_us: float | None        # its last packet acknowledged (None: never)
+
+    @property
+    def fct_us(self) -> float | None:
+        return None if self.end_us is None else self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class Result:
+    t0_unix: float
+    mtu: int
+    cpu_s: float
+    eagain: int                 # sends the host's queue refused (retried later)
+    qps: dict[int, dict]        # qpn -> counters
+    messages: list[Message]
+    samples: list[tuple[int, float, float, float]]  # (qpn, t_us, rate_mbps, tx_mbps)
+
+
+def read_result(path: Path) -> Result:
+    d = json.loads(path.read_text())
+    return Result(
+        t0_unix=d["t0_unix"], mtu=d["mtu"], cpu_s=d["cpu_s"], eagain=d["eagain"],
+        qps={q["qpn"]: q for q in d["qps"]},
+        messages=[Message(int(q), int(b), s, None if e < 0 else e) for q, b, s, e
+                  in d["msgs"]],
+        samples=[(int(q), t, r, x) for q, t, r, x in d["samples"]])

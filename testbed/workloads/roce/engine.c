@@ -1,0 +1,600 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The testbed's RoCEv2 engine: one process per host that carries reliable-connected queue
+ * pairs over UDP port 4791 in RoCEv2's packet format (roce_wire.h), as a RoCE NIC would:
+ * messages (RDMA WRITEs) cut into MTU-sized packets, a per-QP rate limiter, cumulative
+ * ACKs, a NAK (PSN sequence error) once per gap, go-back-N recovery from the NAK's PSN
+ * or on a retransmission timeout, and CNPs from the receiver when data arrives CE-marked
+ * (at most one per QP per interval). Data leaves ECN-capable in the lossless class's DSCP.
+ *
+ * Usage: tbroce CONFIG OUT.json. CONFIG is line-based (the Python side writes it,
+ * testbed/workloads/roce/__init__.py):
+ *   bind IP PORT | mtu BYTES | dscp N | ctrl_dscp N | ack_every PKTS | rto_us US
+ *   cnp_interval_us US | sample_us US | linger_ms MS | end_after_ms MS | drop_every N
+ *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS
+ *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start)
+ * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
+ * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
+ * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
+ * drop_every (tests only): the receiver discards every Nth data packet it gets.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "roce_wire.h"
+
+#define MAX_QPS 256
+#define MAX_PKT 9216
+/* what a packet costs on the link besides its payload: Ethernet 14, IPv4 20, UDP 8,
+ * BTH 12, ICRC 4 (the rate limiter paces in these bytes) */
+#define WIRE_OVERHEAD (14 + 20 + 8 + ROCE_BTH_LEN + ROCE_ICRC_LEN)
+#define BURST_PKTS 2
+
+struct msg {
+	uint32_t qpn;
+	uint64_t start_ns;           /* posted */
+	uint64_t bytes;
+	uint32_t first;              /* its first packet's sequence (32-bit, unwrapped) */
+	uint32_t npkts;
+	uint64_t end_ns;             /* its last packet acknowledged; 0 until then */
+};
+
+struct sample {
+	uint32_t qpn;
+	uint64_t t_ns;
+	double rate_mbps;            /* the limiter's rate */
+	double tx_mbps;              /* what it sent in the interval, on the wire */
+};
+
+struct qp {
+	uint32_t qpn, peer_qpn;
+	struct sockaddr_in peer;
+	double line_bps, rate_bps;
+	/* requester */
+	uint32_t snd_una, snd_nxt, snd_end, high;  /* high: one past the highest ever sent */
+	uint64_t next_tx_ns, progress_ns;
+	int msg_lo, msg_hi;          /* its messages: msgs[msg_lo..msg_hi) in order */
+	int posted;                  /* how many of them are posted */
+	/* responder */
+	uint32_t epsn, msn, since_ack;
+	int nak_sent, seen;
+	uint64_t last_cnp_ns;
+	/* counters */
+	uint64_t tx_pkts, tx_bytes, retx_pkts, rx_pkts, rx_bytes, ooo_drops, dup_pkts;
+	uint64_t acks_tx, acks_rx, naks_tx, naks_rx, cnps_tx, cnps_rx, ce_rx, timeouts;
+	uint64_t test_drops, tx_wire_interval;
+};
+
+static struct qp qps[MAX_QPS];
+static int nqps;
+static struct msg *msgs;
+static int nmsgs, cap_msgs;
+static struct sample *samples;
+static size_t nsamples, cap_samples;
+
+static struct sockaddr_in bind_addr;
+static uint32_t mtu = 1024, ack_every = 1, drop_every;
+static int dscp = 26, ctrl_dscp = 48;
+static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
+static uint64_t linger_ns = 200000000, end_after_ns;
+static uint64_t eagain;
+static int tx_blocked;               /* the host's queue refused a send: wait for POLLOUT */
+static volatile sig_atomic_t stop;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "tbroce: %s\n", what);
+	exit(2);
+}
+
+static struct qp *qp_by_qpn(uint32_t qpn)
+{
+	for (int i = 0; i < nqps; i++)
+		if (qps[i].qpn == qpn)
+			return &qps[i];
+	return NULL;
+}
+
+static void read_config(const char *path)
+{
+	char line[512], key[32], ip[64];
+	FILE *f = fopen(path, "r");
+	unsigned long long a, b, c;
+	unsigned qpn, peer_qpn, port;
+	double mbps;
+
+	if (!f)
+		die("cannot open the config");
+	bind_addr.sin_family = AF_INET;
+	bind_addr.sin_port = htons(ROCE_UDP_PORT);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%31s", key) != 1 || key[0] == '#')
+			continue;
+		if (!strcmp(key, "bind")) {
+			if (sscanf(line, "%*s %63s %u", ip, &port) != 2 ||
+			    inet_pton(AF_INET, ip, &bind_addr.sin_addr) != 1)
+				die("bad bind line");
+			bind_addr.sin_port = htons((uint16_t)port);
+		} else if (!strcmp(key, "qp")) {
+			struct qp *q;
+
+			if (nqps == MAX_QPS)
+				die("too many queue pairs");
+			q = &qps[nqps++];
+			if (sscanf(line, "%*s %u %63s %u %u %lf", &qpn, ip, &port, &peer_qpn,
+				   &mbps) != 5 || mbps <= 0)
+				die("bad qp line");
+			q->qpn = qpn;
+			q->peer_qpn = peer_qpn;
+			q->peer.sin_family = AF_INET;
+			q->peer.sin_port = htons((uint16_t)port);
+			if (inet_pton(AF_INET, ip, &q->peer.sin_addr) != 1)
+				die("bad qp peer address");
+			q->line_bps = q->rate_bps = mbps * 1e6;
+			q->msg_lo = q->msg_hi = -1;
+		} else if (!strcmp(key, "msg")) {
+			struct msg *m;
+			struct qp *q;
+
+			if (sscanf(line, "%*s %llu %llu %llu", &a, &b, &c) != 3 || c == 0)
+				die("bad msg line");
+			q = qp_by_qpn((uint32_t)a);
+			if (!q)
+				die("msg for an unknown qp");
+			if (q->msg_hi >= 0 && q->msg_hi != nmsgs)
+				die("a qp's msg lines must be consecutive");
+			if (nmsgs == cap_msgs) {
+				cap_msgs = cap_msgs ? 2 * cap_msgs : 64;
+				msgs = realloc(msgs, (size_t)cap_msgs * sizeof(*msgs));
+				if (!msgs)
+					die("out of memory");
+			}
+			m = &msgs[nmsgs];
+			memset(m, 0, sizeof(*m));
+			m->qpn = (uint32_t)a;
+			m->start_ns = b * 1000ull;
+			m->bytes = c;
+			m->npkts = (uint32_t)((c + mtu - 1) / mtu);
+			m->first = q->msg_lo >= 0 ?
+				msgs[q->msg_hi - 1].first + msgs[q->msg_hi - 1].npkts : 0;
+			if (q->msg_lo < 0)
+				q->msg_lo = nmsgs;
+			q->msg_hi = ++nmsgs;
+		} else if (sscanf(line, "%*s %llu", &a) == 1) {
+			if (!strcmp(key, "mtu"))
+				mtu = (uint32_t)a;
+			else if (!strcmp(key, "dscp"))
+				dscp = (int)a;
+			else if (!strcmp(key, "ctrl_dscp"))
+				ctrl_dscp = (int)a;
+			else if (!strcmp(key, "ack_every"))
+				ack_every = (uint32_t)a;
+			else if (!strcmp(key, "rto_us"))
+				rto_ns = a * 1000ull;
+			else if (!strcmp(key, "cnp_interval_us"))
+				cnp_interval_ns = a * 1000ull;
+			else if (!strcmp(key, "sample_us"))
+				sample_ns = a * 1000ull;
+			else if (!strcmp(key, "linger_ms"))
+				linger_ns = a * 1000000ull;
+			else if (!strcmp(key, "end_after_ms"))
+				end_after_ns = a * 1000000ull;
+			else if (!strcmp(key, "drop_every"))
+				drop_every = (uint32_t)a;
+			else
+				die("unknown config key");
+		} else {
+			die("bad config line");
+		}
+	}
+	fclose(f);
+	if (mtu < 256 || mtu + ROCE_BTH_LEN + ROCE_ICRC_LEN > MAX_PKT || !ack_every ||
+	    dscp > 63 || ctrl_dscp > 63 || !sample_ns)
+		die("config out of range");
+}
+
+/* the message a sequence number belongs to (its QP's messages are in sequence order) */
+static struct msg *msg_of(const struct qp *q, uint32_t seq)
+{
+	int lo = q->msg_lo, hi = q->msg_hi - 1;
+
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+
+		if ((int32_t)(seq - msgs[mid].first) >= 0)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return &msgs[lo];
+}
+
+static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, int data)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr mh = {
+		.msg_name = (void *)&q->peer, .msg_namelen = sizeof(q->peer),
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
+	};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	/* data ECN-capable (ECT(0)) in the lossless class; ACKs, NAKs and CNPs not */
+	int tos = data ? (dscp << 2) | 0x2 : ctrl_dscp << 2;
+
+	cm->cmsg_level = IPPROTO_IP;
+	cm->cmsg_type = IP_TOS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &tos, sizeof(int));
+	if (sendmsg(fd, &mh, MSG_DONTWAIT) < 0) {
+		if (errno == EAGAIN || errno == ENOBUFS) {
+			eagain++;
+			tx_blocked = 1;
+			return -1;
+		}
+		die("sendmsg failed");
+	}
+	return 0;
+}
+
+static void send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
+{
+	uint8_t buf[ROCE_BTH_LEN + ROCE_CNP_PAD + ROCE_ICRC_LEN] = { 0 };
+	struct bth h = { .opcode = opcode, .dest_qp = q->peer_qpn, .psn = psn,
+			 .becn = opcode == OP_CNP };
+	size_t len;
+
+	bth_put(buf, &h);
+	if (opcode == OP_CNP) {
+		h.psn = 0;
+		bth_put(buf, &h);
+		len = sizeof(buf);
+	} else {
+		aeth_put(buf + ROCE_BTH_LEN, syndrome, q->msn);
+		len = ROCE_BTH_LEN + ROCE_AETH_LEN + ROCE_ICRC_LEN;
+	}
+	send_pkt(fd, q, buf, len, 0);
+}
+
+/* one data packet of q at q->snd_nxt; 0 if sent */
+static int send_data(int fd, struct qp *q, uint64_t now)
+{
+	static uint8_t buf[MAX_PKT];
+	struct msg *m = msg_of(q, q->snd_nxt);
+	uint32_t i = q->snd_nxt - m->first;
+	uint32_t payload = i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
+	struct bth h = { .opcode = write_opcode(i, m->npkts), .dest_qp = q->peer_qpn,
+			 .psn = q->snd_nxt, .ackreq = i + 1 == m->npkts };
+	size_t len = ROCE_BTH_LEN + payload + ROCE_ICRC_LEN;
+	double wire = (double)(payload + WIRE_OVERHEAD) * 8;
+	uint64_t gap;
+
+	bth_put(buf, &h);
+	if (send_pkt(fd, q, buf, len, 1) < 0)
+		return -1;
+	q->tx_pkts++;
+	q->tx_bytes += payload;
+	q->tx_wire_interval += payload + WIRE_OVERHEAD;
+	if ((int32_t)(q->snd_nxt - q->high) < 0)
+		q->retx_pkts++;
+	q->snd_nxt++;
+	if ((int32_t)(q->snd_nxt - q->high) > 0)
+		q->high = q->snd_nxt;
+	/* a late wake-up may catch up by at most BURST_PKTS packets: the limiter banks no
+	 * more credit than that while the loop was late or the QP idle */
+	gap = (uint64_t)(wire * 1e9 / q->rate_bps);
+	if (q->next_tx_ns + BURST_PKTS * gap < now)
+		q->next_tx_ns = now - BURST_PKTS * gap;
+	q->next_tx_ns += gap;
+	return 0;
+}
+
+static void ack_progress(struct qp *q, uint32_t upto, uint64_t now)
+{
+	if ((int32_t)(upto - q->snd_una) <= 0)
+		return;
+	q->snd_una = upto;
+	q->progress_ns = now;
+	if ((int32_t)(q->snd_nxt - q->snd_una) < 0)
+		q->snd_nxt = q->snd_una;
+	for (int j = q->msg_lo; j >= 0 && j < q->msg_hi; j++) {
+		struct msg *m = &msgs[j];
+
+		if (!m->end_ns && j < q->msg_lo + q->posted &&
+		    (int32_t)(q->snd_una - (m->first + m->npkts)) >= 0)
+			m->end_ns = now;
+	}
+}
+
+static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t now)
+{
+	struct bth h;
+	struct qp *q;
+
+	if (bth_get(buf, len, &h) < 0 || !(q = qp_by_qpn(h.dest_qp)))
+		return;
+	if (op_is_data(h.opcode)) {
+		uint32_t psn = psn_unwrap(h.psn, q->epsn);
+		size_t payload = len - ROCE_BTH_LEN - ROCE_ICRC_LEN;
+		int32_t d = (int32_t)(psn - q->epsn);
+
+		if (len < ROCE_BTH_LEN + ROCE_ICRC_LEN)
+			return;
+		if (drop_every && ++q->seen % drop_every == 0) {
+			q->test_drops++;
+			return;
+		}
+		if ((tos & 0x3) == 0x3) {
+			q->ce_rx++;
+			if (now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) {
+				send_ctrl(fd, q, OP_CNP, 0, 0);
+				q->cnps_tx++;
+				q->last_cnp_ns = now;
+			}
+		}
+		if (d == 0) {
+			q->epsn++;
+			q->rx_pkts++;
+			q->rx_bytes += payload;
+			q->nak_sent = 0;
+			if (h.opcode == OP_WRITE_LAST || h.opcode == OP_WRITE_ONLY ||
+			    h.opcode == OP_SEND_LAST || h.opcode == OP_SEND_ONLY)
+				q->msn++;
+			if (++q->since_ack >= ack_every || h.ackreq) {
+				send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1);
+				q->acks_tx++;
+				q->since_ack = 0;
+			}
+		} else if (d > 0) {      /* a gap: one NAK, then silence until it fills */
+			q->ooo_drops++;
+			if (!q->nak_sent) {
+				send_ctrl(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn);
+				q->naks_tx++;
+				q->nak_sent = 1;
+			}
+		} else {                 /* a duplicate: acknowledged again */
+			q->dup_pkts++;
+			send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1);
+			q->acks_tx++;
+		}
+	} else if (h.opcode == OP_ACK && len >= ROCE_BTH_LEN + ROCE_AETH_LEN) {
+		uint32_t psn = psn_unwrap(h.psn, q->snd_una);
+		uint8_t syn = buf[ROCE_BTH_LEN];
+
+		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ) {
+			q->naks_rx++;
+			ack_progress(q, psn, now);       /* all before it arrived */
+			if ((int32_t)(psn - q->snd_una) >= 0 && (int32_t)(q->snd_nxt - psn) > 0)
+				q->snd_nxt = psn;         /* go back to it */
+		} else if ((syn & 0xe0) == 0) {
+			q->acks_rx++;
+			ack_progress(q, psn + 1, now);
+		}
+	} else if (h.opcode == OP_CNP) {
+		q->cnps_rx++;
+	}
+}
+
+static void write_out(const char *path, uint64_t t0, double t0_unix)
+{
+	FILE *f = fopen(path, "w");
+	struct rusage ru;
+
+	if (!f)
+		die("cannot write the output");
+	getrusage(RUSAGE_SELF, &ru);
+	fprintf(f, "{\"t0_unix\": %.6f, \"mtu\": %u, \"eagain\": %llu,\n", t0_unix, mtu,
+		(unsigned long long)eagain);
+	fprintf(f, " \"cpu_s\": %.6f,\n \"qps\": [",
+		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+		ru.ru_stime.tv_usec / 1e6);
+	for (int i = 0; i < nqps; i++) {
+		struct qp *q = &qps[i];
+
+		fprintf(f, "%s\n  {\"qpn\": %u, \"peer_qpn\": %u, \"line_mbps\": %.3f, "
+			"\"tx_pkts\": %llu, \"tx_bytes\": %llu, \"retx_pkts\": %llu, "
+			"\"rx_pkts\": %llu, \"rx_bytes\": %llu, \"ooo_drops\": %llu, "
+			"\"dup_pkts\": %llu, \"acks_tx\": %llu, \"acks_rx\": %llu, "
+			"\"naks_tx\": %llu, \"naks_rx\": %llu, \"cnps_tx\": %llu, "
+			"\"cnps_rx\": %llu, \"ce_rx\": %llu, \"timeouts\": %llu, "
+			"\"test_drops\": %llu}", i ? "," : "", q->qpn, q->peer_qpn,
+			q->line_bps / 1e6,
+			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
+			(unsigned long long)q->retx_pkts, (unsigned long long)q->rx_pkts,
+			(unsigned long long)q->rx_bytes, (unsigned long long)q->ooo_drops,
+			(unsigned long long)q->dup_pkts, (unsigned long long)q->acks_tx,
+			(unsigned long long)q->acks_rx, (unsigned long long)q->naks_tx,
+			(unsigned long long)q->naks_rx, (unsigned long long)q->cnps_tx,
+			(unsigned long long)q->cnps_rx, (unsigned long long)q->ce_rx,
+			(unsigned long long)q->timeouts, (unsigned long long)q->test_drops);
+	}
+	fprintf(f, "],\n \"msgs\": [");
+	for (int j = 0; j < nmsgs; j++) {
+		struct msg *m = &msgs[j];
+
+		fprintf(f, "%s\n  [%u, %llu, %.3f, %.3f]", j ? "," : "", m->qpn,
+			(unsigned long long)m->bytes, m->start_ns / 1e3,
+			m->end_ns ? (m->end_ns - t0) / 1e3 : -1.0);
+	}
+	fprintf(f, "],\n \"samples\": [");
+	for (size_t k = 0; k < nsamples; k++)
+		fprintf(f, "%s\n  [%u, %.3f, %.3f, %.3f]", k ? "," : "", samples[k].qpn,
+			(samples[k].t_ns - t0) / 1e3, samples[k].rate_mbps, samples[k].tx_mbps);
+	fprintf(f, "]}\n");
+	if (fclose(f))
+		die("cannot write the output");
+}
+
+static void take_samples(uint64_t now)
+{
+	for (int i = 0; i < nqps; i++) {
+		struct qp *q = &qps[i];
+
+		if (q->msg_lo < 0)
+			continue;             /* a responder only */
+		if (nsamples == cap_samples) {
+			cap_samples = cap_samples ? 2 * cap_samples : 1024;
+			samples = realloc(samples, cap_samples * sizeof(*samples));
+			if (!samples)
+				die("out of memory");
+		}
+		samples[nsamples++] = (struct sample){
+			.qpn = q->qpn, .t_ns = now, .rate_mbps = q->rate_bps / 1e6,
+			.tx_mbps = q->tx_wire_interval * 8 / (sample_ns / 1e3) };
+		q->tx_wire_interval = 0;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct timespec wall;
+	uint64_t t0, next_sample, done_ns = 0;
+	int fd, one = 1, bufsize = 4 << 20;
+	double t0_unix;
+
+	if (argc != 3)
+		die("usage: tbroce CONFIG OUT.json");
+	read_config(argv[1]);
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&bind_addr, sizeof(bind_addr)))
+		die("cannot bind the RoCE port");
+	/* the socket buffers are the NIC's rings: deep enough that the host's scheduler, not
+	 * the engine, is what a loaded machine shows (forced beyond rmem_max as root) */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof(bufsize));
+	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	clock_gettime(CLOCK_REALTIME, &wall);
+	t0 = now_ns();
+	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
+	next_sample = t0 + sample_ns;
+	for (int i = 0; i < nqps; i++)
+		qps[i].next_tx_ns = qps[i].progress_ns = t0;
+	printf("ready\n");
+	fflush(stdout);
+
+	while (!stop) {
+		uint64_t now = now_ns(), wake = now + 100000000ull;
+		int busy = 0, pending = 0;
+		struct timespec ts;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		for (;;) {           /* everything that has arrived */
+			uint8_t buf[MAX_PKT];
+			char cbuf[CMSG_SPACE(sizeof(int))];
+			struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+					     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+			struct cmsghdr *cm;
+			ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
+			int tos = 0;
+
+			if (n < 0)
+				break;
+			for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+				if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS)
+					tos = *(uint8_t *)CMSG_DATA(cm);
+			on_packet(fd, buf, (size_t)n, tos, now);
+		}
+		now = now_ns();
+		for (int i = 0; i < nqps; i++) {
+			struct qp *q = &qps[i];
+
+			while (q->msg_lo >= 0 && q->msg_lo + q->posted < q->msg_hi &&
+			       t0 + msgs[q->msg_lo + q->posted].start_ns <= now) {
+				struct msg *m = &msgs[q->msg_lo + q->posted++];
+
+				q->snd_end = m->first + m->npkts;
+				if (q->snd_una == q->snd_nxt)
+					q->progress_ns = now;
+			}
+			if (q->msg_lo >= 0 && q->msg_lo + q->posted < q->msg_hi) {
+				uint64_t at = t0 + msgs[q->msg_lo + q->posted].start_ns;
+
+				pending = 1;
+				if (at < wake)
+					wake = at;
+			}
+			if (q->snd_una != q->snd_end)
+				pending = 1;
+			/* a retransmission timeout: back to the oldest unacknowledged */
+			if (q->snd_una != q->snd_nxt && now - q->progress_ns > rto_ns) {
+				q->timeouts++;
+				q->snd_nxt = q->snd_una;
+				q->progress_ns = now;
+			}
+			if (q->snd_nxt != q->snd_end && !tx_blocked) {
+				if (q->next_tx_ns <= now) {
+					if (send_data(fd, q, now) == 0)
+						busy = 1;
+				}
+				if (q->next_tx_ns < wake)
+					wake = q->next_tx_ns;
+			} else if (q->snd_una != q->snd_nxt &&
+				   q->progress_ns + rto_ns + 1 < wake) {
+				wake = q->progress_ns + rto_ns + 1;
+			}
+		}
+		if (now >= next_sample) {
+			take_samples(now);
+			next_sample += sample_ns;
+		}
+		if (next_sample < wake)
+			wake = next_sample;
+		if (nmsgs && !pending) {
+			if (!done_ns)
+				done_ns = now;
+			if (now - done_ns >= linger_ns)
+				break;
+			if (done_ns + linger_ns < wake)
+				wake = done_ns + linger_ns;
+		}
+		if (end_after_ns) {
+			if (now - t0 >= end_after_ns)
+				break;
+			if (t0 + end_after_ns < wake)
+				wake = t0 + end_after_ns;
+		}
+		if (busy)
+			continue;
+		now = now_ns();
+		if (wake <= now)
+			continue;
+		ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
+		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
+		if (tx_blocked)
+			p.events |= POLLOUT;
+		if (ppoll(&p, 1, &ts, NULL) > 0 && (p.revents & POLLOUT))
+			tx_blocked = 0;
+	}
+	take_samples(now_ns());
+	write_out(argv[2], t0, t0_unix);
+	return 0;
+}
