@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from testbed.workloads import roce
+from testbed.workloads.roce.cc import Dcqcn
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -54,15 +55,17 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
-def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0):
+def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=None):
     """A's QP 7 writes `sizes` to B's QP 9 on loopback; both results."""
     binary = roce.build()
     pa, pb = free_udp_port(), free_udp_port()
-    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000)
+    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
+                    dcqcn=dcqcn, link_mbps=line_mbps)
     a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=line_mbps)
     for i, n in enumerate(sizes):
         a.write(7, start_us=i * 1000, nbytes=n)
-    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, drop_every=drop_every)
+    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, drop_every=drop_every,
+                    ce_every=ce_every, dcqcn=dcqcn, link_mbps=line_mbps)
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=line_mbps)
     rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
                            str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
@@ -118,6 +121,94 @@ def test_go_back_n_recovers_what_the_receiver_drops(tmp_path):
         qb["dup_pkts"]
     assert qb["rx_pkts"] == sum(-(-n // a.mtu) for n in sizes)
     assert all(m.end_us is not None for m in a.messages)
+
+
+DCQCN_TEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "dcqcn.h"
+int main(int argc, char **argv)
+{
+    struct dcqcn_params p = { .g = 1.0 / 256, .alpha_ns = 55000, .timer_ns = 55000,
+                              .byte_counter = 10000000, .f = 5, .rai_bps = 40e6,
+                              .rhai_bps = 200e6, .min_bps = 100e6, .line_bps = 40e9 };
+    struct dcqcn d;
+    uint64_t t = 0;
+    int events = atoi(argv[1]);
+    dcqcn_init(&d, &p, 0);
+    printf("%.1f %llu\n", d.rc, (unsigned long long)dcqcn_next_ns(&d));
+    dcqcn_on_cnp(&d, &p, 0);
+    printf("%.1f %.1f %.12f\n", d.rc, d.rt, d.alpha);
+    for (int i = 0; i < events; i++) {
+        t += 55000;
+        dcqcn_on_time(&d, &p, t);
+        printf("%.1f %.1f %.12f %u\n", d.rc, d.rt, d.alpha, d.stage);
+    }
+    dcqcn_on_sent(&d, &p, 25000000);     /* two and a half byte counters */
+    printf("%.1f %.1f %u %u\n", d.rc, d.rt, d.b_stage, d.stage);
+    return 0;
+}
+"""
+
+
+def dcqcn_reference(events: int):
+    """The same rules written out (ns3-rdma's): the CNP, then timer events."""
+    g, line, f = 1 / 256, 40e9, 5
+    alpha = (1 - g) * 1 + g
+    rc, rt = line * (1 - alpha / 2), line
+    rows = [(rc, rt, alpha)]
+    t_stage, stage = 0, 1
+    for _ in range(events):
+        alpha *= 1 - g                      # no CNP in the period
+        t_stage += 1
+        if stage == 1 and t_stage < f:
+            pass                            # fast recovery: Rt stays
+        else:                               # the byte stage is 0 < F: additive
+            rt += 40e6
+            stage = 2
+        rc = min(rc / 2 + rt / 2, line)
+        rows.append((rc, rt, alpha, stage))
+    return rows
+
+
+def test_dcqcn_follows_its_authors_code(tmp_path):
+    """The reaction point's arithmetic (dcqcn.h, the engine's own) against the rules: the
+    first CNP halves the rate (alpha 1), F timer events of fast recovery close half the gap
+    to the target each, then additive increase; alpha decays by (1 - g) per period; byte
+    counter events count in their own stage."""
+    cc = shutil.which("clang-14") or shutil.which("clang") or shutil.which("cc")
+    (tmp_path / "t.c").write_text(DCQCN_TEST)
+    subprocess.run([cc, "-O2", "-I", str(roce.SOURCE_DIR), "-o", str(tmp_path / "t"),
+                    str(tmp_path / "t.c")], check=True)
+    lines = subprocess.run([str(tmp_path / "t"), "8"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert lines[0].split() == ["40000000000.0", str(2**64 - 1)]   # idle until a CNP
+    ref = dcqcn_reference(8)
+    got = [tuple(float(x) for x in line.split()) for line in lines[1:10]]
+    assert got[0] == pytest.approx(ref[0], rel=1e-9)
+    for g_row, r_row in zip(got[1:], ref[1:]):
+        assert g_row == pytest.approx(r_row, rel=1e-9)
+    assert got[4][0] == pytest.approx(40e9 - 20e9 / 16, rel=1e-9)   # 4 halvings of the gap
+    rc, rt, b_stage, stage = lines[10].split()
+    assert int(b_stage) == 2 and int(stage) == 2          # additive: b_stage < F
+    assert float(rt) == pytest.approx(ref[-1][1] + 2 * 40e6, rel=1e-9)
+
+
+def test_dcqcn_on_loopback_cuts_on_cnps_and_recovers(tmp_path):
+    """Every 50th packet taken as CE-marked: the receiver sends at most one CNP per
+    interval (50 us at 40 Gb/s: 10 ms at 200 Mb/s), each CNP cuts the rate, the timers
+    raise it again, and the transfer completes with every byte once."""
+    sizes = [1_000_000]
+    a, b = transfer(tmp_path, sizes, ce_every=50, dcqcn=Dcqcn())
+    qa, qb = a.qps[7], b.qps[9]
+    assert qb["rx_bytes"] == sum(sizes)
+    assert qb["ce_rx"] > 0 and qb["cnps_tx"] > 0
+    assert qa["cnps_rx"] == qa["dcqcn_cuts"] == qb["cnps_tx"]
+    fct_us = a.messages[0].fct_us
+    assert qb["cnps_tx"] <= fct_us / 10_000 + 1
+    rates = [r for _, _, r, _ in a.samples]
+    assert min(rates) < 200.0 and any(y > x for x, y in zip(rates, rates[1:]))
+    assert qa["dcqcn_increases"] > 0 and 0 < qa["alpha"] <= 1
 
 
 def test_bad_configs_are_refused():

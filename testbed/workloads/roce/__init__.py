@@ -21,9 +21,10 @@ from pathlib import Path
 
 from testbed.core.system import TestbedError, run
 from testbed.dataplane.qosplane import BUILD_DIR
+from testbed.workloads.roce.cc import Dcqcn, dcqcn_line
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("engine.c", "roce_wire.h")
+SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h")
 ROCE_PORT = 4791
 ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows
 # what a packet carries besides its payload, on the wire: Ethernet 14, IPv4 20, UDP 8,
@@ -69,6 +70,11 @@ class Engine:
     linger_ms: int = 200
     end_after_ms: int = 0       # 0: when every WRITE is acknowledged
     drop_every: int = 0         # tests: the receiver discards every Nth data packet
+    ce_every: int = 0           # tests: the receiver takes every Nth as CE-marked
+    # DCQCN on every requester QP and as the receiver's CNP interval, scaled to
+    # link_mbps (cc.py); None: every QP at its line rate, CNPs every cnp_interval_us
+    dcqcn: Dcqcn | None = None
+    link_mbps: float = 0.0
     qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -89,10 +95,18 @@ class Engine:
         if self.mtu not in ROCE_MTUS:
             raise ValueError(f"mtu: a RoCE MTU ({', '.join(map(str, ROCE_MTUS))}), "
                              f"got {self.mtu}")
-        lines = [f"bind {self.bind} {self.port}"]
-        lines += [f"{key} {getattr(self, key)}" for key in (
+        values = {key: getattr(self, key) for key in (
             "mtu", "dscp", "ctrl_dscp", "ack_every", "rto_us", "cnp_interval_us",
-            "sample_us", "linger_ms", "end_after_ms", "drop_every")]
+            "sample_us", "linger_ms", "end_after_ms", "drop_every", "ce_every")}
+        lines = [f"bind {self.bind} {self.port}"]
+        if self.dcqcn is not None:
+            if self.link_mbps <= 0:
+                raise ValueError("dcqcn: needs the host's link_mbps to scale to")
+            self.dcqcn.check()
+            scaled = self.dcqcn.scaled(self.link_mbps)
+            values["cnp_interval_us"] = scaled["cnp_interval_us"]
+            lines.append(dcqcn_line(scaled))
+        lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps}" for qpn, peer, port, pq, mbps
                   in self.qps]
         # a QP's WRITEs consecutive, in the order given

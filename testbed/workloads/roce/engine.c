@@ -10,12 +10,15 @@
  * testbed/workloads/roce/__init__.py):
  *   bind IP PORT | mtu BYTES | dscp N | ctrl_dscp N | ack_every PKTS | rto_us US
  *   cnp_interval_us US | sample_us US | linger_ms MS | end_after_ms MS | drop_every N
+ *   ce_every N | dcqcn G ALPHA_NS TIMER_NS BYTE_COUNTER F RAI_BPS RHAI_BPS MIN_BPS
  *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS
  *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start)
  * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
- * drop_every (tests only): the receiver discards every Nth data packet it gets.
+ * drop_every, ce_every (tests only): the receiver discards, or takes as CE-marked, every
+ * Nth data packet it gets. With a dcqcn line, every requester QP's rate is DCQCN's
+ * (dcqcn.h), with parameters already scaled to the link; without, its line rate.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,6 +36,7 @@
 #include <unistd.h>
 
 #include "roce_wire.h"
+#include "dcqcn.h"
 
 #define MAX_QPS 256
 #define MAX_PKT 9216
@@ -74,6 +78,8 @@ struct qp {
 	uint64_t tx_pkts, tx_bytes, retx_pkts, rx_pkts, rx_bytes, ooo_drops, dup_pkts;
 	uint64_t acks_tx, acks_rx, naks_tx, naks_rx, cnps_tx, cnps_rx, ce_rx, timeouts;
 	uint64_t test_drops, tx_wire_interval;
+	struct dcqcn dc;             /* its reaction point, when the engine runs DCQCN */
+	struct dcqcn_params dp;      /* DCQCN's parameters at its line rate */
 };
 
 static struct qp qps[MAX_QPS];
@@ -84,7 +90,9 @@ static struct sample *samples;
 static size_t nsamples, cap_samples;
 
 static struct sockaddr_in bind_addr;
-static uint32_t mtu = 1024, ack_every = 1, drop_every;
+static uint32_t mtu = 1024, ack_every = 1, drop_every, ce_every;
+static int use_dcqcn;
+static struct dcqcn_params dcp;
 static int dscp = 26, ctrl_dscp = 48;
 static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
 static uint64_t linger_ns = 200000000, end_after_ns;
@@ -157,6 +165,17 @@ static void read_config(const char *path)
 				die("bad qp peer address");
 			q->line_bps = q->rate_bps = mbps * 1e6;
 			q->msg_lo = q->msg_hi = -1;
+		} else if (!strcmp(key, "dcqcn")) {
+			unsigned long long an, tn, bc;
+
+			if (sscanf(line, "%*s %lf %llu %llu %llu %u %lf %lf %lf", &dcp.g, &an, &tn,
+				   &bc, &dcp.f, &dcp.rai_bps, &dcp.rhai_bps, &dcp.min_bps) != 8 ||
+			    dcp.g <= 0 || dcp.g > 1 || !an || !tn)
+				die("bad dcqcn line");
+			dcp.alpha_ns = an;
+			dcp.timer_ns = tn;
+			dcp.byte_counter = bc;
+			use_dcqcn = 1;
 		} else if (!strcmp(key, "msg")) {
 			struct msg *m;
 			struct qp *q;
@@ -206,6 +225,8 @@ static void read_config(const char *path)
 				end_after_ns = a * 1000000ull;
 			else if (!strcmp(key, "drop_every"))
 				drop_every = (uint32_t)a;
+			else if (!strcmp(key, "ce_every"))
+				ce_every = (uint32_t)a;
 			else
 				die("unknown config key");
 		} else {
@@ -300,6 +321,10 @@ static int send_data(int fd, struct qp *q, uint64_t now)
 	q->tx_pkts++;
 	q->tx_bytes += payload;
 	q->tx_wire_interval += payload + WIRE_OVERHEAD;
+	if (use_dcqcn) {
+		dcqcn_on_sent(&q->dc, &q->dp, payload + WIRE_OVERHEAD);
+		q->rate_bps = q->dc.rc;
+	}
 	if ((int32_t)(q->snd_nxt - q->high) < 0)
 		q->retx_pkts++;
 	q->snd_nxt++;
@@ -345,10 +370,13 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 
 		if (len < ROCE_BTH_LEN + ROCE_ICRC_LEN)
 			return;
-		if (drop_every && ++q->seen % drop_every == 0) {
+		q->seen++;
+		if (drop_every && q->seen % drop_every == 0) {
 			q->test_drops++;
 			return;
 		}
+		if (ce_every && q->seen % ce_every == 0)
+			tos |= 0x3;          /* tests: as if the switch had marked it */
 		if ((tos & 0x3) == 0x3) {
 			q->ce_rx++;
 			if (now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) {
@@ -397,6 +425,10 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 	} else if (h.opcode == OP_CNP) {
 		q->cnps_rx++;
+		if (use_dcqcn && q->msg_lo >= 0) {
+			dcqcn_on_cnp(&q->dc, &q->dp, now);
+			q->rate_bps = q->dc.rc;
+		}
 	}
 }
 
@@ -422,7 +454,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"dup_pkts\": %llu, \"acks_tx\": %llu, \"acks_rx\": %llu, "
 			"\"naks_tx\": %llu, \"naks_rx\": %llu, \"cnps_tx\": %llu, "
 			"\"cnps_rx\": %llu, \"ce_rx\": %llu, \"timeouts\": %llu, "
-			"\"test_drops\": %llu}", i ? "," : "", q->qpn, q->peer_qpn,
+			"\"test_drops\": %llu, \"dcqcn_cuts\": %llu, \"dcqcn_increases\": %llu, "
+			"\"alpha\": %.6f}", i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
 			(unsigned long long)q->retx_pkts, (unsigned long long)q->rx_pkts,
@@ -431,7 +464,9 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			(unsigned long long)q->acks_rx, (unsigned long long)q->naks_tx,
 			(unsigned long long)q->naks_rx, (unsigned long long)q->cnps_tx,
 			(unsigned long long)q->cnps_rx, (unsigned long long)q->ce_rx,
-			(unsigned long long)q->timeouts, (unsigned long long)q->test_drops);
+			(unsigned long long)q->timeouts, (unsigned long long)q->test_drops,
+			(unsigned long long)q->dc.cuts, (unsigned long long)q->dc.increases,
+			use_dcqcn ? q->dc.alpha : 0.0);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int j = 0; j < nmsgs; j++) {
@@ -495,8 +530,14 @@ int main(int argc, char **argv)
 	t0 = now_ns();
 	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
 	next_sample = t0 + sample_ns;
-	for (int i = 0; i < nqps; i++)
+	for (int i = 0; i < nqps; i++) {
 		qps[i].next_tx_ns = qps[i].progress_ns = t0;
+		if (use_dcqcn) {
+			qps[i].dp = dcp;
+			qps[i].dp.line_bps = qps[i].line_bps;
+			dcqcn_init(&qps[i].dc, &qps[i].dp, t0);
+		}
+	}
 	printf("ready\n");
 	fflush(stdout);
 
@@ -544,6 +585,12 @@ int main(int argc, char **argv)
 			}
 			if (q->snd_una != q->snd_end)
 				pending = 1;
+			if (use_dcqcn && q->msg_lo >= 0) {
+				dcqcn_on_time(&q->dc, &q->dp, now);
+				q->rate_bps = q->dc.rc;
+				if (dcqcn_next_ns(&q->dc) < wake)
+					wake = dcqcn_next_ns(&q->dc);
+			}
 			/* a retransmission timeout: back to the oldest unacknowledged */
 			if (q->snd_una != q->snd_nxt && now - q->progress_ns > rto_ns) {
 				q->timeouts++;

@@ -1,0 +1,69 @@
+"""RDMA congestion controls' parameters, kept in their papers' units at the papers' link
+rate and scaled to the emulated link.
+
+A scaled-down fabric keeps an algorithm's dynamics only if its timers and byte counters
+stay the same number of packet times: a timer of T at the reference rate C_ref becomes
+T * C_ref / C at the emulated rate C (same MTU), a byte counter keeps its bytes (the same
+packets), and a rate step keeps its fraction of the line rate. `scaled()` does that and
+the run records both sets of values. Times that follow the round-trip time rather than
+the link rate (none in DCQCN) would need the emulated RTT instead.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Dcqcn:
+    """DCQCN (Zhu et al., SIGCOMM'15) at its reference 40 Gb/s, as the paper and its
+    authors' ns-3 code (bobzhuyb/ns3-rdma) give them: g = 1/256, the alpha timer K = 55 us,
+    the increase timer T = 55 us, the byte counter B = 10 MB, F = 5 fast-recovery steps,
+    R_AI = 40 Mb/s; R_HAI = 200 Mb/s and the 100 Mb/s minimum rate are that code's
+    (the paper's hyper-increase step was not at hand). The receiver's CNP interval,
+    50 us, is the engine's (`cnp_interval_us`)."""
+    ref_gbps: float = 40.0
+    g: float = 1 / 256
+    alpha_us: float = 55.0
+    timer_us: float = 55.0
+    byte_counter: int = 10_000_000
+    f: int = 5
+    rai_mbps: float = 40.0
+    rhai_mbps: float = 200.0
+    min_mbps: float = 100.0
+    cnp_interval_us: float = 50.0
+
+    def check(self, path: str = "dcqcn") -> None:
+        if not 0 < self.g <= 1:
+            raise ValueError(f"{path}.g: in (0, 1], got {self.g}")
+        for name in ("ref_gbps", "alpha_us", "timer_us", "rai_mbps", "rhai_mbps",
+                     "min_mbps", "cnp_interval_us"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        if self.byte_counter < 0 or self.f < 1:
+            raise ValueError(f"{path}: byte_counter >= 0 and f >= 1 "
+                             f"(got {self.byte_counter}, {self.f})")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        """The engine's values at `link_mbps`: times in ns (and the CNP interval in us),
+        rates in b/s."""
+        time = self.ref_gbps * 1000 / link_mbps     # one reference packet time, in ours
+        rate = link_mbps / (self.ref_gbps * 1000)   # a fraction of the reference line
+        return {"g": self.g, "alpha_ns": round(self.alpha_us * 1000 * time),
+                "timer_ns": round(self.timer_us * 1000 * time),
+                "byte_counter": self.byte_counter, "f": self.f,
+                "rai_bps": self.rai_mbps * 1e6 * rate, "rhai_bps": self.rhai_mbps * 1e6 * rate,
+                "min_bps": self.min_mbps * 1e6 * rate,
+                "cnp_interval_us": max(1, round(self.cnp_interval_us * time))}
+
+    def record(self, link_mbps: float) -> dict:
+        """Both sets of values, for the results."""
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,
+                "scaled": self.scaled(link_mbps)}
+
+
+def dcqcn_line(scaled: dict[str, float]) -> str:
+    """The engine's config line for DCQCN (engine.c)."""
+    s = scaled
+    return (f"dcqcn {s['g']!r} {int(s['alpha_ns'])} {int(s['timer_ns'])} "
+            f"{int(s['byte_counter'])} {int(s['f'])} {s['rai_bps']!r} {s['rhai_bps']!r} "
+            f"{s['min_bps']!r}")
