@@ -15,6 +15,7 @@ from . import (
                permutation,
                pfc_victim,
                priority,
+               rdma,
                reachability,
                training,
 )
@@ -29,6 +30,7 @@ EXPERIMENTS: dict[str, Experiment] = register(
     priority.EXPERIMENT,
     incast.EXPERIMENT,
     pfc_victim.EXPERIMENT,
+    rdma.EXPERIMENT,
     training.EXPERIMENT,
     parallel.EXPERIMENT,
     jobs.EXPERIMENT,

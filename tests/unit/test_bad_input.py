@@ -18,6 +18,8 @@ from .test_spec_jobs import BAD_JOBS
 from .test_spec_jobs import spec as jobs_spec
 from .test_spec_parallel import BAD_PARALLEL
 from .test_spec_parallel import spec as parallel_spec
+from .test_spec_rdma import BAD_RDMA
+from .test_spec_rdma import spec as rdma_spec
 from .test_spec_training import BAD_TRAINING
 from .test_spec_training import spec as training_spec
 
@@ -183,6 +185,7 @@ CORPUS: list[tuple[str | bytes, str]] = (
     + [(text(parallel_spec(**fields)), message) for fields, message in BAD_PARALLEL]
     + [(text(training_spec(**fields)), message) for fields, message in BAD_TRAINING]
     + [(text(jobs_spec(**fields)), message) for fields, message in BAD_JOBS]
+    + [(text(rdma_spec(**fields)), message) for fields, message in BAD_RDMA]
     + HARD_EDGES)
 
 

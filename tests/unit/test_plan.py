@@ -42,6 +42,8 @@ MEASURED_CPU_BOUND = {
     "permutation_survey": False, "circuits_hybrid": False, "training_survey": False,
     # measured 2026-11-25 on FiConn(4, 1), DCell(4, 1) and MDCube: no phase flagged
     "permutation_relay_fair": False,
+    # measured 2026-11-26: neither phase flagged (workers' and engines' CPU 0.2-0.3 s)
+    "rdma_dcqcn": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE: dict[str, str] = {}

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from testbed.workloads import roce
-from testbed.workloads.roce.cc import Dcqcn
+from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -98,8 +98,8 @@ def test_a_transfer_is_paced_at_the_line_rate_and_complete(tmp_path):
     # 200 Mb/s less the limiter's two packets of credit, and no interval carried more
     first = a.messages[0]
     packets = -(-first.nbytes // a.mtu)
-    ideal_us = (first.nbytes + packets * roce.WIRE_OVERHEAD) * 8 / 200.0
-    assert first.fct_us >= ideal_us - 2 * (a.mtu + roce.WIRE_OVERHEAD) * 8 / 200.0, (
+    ideal_us = (first.nbytes + packets * WIRE_OVERHEAD) * 8 / 200.0
+    assert first.fct_us >= ideal_us - 2 * (a.mtu + WIRE_OVERHEAD) * 8 / 200.0, (
         first.fct_us, ideal_us)
     assert max(tx for _, _, _, tx in a.samples) <= 200.0 * 1.1
     assert qb["acks_tx"] == qa["acks_rx"] > 0

@@ -21,15 +21,11 @@ from pathlib import Path
 
 from testbed.core.system import TestbedError, run
 from testbed.dataplane.qosplane import BUILD_DIR
-from testbed.workloads.roce.cc import Dcqcn, dcqcn_line
+from testbed.workloads.model.rdma import ROCE_MTUS, Dcqcn, dcqcn_line
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h")
 ROCE_PORT = 4791
-ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows
-# what a packet carries besides its payload, on the wire: Ethernet 14, IPv4 20, UDP 8,
-# BTH 12, ICRC 4 (engine.c's WIRE_OVERHEAD)
-WIRE_OVERHEAD = 14 + 20 + 8 + 12 + 4
 
 
 def build() -> Path:
@@ -69,10 +65,12 @@ class Engine:
     sample_us: int = 1000
     linger_ms: int = 200
     end_after_ms: int = 0       # 0: when every WRITE is acknowledged
+    start_at_unix: float = 0.0  # engines on many hosts start together (0: at once)
+    exit_when_done: bool = True  # False: print "done" and serve on until SIGTERM
     drop_every: int = 0         # tests: the receiver discards every Nth data packet
     ce_every: int = 0           # tests: the receiver takes every Nth as CE-marked
     # DCQCN on every requester QP and as the receiver's CNP interval, scaled to
-    # link_mbps (cc.py); None: every QP at its line rate, CNPs every cnp_interval_us
+    # link_mbps (workloads/model/rdma.py); None: every QP at its line rate, CNPs every cnp_interval_us
     dcqcn: Dcqcn | None = None
     link_mbps: float = 0.0
     qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
@@ -98,6 +96,9 @@ class Engine:
         values = {key: getattr(self, key) for key in (
             "mtu", "dscp", "ctrl_dscp", "ack_every", "rto_us", "cnp_interval_us",
             "sample_us", "linger_ms", "end_after_ms", "drop_every", "ce_every")}
+        if self.start_at_unix:
+            values["start_at_unix"] = f"{self.start_at_unix:.6f}"
+        values["exit_when_done"] = int(self.exit_when_done)
         lines = [f"bind {self.bind} {self.port}"]
         if self.dcqcn is not None:
             if self.link_mbps <= 0:

@@ -16,10 +16,10 @@
  *   on the first event after a CNP, a target above 10 Rc is divided by 8 instead;
  *   Rc never exceeds the line rate.
  *
- * ns3-rdma updates alpha before the cut, as here; the paper's pseudo-code cuts first.
+ * ns3-rdma updates alpha before the cut, and so does this.
  * Pure arithmetic on the state and `now` (ns): the engine calls it and the unit tests run
- * the very code. The parameters arrive scaled to the emulated link (cc.py keeps them in
- * the paper's units). */
+ * the very code. The parameters arrive scaled to the emulated link
+ * (testbed/workloads/model/rdma.py keeps them in the paper's units). */
 #ifndef DCQCN_H
 #define DCQCN_H
 

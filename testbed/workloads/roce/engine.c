@@ -11,6 +11,9 @@
  *   bind IP PORT | mtu BYTES | dscp N | ctrl_dscp N | ack_every PKTS | rto_us US
  *   cnp_interval_us US | sample_us US | linger_ms MS | end_after_ms MS | drop_every N
  *   ce_every N | dcqcn G ALPHA_NS TIMER_NS BYTE_COUNTER F RAI_BPS RHAI_BPS MIN_BPS
+ *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
+ *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
+ *                                      run on, a responder for others, until told)
  *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS
  *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start)
  * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
@@ -96,6 +99,8 @@ static struct dcqcn_params dcp;
 static int dscp = 26, ctrl_dscp = 48;
 static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
 static uint64_t linger_ns = 200000000, end_after_ns;
+static double start_at_unix;
+static int exit_when_done = 1;       /* 0: run until told, saying "done" when done */
 static uint64_t eagain;
 static int tx_blocked;               /* the host's queue refused a send: wait for POLLOUT */
 static volatile sig_atomic_t stop;
@@ -176,6 +181,9 @@ static void read_config(const char *path)
 			dcp.timer_ns = tn;
 			dcp.byte_counter = bc;
 			use_dcqcn = 1;
+		} else if (!strcmp(key, "start_at_unix")) {
+			if (sscanf(line, "%*s %lf", &start_at_unix) != 1)
+				die("bad start_at_unix line");
 		} else if (!strcmp(key, "msg")) {
 			struct msg *m;
 			struct qp *q;
@@ -227,6 +235,8 @@ static void read_config(const char *path)
 				drop_every = (uint32_t)a;
 			else if (!strcmp(key, "ce_every"))
 				ce_every = (uint32_t)a;
+			else if (!strcmp(key, "exit_when_done"))
+				exit_when_done = (int)a;
 			else
 				die("unknown config key");
 		} else {
@@ -526,6 +536,15 @@ int main(int argc, char **argv)
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
+	printf("ready\n");
+	fflush(stdout);
+	if (start_at_unix > 0) {
+		struct timespec at = { .tv_sec = (time_t)start_at_unix,
+			.tv_nsec = (long)((start_at_unix - (double)(time_t)start_at_unix) * 1e9) };
+
+		while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) == EINTR && !stop)
+			;
+	}
 	clock_gettime(CLOCK_REALTIME, &wall);
 	t0 = now_ns();
 	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
@@ -538,8 +557,6 @@ int main(int argc, char **argv)
 			dcqcn_init(&qps[i].dc, &qps[i].dp, t0);
 		}
 	}
-	printf("ready\n");
-	fflush(stdout);
 
 	while (!stop) {
 		uint64_t now = now_ns(), wake = now + 100000000ull;
@@ -616,11 +633,14 @@ int main(int argc, char **argv)
 		if (next_sample < wake)
 			wake = next_sample;
 		if (nmsgs && !pending) {
-			if (!done_ns)
+			if (!done_ns) {
 				done_ns = now;
-			if (now - done_ns >= linger_ns)
+				printf("done\n");
+				fflush(stdout);
+			}
+			if (exit_when_done && now - done_ns >= linger_ns)
 				break;
-			if (done_ns + linger_ns < wake)
+			if (exit_when_done && done_ns + linger_ns < wake)
 				wake = done_ns + linger_ns;
 		}
 		if (end_after_ns) {

@@ -12,6 +12,25 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows (payload bytes)
+# a RoCEv2 packet's headers inside the IP MTU: IPv4 20, UDP 8, BTH 12, ICRC 4
+ROCE_OVERHEAD = 20 + 8 + 12 + 4
+# and on the wire, where the switches' rates count it: Ethernet 14 more
+WIRE_OVERHEAD = 14 + ROCE_OVERHEAD
+
+
+def wire_bytes(size_bytes: int, mtu: int) -> int:
+    """What a WRITE of `size_bytes` puts on each link: its payload and every packet's
+    headers."""
+    return size_bytes + -(-size_bytes // mtu) * WIRE_OVERHEAD
+
+
+def ideal_fct_us(size_bytes: int, mtu: int, bottleneck_mbps: float,
+                 base_rtt_s: float | None) -> float:
+    """A WRITE's completion time alone on its path: its bytes on the wire at the slowest
+    link, and one base round trip (the last packet out and its ACK back; HPCC's ideal)."""
+    return wire_bytes(size_bytes, mtu) * 8 / bottleneck_mbps + (base_rtt_s or 0.0) * 1e6
+
 
 @dataclass(frozen=True)
 class Dcqcn:
@@ -25,7 +44,7 @@ class Dcqcn:
     g: float = 1 / 256
     alpha_us: float = 55.0
     timer_us: float = 55.0
-    byte_counter: int = 10_000_000
+    byte_counter_bytes: int = 10_000_000
     f: int = 5
     rai_mbps: float = 40.0
     rhai_mbps: float = 200.0
@@ -39,9 +58,9 @@ class Dcqcn:
                      "min_mbps", "cnp_interval_us"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
-        if self.byte_counter < 0 or self.f < 1:
-            raise ValueError(f"{path}: byte_counter >= 0 and f >= 1 "
-                             f"(got {self.byte_counter}, {self.f})")
+        if self.byte_counter_bytes < 0 or self.f < 1:
+            raise ValueError(f"{path}: byte_counter_bytes >= 0 and f >= 1 "
+                             f"(got {self.byte_counter_bytes}, {self.f})")
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
         """The engine's values at `link_mbps`: times in ns (and the CNP interval in us),
@@ -50,7 +69,7 @@ class Dcqcn:
         rate = link_mbps / (self.ref_gbps * 1000)   # a fraction of the reference line
         return {"g": self.g, "alpha_ns": round(self.alpha_us * 1000 * time),
                 "timer_ns": round(self.timer_us * 1000 * time),
-                "byte_counter": self.byte_counter, "f": self.f,
+                "byte_counter": self.byte_counter_bytes, "f": self.f,
                 "rai_bps": self.rai_mbps * 1e6 * rate, "rhai_bps": self.rhai_mbps * 1e6 * rate,
                 "min_bps": self.min_mbps * 1e6 * rate,
                 "cnp_interval_us": max(1, round(self.cnp_interval_us * time))}

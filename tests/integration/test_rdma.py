@@ -1,0 +1,53 @@
+"""RDMA through the fabric: the RoCE engine's WRITEs across a leaf-spine's lossless class.
+One flow alone at the line rate completes within 5% of its ideal with every byte once; two
+flows into one uplink under PFC alone lose nothing in the switches (the pauses hold them),
+and under DCQCN the CNPs of marked packets cut their rates. Short flows; tolerances per
+assertion."""
+from .helpers import rows, run
+
+LEAFSPINE = {"kind": "leafspine", "params": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+                                             "host_rate": 100, "uplink_rate": 100}}
+
+
+def spec(name, flows, schemes):
+    return {"name": name, "topology": LEAFSPINE, "links": {"mtu_bytes": 9000},
+            "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": schemes,
+                             "flows": flows, "timeout_s": 60}]}
+
+
+def test_one_flow_alone_completes_at_the_line_rate(tmp_path):
+    out, summary = run(tmp_path, spec("it-rdma-one", [
+        {"src": "h1", "dst": "h3", "size_bytes": 6_000_000}], ["none"]))
+    (row,) = rows(out, "rdma_flows.csv")
+    assert int(row["rx_bytes"]) == 6_000_000, row
+    assert row["cpu_bound"] == "False", row
+    # alone on its path: within 5% of its bytes on the wire at 100 Mb/s plus a base RTT
+    assert 0.97 <= float(row["slowdown"]) <= 1.05, row
+    assert int(row["retx_pkts"]) == int(row["timeouts"]) == int(row["naks"]) == 0, row
+    assert int(row["switch_drops"]) == 0, row
+    assert not summary.get("warnings"), summary.get("warnings")
+
+
+def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
+    flows = [{"src": "h1", "dst": "h3", "size_bytes": 8_000_000},
+             {"src": "h2", "dst": "h4", "size_bytes": 8_000_000}]
+    out, summary = run(tmp_path, spec("it-rdma-two", flows, ["none", "dcqcn"]))
+    by = {(r["scheme"], r["flow"]): r for r in rows(out, "rdma_flows.csv")}
+    for scheme in ("none", "dcqcn"):
+        for flow in ("0", "1"):
+            r = by[(scheme, flow)]
+            assert int(r["rx_bytes"]) == 8_000_000, r
+            assert r["cpu_bound"] == "False", r
+            assert int(r["switch_drops"]) == 0, r          # lossless: PFC, enough headroom
+    # PFC alone: both at the line rate into one 100 Mb/s uplink, so the switches pause
+    assert int(by[("none", "0")]["pauses"]) > 0
+    assert int(by[("none", "0")]["rate_cuts"]) == 0
+    # DCQCN: marks become CNPs, at most one per 20 ms per QP, and each cuts the rate
+    for flow in ("0", "1"):
+        r = by[("dcqcn", flow)]
+        assert int(r["cnps"]) > 0 and int(r["rate_cuts"]) == int(r["cnps"]), r
+        assert int(r["cnps"]) <= float(r["fct_us"]) / 20_000 + 1, r
+    # sharing the uplink, neither finishes in less than the two flows' bytes take together
+    for scheme in ("none", "dcqcn"):
+        last = max(float(by[(scheme, f)]["fct_us"]) for f in ("0", "1"))
+        assert last >= 0.95 * 2 * int(by[(scheme, "0")]["wire_bytes"]) * 8 / 100, scheme

@@ -1,0 +1,104 @@
+"""The rdma experiment's spec, its pure parts (the ideal completion time, DCQCN's scaling,
+how flows become queue pairs) and its analysis."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.experiments import rdma
+from testbed.spec import SpecError, loads
+from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, ideal_fct_us, wire_bytes
+from topologies import leafspine
+
+FLOWS = [{"src": "h1", "dst": "h3", "size_bytes": 1_000_000},
+         {"src": "h2", "dst": "h4", "size_bytes": 500_000, "start_ms": 100}]
+
+
+def spec(**fields):
+    return {"name": "r", "topology": {"kind": "leafspine", "params": {
+        "spines": 1, "leaves": 2, "hosts_per_leaf": 2, "host_rate": 100,
+        "uplink_rate": 50}}, "links": {"mtu_bytes": 9000},
+        "experiments": [{"type": "rdma", **({"flows": FLOWS} | fields)}]}
+
+
+BAD_RDMA = [
+    ({"flows": []}, "experiments[0].flows: at least one flow"),
+    ({"flows": [{"src": "h1", "dst": "h9", "size_bytes": 10}]},
+     "experiments[0].flows[0].dst: no host 'h9'"),
+    ({"flows": [{"src": "h1", "dst": "h1", "size_bytes": 10}]},
+     "experiments[0].flows[0]: src and dst are the same host"),
+    ({"flows": [{"src": "h1", "dst": "h2", "size_bytes": 0}]},
+     "experiments[0].flows[0]: size_bytes >= 1"),
+    ({"schemes": ["dcqcn", "swift"]}, "experiments[0].schemes[1]: one of none, dcqcn"),
+    ({"roce_mtu": 1500}, "experiments[0].roce_mtu: a RoCE MTU"),
+    ({"dscp": 64}, "experiments[0].dscp: a DSCP in 1..63"),
+    ({"ctrl_dscp": 26}, "experiments[0].ctrl_dscp: must differ from dscp"),
+    ({"dcqcn": {"g": 2}}, "experiments[0].dcqcn.g: in (0, 1]"),
+    ({"dcqcn": {"timer_us": 0}}, "experiments[0].dcqcn.timer_us: must be > 0"),
+    ({"dcqcn": {"f": 0}}, "experiments[0].dcqcn: byte_counter_bytes >= 0 and f >= 1"),
+    ({"xon_bytes": 50000}, "experiments[0].xon_bytes: must be below xoff_bytes"),
+]
+
+
+@pytest.mark.parametrize("fields,message", BAD_RDMA)
+def test_bad_rdma_specs_name_the_field(fields, message):
+    with pytest.raises(SpecError) as err:
+        loads(spec(**fields))
+    assert message in str(err.value)
+
+
+def test_a_roce_mtu_must_fit_the_links():
+    data = spec(roce_mtu=4096)
+    data["links"] = {"mtu_bytes": 1500}
+    with pytest.raises(SpecError, match=r"roce_mtu: 4096 B of payload and 44 B of headers "
+                                        r"do not fit links.mtu_bytes 1500"):
+        loads(data)
+
+
+def test_ideal_fct_is_the_wire_bytes_at_the_bottleneck_and_one_rtt():
+    assert WIRE_OVERHEAD == 58
+    assert wire_bytes(10_000, 4096) == 10_000 + 3 * 58
+    assert ideal_fct_us(10_000, 4096, 100.0, 0.002) == pytest.approx(
+        (10_000 + 174) * 8 / 100 + 2000)
+    assert ideal_fct_us(4096, 4096, 10.0, None) == pytest.approx((4096 + 58) * 8 / 10)
+
+
+def test_dcqcn_scales_by_packet_times():
+    """At 100 Mb/s a packet takes 400x as long as at the paper's 40 Gb/s: 55 us become
+    22 ms, the CNP interval 20 ms; rate steps keep their share of the line; the byte
+    counter keeps its bytes. The record holds both."""
+    s = Dcqcn().scaled(100.0)
+    assert s["timer_ns"] == s["alpha_ns"] == 22_000_000
+    assert s["cnp_interval_us"] == 20_000
+    assert s["rai_bps"] == pytest.approx(100e3) and s["rhai_bps"] == pytest.approx(500e3)
+    assert s["min_bps"] == pytest.approx(250e3)
+    assert s["byte_counter"] == 10_000_000 and s["g"] == 1 / 256
+    rec = Dcqcn().record(100.0)
+    assert rec["paper"]["timer_us"] == 55.0 and rec["scaled"] == s
+
+
+def test_flows_become_queue_pairs_at_both_ends():
+    exp = loads(spec())[0].experiments[0]
+    topo = leafspine(spines=1, leaves=2, hosts_per_leaf=2, host_rate=100, uplink_rate=50)
+    engines = rdma.engines_for(exp, topo, "dcqcn", start_at=1234.5)
+    assert set(engines) == {"h1", "h2", "h3", "h4"}
+    h1, h3 = engines["h1"].text(), engines["h3"].text()
+    assert f"qp 1 {topo.host('h3').ip} 4791 1 100.0" in h1
+    assert f"qp 1 {topo.host('h1').ip} 4791 1 100.0" in h3
+    assert "msg 1 0 1000000" in h1 and "msg" not in h3
+    assert "msg 2 100000 500000" in engines["h2"].text()
+    assert "start_at_unix 1234.500000" in h1 and "exit_when_done 0" in h1
+    assert h1.startswith(f"bind {topo.host('h1').ip} 4791\ndcqcn ")
+    assert "dcqcn" not in rdma.engines_for(exp, topo, "none", 0)["h1"].text()
+    # the path's slowest link: a 50 Mb/s uplink between 100 Mb/s hosts
+    assert rdma.bottleneck_mbps(topo, "h1", "h3") == 50
+    assert rdma.bottleneck_mbps(topo, "h1", "h2") == 100
+
+
+def test_analyse_warns_of_lost_bytes():
+    rows = [{"scheme": "dcqcn", "flow": 0, "fct_us": 100.0, "slowdown": 1.2, "rx_bytes": 10,
+             "size_bytes": 10, "pauses": 0, "switch_drops": 0},
+            {"scheme": "dcqcn", "flow": 1, "fct_us": None, "slowdown": None, "rx_bytes": 5,
+             "size_bytes": 10, "pauses": 0, "switch_drops": 0}]
+    headline, warnings = rdma.analyse(rows)
+    assert headline["dcqcn_complete"] == "1/2" and headline["dcqcn_slowdown_median"] == 1.2
+    assert warnings == ["rdma dcqcn: flow 1 received 5 of 10 bytes"]
