@@ -97,9 +97,12 @@ def demand(load: Load, cap: Capacity = REFERENCE) -> Demand:
     rated = fluid_rates(load.topo, load.flows)
     pps = sum(rate * 1e6 / 8 / load.mtu * hops for rate, hops in rated) \
         * cap.packets_per_segment
-    first = _verdict(load, pps, cap, 1)
+    # the RoCE engines send and receive each data packet themselves (no TCP segmentation)
+    engine_cores = sum(rate * 1e6 / 8 / load.mtu for rate, _ in rated) * cap.roce_pkt_s \
+        if load.roce else 0.0
+    first = _verdict(load, pps, cap, 1, engine_cores)
     servers = next((n for n in range(1, 4097)
-                    if _verdict(load, pps, cap, n)[0] == "fits"), 4096)
+                    if _verdict(load, pps, cap, n, engine_cores)[0] == "fits"), 4096)
     return Demand(load.label, len(load.flows), round(sum(r for r, _ in rated), 1), round(pps),
                   first[1], round(first[2], 3), load.trainers, round(first[3], 3),
                   round(first[4], 2), servers, first[0])
@@ -113,17 +116,17 @@ def trainer_cpu_s(load: Load, cap: Capacity) -> float:
             + cap.trainer_per_step_s * load.steps)
 
 
-def _verdict(load: Load, pps: float, cap: Capacity, servers: int
+def _verdict(load: Load, pps: float, cap: Capacity, servers: int, engine_cores: float = 0.0
              ) -> tuple[str, str, float, float, float]:
     """(verdict, OVS's, communication share, wait share, busy cores) on each of `servers`
-    servers sharing the load evenly."""
+    servers sharing the load evenly; `engine_cores`: the RoCE engines' CPU, all servers'."""
     usable = cap.cores * (1 - MACHINE_IDLE_MEAN_MIN)
     if load.comm_s is None:  # flows throughout: OVS's queueing decides
         fits, bound = cap.ovs_pps(load.mtu)
         per_server = pps / servers
         ovs = "CPU-bound" if per_server >= bound else "marginal" if per_server > fits \
             else "fits"
-        cores = cap.network_cores if load.flows else 0.0
+        cores = (cap.network_cores if load.flows else 0.0) + engine_cores / servers
         verdict = "CPU-bound" if ovs == "CPU-bound" or cores > usable else ovs
         return verdict, ovs, 1.0, 0.0, cores
     # Iterations: the runner's phase also holds the workers' start, so OVS's median queue

@@ -38,6 +38,7 @@ class Capacity:
     rank_per_mb_s: float             # a parallel rank's CPU per MB it sends (its tensors)
     wait_factor: float               # the share of the all-at-once wait trainers wait
     latency_s: float                 # a message's one-way latency through the fabric
+    roce_pkt_s: float                # the RoCE engines' CPU per data packet, both ends
 
     def ovs_pps(self, mtu: int) -> tuple[float, float]:
         """(fits, bound) at this MTU: linear in per-packet time between the measured MTUs,
@@ -63,10 +64,12 @@ class Capacity:
 # estimate. A parallel rank (emulated compute, 8 data-parallel ranks of GPT-2 small x0.01
 # at 20 Mb/s) spent 35-41 ms per iteration sending 3.28 MB: 10.5 ms per MB besides the base
 # and its 14 ring steps, its tensors' work included. The latency is not the bench's: half
-# the idle Leaf-Spine path RTT of the reachability table (0.99 ms).
+# the idle Leaf-Spine path RTT of the reachability table (0.99 ms). The RoCE engines of
+# `rdma_dcqcn.yaml` (4096-byte packets, about 3,000 a second per flow) spent 43-47 us of
+# CPU per data packet between the sender's and the receiver's (ACKs and pacing included).
 REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
                      network_cores=1.1, compute_cores=1.55, step_overhead=1.2,
                      trainer_base_s=0.00094, trainer_per_mb_s=0.00312,
                      trainer_per_step_s=0.000185, rank_per_mb_s=0.0105, wait_factor=0.55,
-                     latency_s=0.0005)
+                     latency_s=0.0005, roce_pkt_s=47e-6)

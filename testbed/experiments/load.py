@@ -39,6 +39,7 @@ class Load:
     steps: int = 0                                     # steps of its collectives
     parallel: bool = False                             # ranks of the parallel worker
     links_judged: bool = False  # the runner forgives waits behind busy links (training rings)
+    roce: bool = False          # the flows are the RoCE engine's: its CPU per packet counts
 
 
 # An experiment type's load model: `loads(spec, topo, exp, cap)`, the phases of one of its

@@ -21,6 +21,7 @@ from testbed.results.plots import pyplot, save, several_experiments, title
 from testbed.workloads.model.rdma import (
     ROCE_MTUS,
     ROCE_OVERHEAD,
+    WIRE_OVERHEAD,
     Dcqcn,
     ideal_fct_us,
     wire_bytes,
@@ -190,7 +191,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             out.warnings.append(f"{label}: flows still running after {exp.timeout_s} s")
     ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
-    out.headline, warnings = analyse(rows)
+    out.headline, warnings = analyse(rows, rate_rows)
     out.warnings += warnings
     return out
 
@@ -238,7 +239,7 @@ def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
         fct = msg.fct_us
         rows.append({
             "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst,
-            "size_bytes": f.size_bytes, "start_ms": f.start_ms,
+            "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
             "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": round(ideal, 1),
             "slowdown": None if fct is None else round(fct / ideal, 4),
             "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
@@ -248,7 +249,8 @@ def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
             "naks": got["naks_tx"], "ooo_drops": got["ooo_drops"], "ce_marked": got["ce_rx"],
             "cnps": got["cnps_tx"], "rate_cuts": sent["dcqcn_cuts"],
-            "engine_cpu_s": round(res.cpu_s, 4)})
+            "engine_cpu_s": round(res.cpu_s, 4),
+            "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
 
 
@@ -257,7 +259,57 @@ def median(values: Iterator[float] | list[float]) -> float | None:
     return round(statistics.median(v), 4) if v else None
 
 
-def analyse(rows: list[dict]) -> tuple[dict, list[str]]:
+def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: float = 0.1,
+                  tolerance: float = 0.1) -> float | None:
+    """How long after the last flow joined every flow's sending rate, averaged over
+    windows of `window_s`, came within `tolerance` of an equal share of the bottleneck and
+    stayed there until the first flow finished: the start of the first such window (0:
+    from the first window on, to this resolution); None when they never settled or never
+    ran together. Meant for flows that share one bottleneck (the slowest
+    `bottleneck_mbps` of the flows)."""
+    mine = [r for r in rows if r["scheme"] == scheme and r["fct_us"] is not None]
+    if len(mine) < 2:
+        return None
+    join = max(float(r["start_ms"]) / 1e3 for r in mine)
+    end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
+    share = min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
+    n_windows = int((end - join) / window_s + 1e-9)
+    if n_windows < 1:
+        return None
+    ok = []
+    for k in range(n_windows):
+        lo, hi = join + k * window_s, join + (k + 1) * window_s
+        means = []
+        for r in mine:
+            tx = [x[4] for x in rates if x[0] == scheme and x[1] == r["flow"]
+                  and lo <= x[2] < hi]
+            means.append(sum(tx) / len(tx) if tx else 0.0)
+        ok.append(all(abs(m - share) <= tolerance * share for m in means))
+    for k in range(n_windows):
+        if all(ok[k:]):
+            return round(k * window_s, 3)
+    return None
+
+
+def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[float]:
+    """Each flow's mean sending rate while every flow ran, as a share of an equal split of
+    the bottleneck (1.0: its fair share); empty when they never ran together."""
+    mine = [r for r in rows if r["scheme"] == scheme and r["fct_us"] is not None]
+    if len(mine) < 2:
+        return []
+    join = max(float(r["start_ms"]) / 1e3 for r in mine)
+    end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
+    share = min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
+    out = []
+    for r in mine:
+        tx = [x[4] for x in rates if x[0] == scheme and x[1] == r["flow"] and join <= x[2] < end]
+        if not tx:
+            return []
+        out.append(round(sum(tx) / len(tx) / share, 3))
+    return out
+
+
+def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, list[str]]:
     """Per scheme: how many flows completed, their slowdowns, pauses and drops; a warning
     for a flow that lost bytes or did not complete."""
     headline: dict = {}
@@ -270,6 +322,16 @@ def analyse(rows: list[dict]) -> tuple[dict, list[str]]:
         headline[f"{scheme}_slowdown_max"] = max((r["slowdown"] for r in done), default=None)
         headline[f"{scheme}_pauses"] = mine[0]["pauses"]
         headline[f"{scheme}_switch_drops"] = mine[0]["switch_drops"]
+        shares = shared_shares(rates or [], rows, scheme)
+        if shares:
+            headline[f"{scheme}_share_of_fair"] = shares
+        conv = convergence_s(rates or [], rows, scheme)
+        if conv is not None:
+            # one packet's time at the bottleneck: the time in the units of a scaled fabric
+            pkt_s = (int(mine[0]["roce_mtu"]) + WIRE_OVERHEAD) * 8 / (
+                min(float(r["bottleneck_mbps"]) for r in mine) * 1e6)
+            headline[f"{scheme}_converged_s"] = conv
+            headline[f"{scheme}_converged_pkt_times"] = round(conv / pkt_s)
         for r in mine:
             if r["rx_bytes"] != r["size_bytes"]:
                 warnings.append(f"rdma {scheme}: flow {r['flow']} received {r['rx_bytes']} "
@@ -301,10 +363,10 @@ def plot_rates(rows: list[dict], plots: Path) -> Path:
 
 
 def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load]:
-    """For `testbed plan`: every flow at once, in RoCE-MTU packets (the engine's own CPU
-    is not priced yet)."""
+    """For `testbed plan`: every flow at once, in RoCE-MTU packets, with the engines' CPU
+    per packet."""
     yield Load("rdma flows", rated(spec, topo), exp.roce_mtu + ROCE_OVERHEAD,
-               [(f.src, f.dst) for f in exp.flows])
+               [(f.src, f.dst) for f in exp.flows], roce=True)
 
 
 EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads, plots={"rdma_rates.csv": plot_rates})

@@ -90,6 +90,23 @@ def test_a_continuous_load_is_cpu_bound_past_what_ovs_forwards_and_split_over_se
     assert small.packets_per_s / small.servers <= fits < small.packets_per_s / (small.servers - 1)
 
 
+def test_the_roce_engines_cpu_per_packet_is_priced():
+    """The same flows carried by the RoCE engine cost its CPU per data packet besides the
+    network's: 8 flows of 1068-byte packets at 30 Mb/s through one switch, 28,000 a
+    second, which OVS forwards, are 1.3 cores of engines, more than the machine has beside
+    the network's; in 4140-byte packets they fit."""
+    topo = nonblocking(16, 30)
+    flows = [(f"h{i + 1}", f"h{i + 9}") for i in range(8)]
+    tcp = demand(Load("tcp", topo, 1068, flows))
+    small = demand(Load("roce", topo, 1068, flows, roce=True))
+    big = demand(Load("roce", topo, 4140, flows, roce=True))
+    engines = 8 * 30e6 / 8 / 1068 * REFERENCE.roce_pkt_s
+    assert tcp.verdict == "fits" and small.ovs == "fits"
+    assert small.cores == pytest.approx(tcp.cores + engines, abs=0.01)
+    assert small.verdict == "CPU-bound" and small.servers == 2
+    assert big.verdict == "fits" and big.cores < small.cores
+
+
 def test_trainers_wait_for_cores_when_more_want_one_than_there_are():
     topo = nonblocking(16, 1000)
     hosts = [f"h{i + 1}" for i in range(16)]

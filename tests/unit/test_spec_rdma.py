@@ -102,3 +102,27 @@ def test_analyse_warns_of_lost_bytes():
     headline, warnings = rdma.analyse(rows)
     assert headline["dcqcn_complete"] == "1/2" and headline["dcqcn_slowdown_median"] == 1.2
     assert warnings == ["rdma dcqcn: flow 1 received 5 of 10 bytes"]
+
+
+def test_convergence_and_shares_from_the_rates():
+    """Two flows on a 100 Mb/s bottleneck, the second joining at 1 s: their sending rates
+    at 58/42 for the first 0.3 s together, then 50/50 until the first ends at 2 s."""
+    rows = [{"scheme": "s", "flow": f, "start_ms": start, "fct_us": 2e6 - start * 1e3,
+             "bottleneck_mbps": 100.0, "roce_mtu": 4096} for f, start in ((0, 0.0), (1, 1000.0))]
+    rates = []
+    for k in range(400):                       # every 5 ms
+        t = k * 0.005
+        if t < 1.0:
+            rates.append(["s", 0, t, 100.0, 100.0])
+            continue
+        a = 58.0 if t < 1.29 else 50.0   # clear of the window edge
+        rates += [["s", 0, t, a, a], ["s", 1, t, 100 - a, 100 - a]]
+    assert rdma.convergence_s(rates, rows, "s") == 0.3
+    assert rdma.convergence_s(rates, rows, "s", tolerance=0.2) == 0.0
+    assert rdma.shared_shares(rates, rows, "s") == [pytest.approx(1.046, abs=0.002),
+                                                    pytest.approx(0.954, abs=0.002)]
+    headline, _ = rdma.analyse([dict(r, slowdown=1.0, rx_bytes=1, size_bytes=1, pauses=0,
+                                      switch_drops=0) for r in rows], rates)
+    # 0.3 s at 100 Mb/s in packets of 4096 + 58 bytes: 903 packet times
+    assert headline["s_converged_s"] == 0.3 and headline["s_converged_pkt_times"] == 903
+    assert rdma.convergence_s(rates, rows[:1], "s") is None    # one flow: nothing to share
