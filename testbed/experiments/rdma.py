@@ -344,7 +344,8 @@ def plot_rates(rows: list[dict], plots: Path) -> Path:
     per scheme."""
     plt = pyplot()
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    fig, axes = plt.subplots(len(schemes), 1, figsize=(8, 2.6 * len(schemes)), squeeze=False)
+    fig, axes = plt.subplots(len(schemes), 1, figsize=(8, 1.4 + 2.6 * len(schemes)),
+                             squeeze=False)
     several = several_experiments(rows)
     for ax, scheme in zip(axes[:, 0], schemes):
         mine = [r for r in rows if r["scheme"] == scheme]
