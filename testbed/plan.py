@@ -43,6 +43,10 @@ from testbed.experiments.trainers.model import CPU_WAIT_SHARE_LIMIT, LINK_BUSY_B
 from topologies.graph import shortest_paths
 from topologies.model import Topology
 
+# the RoCE engine acknowledges every data packet (its ack_every is 1): two packets enter
+# the switches for each one of data, where TCP's measured share is packets_per_segment
+ROCE_PACKETS_PER_DATA = 2.0
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -95,8 +99,8 @@ def fluid_rates(topo: Topology, flows: list[Flow]) -> list[tuple[float, float]]:
 
 def demand(load: Load, cap: Capacity = REFERENCE) -> Demand:
     rated = fluid_rates(load.topo, load.flows)
-    pps = sum(rate * 1e6 / 8 / load.mtu * hops for rate, hops in rated) \
-        * cap.packets_per_segment
+    per_data = ROCE_PACKETS_PER_DATA if load.roce else cap.packets_per_segment
+    pps = sum(rate * 1e6 / 8 / load.mtu * hops for rate, hops in rated) * per_data
     # the RoCE engines send and receive each data packet themselves (no TCP segmentation)
     engine_cores = sum(rate * 1e6 / 8 / load.mtu for rate, _ in rated) * cap.roce_pkt_s \
         if load.roce else 0.0

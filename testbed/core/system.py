@@ -39,11 +39,16 @@ def batch_input(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+ROUTE_STATE_WORDS = frozenset({"linkdown", "dead", "offload", "trap", "offload_failed",
+                               "rt_offload", "rt_trap", "rt_offload_failed", "pervasive"})
+
+
 def route_with_initcwnd(route: str, segments: int) -> str:
     """An IP_BATCH line that gives a route, as `ip -o route show` prints it, an initial
     congestion window: the options go before a multipath route's nexthops, and -o's
     backslashes between those go."""
-    words = route.replace("\\", " ").split()
+    # what `ip` prints about a route's state but does not take back
+    words = [w for w in route.replace("\\", " ").split() if w not in ROUTE_STATE_WORDS]
     if "initcwnd" in words:  # already set: replaced
         i = words.index("initcwnd")
         del words[i:i + 2]

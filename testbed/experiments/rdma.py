@@ -17,6 +17,7 @@ from testbed.config.loader import SpecError
 from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
+from testbed.core.errors import TestbedError
 from testbed.results.plots import pyplot, save, several_experiments, title
 from testbed.workloads.model.rdma import (
     ROCE_MTUS,
@@ -82,6 +83,8 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.flows[{i}]: src and dst are the same host")
             if f.size_bytes < 1 or f.start_ms < 0:
                 raise SpecError(f"{path}.flows[{i}]: size_bytes >= 1 and start_ms >= 0")
+        if not self.schemes:
+            raise SpecError(f"{path}.schemes: at least one of {', '.join(RDMA_SCHEMES)}")
         for j, s in enumerate(self.schemes):
             if s not in RDMA_SCHEMES:
                 raise SpecError(f"{path}.schemes[{j}]: one of {', '.join(RDMA_SCHEMES)} "
@@ -163,6 +166,12 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 while time.time() < deadline and not all(
                         "done" in (folder / f"{h}.log").read_text().split()
                         for h in requesters):
+                    dead = [h for h, p in procs.items() if p.poll() is not None]
+                    if dead:       # the engines serve until stopped: one that ended failed
+                        fab.stop_processes(list(procs.values()))
+                        log = (folder / f"{dead[0]}.log").read_text().strip()[-500:]
+                        raise TestbedError(f"{label}: the RoCE engine of {dead[0]} ended "
+                                           f"early: {log}")
                     time.sleep(0.1)
                 timed_out = time.time() >= deadline
                 time.sleep(0.05)               # the last ACKs' way back
@@ -267,9 +276,9 @@ def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: fl
     from the first window on, to this resolution); None when they never settled or never
     ran together. Meant for flows that share one bottleneck (the slowest
     `bottleneck_mbps` of the flows)."""
-    mine = [r for r in rows if r["scheme"] == scheme and r["fct_us"] is not None]
-    if len(mine) < 2:
-        return None
+    mine = [r for r in rows if r["scheme"] == scheme]
+    if len(mine) < 2 or any(r["fct_us"] is None for r in mine):
+        return None       # an unfinished flow would change the share the others had
     join = max(float(r["start_ms"]) / 1e3 for r in mine)
     end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
     share = min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
@@ -294,8 +303,8 @@ def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: fl
 def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[float]:
     """Each flow's mean sending rate while every flow ran, as a share of an equal split of
     the bottleneck (1.0: its fair share); empty when they never ran together."""
-    mine = [r for r in rows if r["scheme"] == scheme and r["fct_us"] is not None]
-    if len(mine) < 2:
+    mine = [r for r in rows if r["scheme"] == scheme]
+    if len(mine) < 2 or any(r["fct_us"] is None for r in mine):
         return []
     join = max(float(r["start_ms"]) / 1e3 for r in mine)
     end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)

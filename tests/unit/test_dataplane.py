@@ -105,3 +105,6 @@ def test_initial_window_on_a_route_as_ip_prints_it():
         "weight 1 nexthop via 10.0.0.3 dev h1-eth1 weight 1")
     assert route_with_initcwnd("10.0.1.0/24 dev h1-eth1 initcwnd 10", 2) == (
         "route change 10.0.1.0/24 dev h1-eth1 initcwnd 2")
+    # a port down: `ip` prints linkdown, which it does not take back
+    assert route_with_initcwnd("10.0.1.0/24 dev h1-eth1 scope link linkdown", 2) == (
+        "route change 10.0.1.0/24 dev h1-eth1 scope link initcwnd 2")

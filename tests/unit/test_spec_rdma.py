@@ -36,6 +36,9 @@ BAD_RDMA = [
     ({"dcqcn": {"timer_us": 0}}, "experiments[0].dcqcn.timer_us: must be > 0"),
     ({"dcqcn": {"f": 0}}, "experiments[0].dcqcn: byte_counter_bytes >= 0 and f >= 1"),
     ({"xon_bytes": 50000}, "experiments[0].xon_bytes: must be below xoff_bytes"),
+    ({"schemes": []}, "experiments[0].schemes: at least one of none, dcqcn"),
+    ({"dcqcn": {"byte_counter_bytes": 10}},
+     "experiments[0].dcqcn.byte_counter_bytes: 0 (none) or at least 1024"),
 ]
 
 

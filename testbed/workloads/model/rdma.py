@@ -61,14 +61,17 @@ class Dcqcn:
         if self.byte_counter_bytes < 0 or self.f < 1:
             raise ValueError(f"{path}: byte_counter_bytes >= 0 and f >= 1 "
                              f"(got {self.byte_counter_bytes}, {self.f})")
+        if 0 < self.byte_counter_bytes < 1024:
+            raise ValueError(f"{path}.byte_counter_bytes: 0 (none) or at least 1024 "
+                             f"(got {self.byte_counter_bytes})")
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
         """The engine's values at `link_mbps`: times in ns (and the CNP interval in us),
         rates in b/s."""
         time = self.ref_gbps * 1000 / link_mbps     # one reference packet time, in ours
         rate = link_mbps / (self.ref_gbps * 1000)   # a fraction of the reference line
-        return {"g": self.g, "alpha_ns": round(self.alpha_us * 1000 * time),
-                "timer_ns": round(self.timer_us * 1000 * time),
+        return {"g": self.g, "alpha_ns": max(1, round(self.alpha_us * 1000 * time)),
+                "timer_ns": max(1, round(self.timer_us * 1000 * time)),
                 "byte_counter": self.byte_counter_bytes, "f": self.f,
                 "rai_bps": self.rai_mbps * 1e6 * rate, "rhai_bps": self.rhai_mbps * 1e6 * rate,
                 "min_bps": self.min_mbps * 1e6 * rate,

@@ -13,7 +13,8 @@
  *     else, either stage < F:            additive: Rt += R_AI, then Rc <- (Rt + Rc) / 2
  *     else (both >= F, or hyper once):  hyper: Rt += (min stage - F + 1) R_HAI, Rc as above;
  *                                        in hyper, the timer and byte counter run at half
- *   on the first event after a CNP, a target above 10 Rc is divided by 8 instead;
+ *   on an event while either stage is 1 (the first after a CNP), a target above 10 Rc is
+ *   divided by 8 instead;
  *   Rc never exceeds the line rate.
  *
  * ns3-rdma updates alpha before the cut, and so does this.

@@ -15,7 +15,8 @@
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
  *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS
- *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start)
+ *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start;
+ *                                      after the mtu line and its qp line, a QP's in order)
  * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
@@ -103,6 +104,7 @@ static double start_at_unix;
 static int exit_when_done = 1;       /* 0: run until told, saying "done" when done */
 static uint64_t eagain;
 static int tx_blocked;               /* the host's queue refused a send: wait for POLLOUT */
+static uint64_t unblocked_ns;        /* when it last took sends again */
 static volatile sig_atomic_t stop;
 
 static uint64_t now_ns(void)
@@ -283,17 +285,20 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &tos, sizeof(int));
 	if (sendmsg(fd, &mh, MSG_DONTWAIT) < 0) {
-		if (errno == EAGAIN || errno == ENOBUFS) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
 			eagain++;
 			tx_blocked = 1;
 			return -1;
 		}
+		if (!data)
+			return -1;
 		die("sendmsg failed");
 	}
 	return 0;
 }
 
-static void send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
+/* an ACK, NAK or CNP; 0 if it went (the host's queue may refuse it, as it may data) */
+static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
 {
 	uint8_t buf[ROCE_BTH_LEN + ROCE_CNP_PAD + ROCE_ICRC_LEN] = { 0 };
 	struct bth h = { .opcode = opcode, .dest_qp = q->peer_qpn, .psn = psn,
@@ -309,7 +314,7 @@ static void send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, ui
 		aeth_put(buf + ROCE_BTH_LEN, syndrome, q->msn);
 		len = ROCE_BTH_LEN + ROCE_AETH_LEN + ROCE_ICRC_LEN;
 	}
-	send_pkt(fd, q, buf, len, 0);
+	return send_pkt(fd, q, buf, len, 0);
 }
 
 /* one data packet of q at q->snd_nxt; 0 if sent */
@@ -389,9 +394,9 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			tos |= 0x3;          /* tests: as if the switch had marked it */
 		if ((tos & 0x3) == 0x3) {
 			q->ce_rx++;
-			if (now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) {
-				send_ctrl(fd, q, OP_CNP, 0, 0);
-				q->cnps_tx++;
+			if ((now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) &&
+			    send_ctrl(fd, q, OP_CNP, 0, 0) == 0) {
+				q->cnps_tx++;        /* one that could not go: the next mark retries */
 				q->last_cnp_ns = now;
 			}
 		}
@@ -403,22 +408,21 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			if (h.opcode == OP_WRITE_LAST || h.opcode == OP_WRITE_ONLY ||
 			    h.opcode == OP_SEND_LAST || h.opcode == OP_SEND_ONLY)
 				q->msn++;
-			if (++q->since_ack >= ack_every || h.ackreq) {
-				send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1);
-				q->acks_tx++;
+			if ((++q->since_ack >= ack_every || h.ackreq) &&
+			    send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1) == 0) {
+				q->acks_tx++;        /* one that could not go: the next packet's covers it */
 				q->since_ack = 0;
 			}
 		} else if (d > 0) {      /* a gap: one NAK, then silence until it fills */
 			q->ooo_drops++;
-			if (!q->nak_sent) {
-				send_ctrl(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn);
-				q->naks_tx++;
+			if (!q->nak_sent && send_ctrl(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn) == 0) {
+				q->naks_tx++;        /* one that could not go: the next gap packet retries */
 				q->nak_sent = 1;
 			}
 		} else {                 /* a duplicate: acknowledged again */
 			q->dup_pkts++;
-			send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1);
-			q->acks_tx++;
+			if (send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1) == 0)
+				q->acks_tx++;
 		}
 	} else if (h.opcode == OP_ACK && len >= ROCE_BTH_LEN + ROCE_AETH_LEN) {
 		uint32_t psn = psn_unwrap(h.psn, q->snd_una);
@@ -495,8 +499,15 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 		die("cannot write the output");
 }
 
+static uint64_t last_sample_ns;
+
+/* each requester QP's rate and what it sent since the last sample, over the real interval */
 static void take_samples(uint64_t now)
 {
+	double interval_us = (now - last_sample_ns) / 1e3;
+
+	if (interval_us <= 0)
+		return;
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
 
@@ -510,9 +521,10 @@ static void take_samples(uint64_t now)
 		}
 		samples[nsamples++] = (struct sample){
 			.qpn = q->qpn, .t_ns = now, .rate_mbps = q->rate_bps / 1e6,
-			.tx_mbps = q->tx_wire_interval * 8 / (sample_ns / 1e3) };
+			.tx_mbps = q->tx_wire_interval * 8 / interval_us };
 		q->tx_wire_interval = 0;
 	}
+	last_sample_ns = now;
 }
 
 int main(int argc, char **argv)
@@ -549,6 +561,7 @@ int main(int argc, char **argv)
 	t0 = now_ns();
 	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
 	next_sample = t0 + sample_ns;
+	last_sample_ns = t0;
 	for (int i = 0; i < nqps; i++) {
 		qps[i].next_tx_ns = qps[i].progress_ns = t0;
 		if (use_dcqcn) {
@@ -608,8 +621,12 @@ int main(int argc, char **argv)
 				if (dcqcn_next_ns(&q->dc) < wake)
 					wake = dcqcn_next_ns(&q->dc);
 			}
-			/* a retransmission timeout: back to the oldest unacknowledged */
-			if (q->snd_una != q->snd_nxt && now - q->progress_ns > rto_ns) {
+			/* a retransmission timeout: back to the oldest unacknowledged. Not while the
+			 * host's queue holds the engine's sends (a pause): that time is not the
+			 * network's, and resending what still waits in the host would double it */
+			if (q->progress_ns < unblocked_ns)
+				q->progress_ns = unblocked_ns;
+			if (!tx_blocked && q->snd_una != q->snd_nxt && now - q->progress_ns > rto_ns) {
 				q->timeouts++;
 				q->snd_nxt = q->snd_una;
 				q->progress_ns = now;
@@ -629,6 +646,8 @@ int main(int argc, char **argv)
 		if (now >= next_sample) {
 			take_samples(now);
 			next_sample += sample_ns;
+			if (next_sample <= now)      /* a stall: no catch-up samples */
+				next_sample = now + sample_ns;
 		}
 		if (next_sample < wake)
 			wake = next_sample;
@@ -658,8 +677,10 @@ int main(int argc, char **argv)
 		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
 		if (tx_blocked)
 			p.events |= POLLOUT;
-		if (ppoll(&p, 1, &ts, NULL) > 0 && (p.revents & POLLOUT))
+		if (ppoll(&p, 1, &ts, NULL) > 0 && (p.revents & POLLOUT)) {
 			tx_blocked = 0;
+			unblocked_ns = now_ns();
+		}
 	}
 	take_samples(now_ns());
 	write_out(argv[2], t0, t0_unix);
