@@ -268,6 +268,19 @@ def median(values: Iterator[float] | list[float]) -> float | None:
     return round(statistics.median(v), 4) if v else None
 
 
+def shared_period(rows: list[dict], scheme: str
+                  ) -> tuple[list[dict], float, float, float] | None:
+    """A scheme's flows, from when the last joined to when the first finished (seconds
+    from the engines' start), and an equal split of the slowest bottleneck among them;
+    None for fewer than two flows or one unfinished (it would change the others' share)."""
+    mine = [r for r in rows if r["scheme"] == scheme]
+    if len(mine) < 2 or any(r["fct_us"] is None for r in mine):
+        return None
+    join = max(float(r["start_ms"]) / 1e3 for r in mine)
+    end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
+    return mine, join, end, min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
+
+
 def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: float = 0.1,
                   tolerance: float = 0.1) -> float | None:
     """How long after the last flow joined every flow's sending rate, averaged over
@@ -276,12 +289,10 @@ def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: fl
     from the first window on, to this resolution); None when they never settled or never
     ran together. Meant for flows that share one bottleneck (the slowest
     `bottleneck_mbps` of the flows)."""
-    mine = [r for r in rows if r["scheme"] == scheme]
-    if len(mine) < 2 or any(r["fct_us"] is None for r in mine):
-        return None       # an unfinished flow would change the share the others had
-    join = max(float(r["start_ms"]) / 1e3 for r in mine)
-    end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
-    share = min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
+    together = shared_period(rows, scheme)
+    if together is None:
+        return None
+    mine, join, end, share = together
     n_windows = int((end - join) / window_s + 1e-9)
     if n_windows < 1:
         return None
@@ -303,12 +314,10 @@ def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: fl
 def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[float]:
     """Each flow's mean sending rate while every flow ran, as a share of an equal split of
     the bottleneck (1.0: its fair share); empty when they never ran together."""
-    mine = [r for r in rows if r["scheme"] == scheme]
-    if len(mine) < 2 or any(r["fct_us"] is None for r in mine):
+    together = shared_period(rows, scheme)
+    if together is None:
         return []
-    join = max(float(r["start_ms"]) / 1e3 for r in mine)
-    end = min(float(r["start_ms"]) / 1e3 + float(r["fct_us"]) / 1e6 for r in mine)
-    share = min(float(r["bottleneck_mbps"]) for r in mine) / len(mine)
+    mine, join, end, share = together
     out = []
     for r in mine:
         tx = [x[4] for x in rates if x[0] == scheme and x[1] == r["flow"] and join <= x[2] < end]
