@@ -65,8 +65,9 @@ class Capacity:
 # at 20 Mb/s) spent 35-41 ms per iteration sending 3.28 MB: 10.5 ms per MB besides the base
 # and its 14 ring steps, its tensors' work included. The latency is not the bench's: half
 # the idle Leaf-Spine path RTT of the reachability table (0.99 ms). The RoCE engines of
-# `rdma_dcqcn.yaml` (4096-byte packets, about 3,000 a second per flow) spent 43-49 us of
-# CPU per data packet between the sender's and the receiver's (ACKs and pacing included).
+# `rdma_dcqcn.yaml` (4096-byte packets, about 3,000 a second per flow) spent 43-48 us of
+# CPU per data packet between the sender's and the receiver's (ACKs and pacing included)
+# with PFC alone, 49-53 us under DCQCN; the plan prices the first.
 REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
                      network_cores=1.1, compute_cores=1.55, step_overhead=1.2,
