@@ -47,7 +47,9 @@ def build_object(source: Path = BPF_SOURCE, defines: dict[str, int] | None = Non
         raise TestbedError("clang is missing (needed for the BPF dataplane); run "
                            "scripts/bootstrap.sh")
     flags = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-    digest = hashlib.sha1(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+    digest = hashlib.sha1(source.read_bytes() + headers + " ".join(flags).encode()
+                          ).hexdigest()[:12]
     obj = BUILD_DIR / f"{source.name.split('.')[0]}-{digest}.o"
     if not obj.exists():
         BUILD_DIR.mkdir(exist_ok=True)
@@ -242,8 +244,9 @@ class QosPlane:
 
     def _fill_maps(self, ports: list[qos.QosPort], pin_dir: Path) -> None:
         maps = {name: Map(str(pin_dir / "maps" / name))
-                for name in ("tb_port_cfg", "tb_rx_cfg", "tb_qcfg")}
+                for name in ("tb_port_cfg", "tb_rx_cfg", "tb_qcfg", "tb_int_rate")}
         here = {p.id for p in ports}
+        table = qos.int_rate_table([self.rate_of(link) for link in self.topo.links])
         try:
             for p in ports:
                 peer = self.ports[p.peer]
@@ -254,6 +257,9 @@ class QosPlane:
                 maps["tb_rx_cfg"].update(self.keys[p.id], qos.RX_CFG.pack(
                     tx, qos.NONE if p.is_host else p.id, peer.switch_index,
                     p.switch_index))
+                if not p.is_host and p.rate_mbps in table:
+                    maps["tb_int_rate"].update(qos.U32.pack(p.id), qos.U32.pack(
+                        1 + table.index(p.rate_mbps)))
                 for c in range(len(self.cfg.classes)):
                     lb, lp = self.limits(p, c)
                     maps["tb_qcfg"].update(qos.U32.pack(qos.slot(p.id, c)),

@@ -257,7 +257,7 @@ def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
             "rx_bytes": got["rx_bytes"], "tx_pkts": sent["tx_pkts"],
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
             "naks": got["naks_tx"], "ooo_drops": got["ooo_drops"], "ce_marked": got["ce_rx"],
-            "cnps": got["cnps_tx"], "rate_cuts": sent["dcqcn_cuts"],
+            "cnps": got["cnps_tx"], "rate_cuts": sent["rate_cuts"],
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows

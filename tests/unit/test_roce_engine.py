@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from testbed.workloads import roce
-from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn
+from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, Hpcc, Timely
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -55,12 +55,14 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
-def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=None):
-    """A's QP 7 writes `sizes` to B's QP 9 on loopback; both results."""
+def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=None,
+             **cc):
+    """A's QP 7 writes `sizes` to B's QP 9 on loopback; both results. `cc`: more of A's
+    Engine settings (its congestion control)."""
     binary = roce.build()
     pa, pb = free_udp_port(), free_udp_port()
     a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
-                    dcqcn=dcqcn, link_mbps=line_mbps)
+                    dcqcn=dcqcn, link_mbps=line_mbps, **cc)
     a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=line_mbps)
     for i, n in enumerate(sizes):
         a.write(7, start_us=i * 1000, nbytes=n)
@@ -204,12 +206,194 @@ def test_dcqcn_on_loopback_cuts_on_cnps_and_recovers(tmp_path):
     qa, qb = a.qps[7], b.qps[9]
     assert qb["rx_bytes"] == sum(sizes)
     assert qb["ce_rx"] > 0 and qb["cnps_tx"] > 0
-    assert qa["cnps_rx"] == qa["dcqcn_cuts"] and 0 < qa["cnps_rx"] <= qb["cnps_tx"]
+    assert qa["cnps_rx"] == qa["rate_cuts"] and 0 < qa["cnps_rx"] <= qb["cnps_tx"]
     fct_us = a.messages[0].fct_us
     assert qb["cnps_tx"] <= fct_us / 10_000 + 1
     rates = [r for _, _, r, _ in a.samples]
     assert min(rates) < 200.0 and any(y > x for x, y in zip(rates, rates[1:]))
-    assert qa["dcqcn_increases"] > 0 and 0 < qa["alpha"] <= 1
+    assert qa["rate_updates"] > 0 and 0 < qa["alpha"] <= 1
+
+
+def compile_c(tmp_path, source: str) -> str:
+    cc = shutil.which("clang-14") or shutil.which("clang") or shutil.which("cc")
+    (tmp_path / "t.c").write_text(source)
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", "-I", str(roce.SOURCE_DIR), "-o",
+                    str(tmp_path / "t"), str(tmp_path / "t.c")], check=True)
+    return str(tmp_path / "t")
+
+
+TIMELY_TEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "timely.h"
+int main(int argc, char **argv)
+{
+    struct timely_params p = { .t_low_ns = 50000, .t_high_ns = 500000, .min_rtt_ns = 20000,
+                               .alpha = 0.875, .beta = 0.8, .delta_bps = 10e6, .hai_n = 5,
+                               .min_bps = 10e6, .line_bps = 10e9 };
+    struct timely t;
+    timely_init(&t, &p);
+    for (int i = 1; i < argc; i += 3) {  /* rtt_ns acked snd_nxt */
+        timely_on_rtt(&t, &p, strtoull(argv[i], 0, 10), atoi(argv[i + 1]), atoi(argv[i + 2]));
+        printf("%.3f %.6f %u\n", t.rate, t.rtt_diff, t.in_a_row);
+    }
+    return 0;
+}
+"""
+
+
+def timely_reference(samples, line=10e9):
+    """The paper's Algorithm 1 written out, once per round trip."""
+    rate, diff, prev, row, next_update, started = line, 0.0, 0, 0, 0, False
+    out = []
+    for rtt, acked, snd_nxt in samples:
+        if started and acked < next_update:
+            out.append((rate, diff, row))
+            continue
+        next_update = snd_nxt
+        if not started:
+            started, prev = True, rtt
+            out.append((rate, diff, row))
+            continue
+        diff = 0.125 * diff + 0.875 * (rtt - prev)
+        prev = rtt
+        grad = diff / 20000
+        if rtt < 50000:
+            rate, row = rate + 10e6, 0
+        elif rtt > 500000:
+            rate, row = rate * (1 - 0.8 * (1 - 500000 / rtt)), 0
+        elif grad <= 0:
+            row += 1
+            rate += (5 if row >= 5 else 1) * 10e6
+        else:
+            rate, row = rate * max(0.0, 1 - 0.8 * grad), 0
+        rate = min(max(rate, 10e6), line)
+        out.append((rate, diff, row))
+    return out
+
+
+def test_timely_follows_the_papers_algorithm(tmp_path):
+    """TIMELY's rate (timely.h, the engine's own) against Algorithm 1: a rising RTT cuts
+    by beta times the normalised gradient, an RTT above T_high by its own rule, falling
+    RTTs add delta and after five in a row five delta; one update per round trip (an ACK
+    below the sequence sent at the last update changes nothing)."""
+    samples = [(100000, 0, 10), (120000, 5, 12), (104000, 10, 20), (600000, 20, 30),
+               (300000, 30, 40), (200000, 40, 50), (150000, 50, 60), (150000, 60, 70),
+               (150000, 70, 80), (140000, 80, 90), (130000, 90, 100), (40000, 100, 110),
+               (900000, 110, 120), (100000, 120, 130)]
+    binary = compile_c(tmp_path, TIMELY_TEST)
+    out = subprocess.run([binary, *(str(x) for s in samples for x in s)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    got = [tuple(float(x) for x in line.split()) for line in out]
+    ref = timely_reference(samples)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert g == pytest.approx(r, rel=1e-9, abs=1e-6)
+    assert got[1] == got[0]                     # the same round trip: no update
+    assert got[2][0] < 10e9 and got[3][0] < got[2][0]
+    assert any(r[2] >= 5 for r in got)          # hyper-active increase reached
+
+
+HPCC_TEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "hpcc.h"
+int main(int argc, char **argv)
+{
+    /* one 100 Mb/s hop, T = 1 ms; argv: per ACK, time_ns tx_bytes qlen_bytes acked snd_nxt */
+    struct hpcc_params p = { .eta = 0.95, .max_stage = 5, .rai_bps = 40e3, .min_bps = 100e3,
+                             .line_bps = 100e6, .base_rtt_ns = 1000000,
+                             .rates_bps = { 10e6, 100e6 } };
+    struct hpcc h;
+    hpcc_init(&h, &p);
+    for (int i = 1; i + 4 < argc; i += 5) {
+        uint64_t hop = INT_HOP(1, strtoull(argv[i], 0, 10), strtoull(argv[i + 1], 0, 10),
+                               strtoull(argv[i + 2], 0, 10));
+        hpcc_on_ack(&h, &p, atoi(argv[i + 3]), atoi(argv[i + 4]), &hop, 1);
+        printf("%.3f %.3f %.9f %u %.1f\n", h.rate, h.rc, h.u, h.stage,
+               hpcc_window_bytes(&h, &p));
+    }
+    uint64_t x = INT_HOP(5, 0x123456789ull, 0x98765432ull, 700000);
+    printf("%u %u %u %u\n", INT_HOP_RATE(x), INT_HOP_TIME(x), INT_HOP_BYTES(x),
+           INT_HOP_QLEN(x));
+    return 0;
+}
+"""
+
+
+def hpcc_reference(acks):
+    """HPCC's per-ACK rules written out for one 100 Mb/s hop, T = 1 ms (HPCC code's
+    UpdateRateHp, one rate), on the records' quantised values."""
+    T, line, eta, rai, stage_max = 1e6, 100e6, 0.95, 40e3, 5
+    u, rc, rate, stage, prev, next_update = 1.0, line, line, 0, None, 0
+    out = []
+    for t, b, q, acked, snd_nxt in acks:
+        cur = ((t >> 7) << 7, (b >> 7) << 7, q // 80 * 80)
+        if prev is None:
+            prev, next_update = cur, snd_nxt
+            out.append((rate, rc, u, stage))
+            continue
+        tau = cur[0] - prev[0]
+        ui = (cur[1] - prev[1]) * 8e9 / tau / line + min(cur[2], prev[2]) * 8e9 / (line * T)
+        prev = cur
+        tau = min(tau, T)
+        u = (u * (T - tau) + ui * tau) / T
+        k = u / eta
+        if k >= 1 or stage >= stage_max:
+            r, st = rc / k + rai, 0
+        else:
+            r, st = rc + rai, stage + 1
+        rate = min(max(r, 100e3), line)
+        if acked >= next_update:
+            rc, stage, next_update = rate, st, snd_nxt
+        out.append((rate, rc, u, stage))
+    return out
+
+
+def test_hpcc_follows_its_code(tmp_path):
+    """HPCC's rate (hpcc.h, the engine's own) from telemetry against its rules: a hop at
+    its line rate with a standing queue has U above eta, so the rate falls by U/eta each
+    round trip; an idle, empty hop raises it by R_AI per ACK until maxStage, then
+    multiplicatively; only the first ACK past the last commit's sequence commits. And the
+    records' fields survive encoding within their units and widths."""
+    pkt = 1100 * 8 / 100e6 * 1e9                # one packet time at 100 Mb/s, ns
+    acks, t, b = [], 0, 0
+    for i in range(30):                         # saturated, 5 packets queued
+        t, b = t + pkt, b + 1100
+        acks.append((int(t), b, 5500, i, i + 10))
+    for i in range(30, 60):                     # idle and empty
+        t = t + 5 * pkt
+        acks.append((int(t), b, 0, i, i + 1))
+    binary = compile_c(tmp_path, HPCC_TEST)
+    out = subprocess.run([binary, *(str(x) for a in acks for x in a)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    got = [tuple(float(x) for x in line.split()) for line in out[:-1]]
+    ref = hpcc_reference(acks)
+    for g, r in zip(got, ref):
+        assert g[:4] == pytest.approx(r, rel=1e-6, abs=1e-8)
+        assert g[4] == pytest.approx(g[0] * 1e6 / 8e9, abs=0.1)     # W = R T
+    assert got[29][1] < 0.8 * 100e6             # congested: cut well below the line
+    assert got[-1][1] > got[30][1]              # idle: recovering
+    assert any(g[3] == 5 for g in got[30:])     # additive stages, then a multiplicative step
+    rate, time, nbytes, qlen = (int(x) for x in out[-1].split())
+    assert rate == 5 and time == (0x123456789 >> 7) & 0xffffff
+    assert nbytes == (0x98765432 >> 7) & 0xfffff and qlen == 700000 // 80
+
+
+def test_timely_and_hpcc_on_loopback(tmp_path):
+    """On loopback the RTT is far below T_low and no switch writes telemetry: TIMELY takes
+    an RTT sample from every first ACK and stays at the line rate; HPCC's data carries the
+    empty telemetry area, its ACKs echo it (no hop), and its window bounds the flight."""
+    a, b = transfer(tmp_path, [500_000], timely=Timely())
+    qa = a.qps[7]
+    assert b.qps[9]["rx_bytes"] == 500_000
+    assert 0 < qa["rtt_samples"] <= qa["acks_rx"] and qa["rtt_min_us"] > 0
+    assert qa["rate_updates"] > 0 and qa["rate_cuts"] == 0
+    a, b = transfer(tmp_path, [500_000], hpcc=Hpcc(), base_rtt_us=2000.0,
+                    int_rates=[200.0])
+    assert b.qps[9]["rx_bytes"] == 500_000 and a.qps[7]["int_hops"] == 0
+    # each data packet carries 42 bytes of telemetry room: on the wire, not in rx_bytes
+    assert a.qps[7]["tx_bytes"] >= 500_000
 
 
 def test_bad_configs_are_refused():
@@ -222,6 +406,14 @@ def test_bad_configs_are_refused():
     e.qp(3, "10.0.0.2", 3, 100)
     with pytest.raises(ValueError, match="twice"):
         e.qp(3, "10.0.0.2", 4, 100)
+    with pytest.raises(ValueError, match="one of dcqcn, timely and hpcc"):
+        roce.Engine(bind="10.0.0.1", dcqcn=Dcqcn(), timely=Timely(), link_mbps=100).text()
+    with pytest.raises(ValueError, match="base_rtt_us"):
+        roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, int_rates=[100]).text()
+    with pytest.raises(ValueError, match="int_rates"):
+        roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, base_rtt_us=100).text()
+    with pytest.raises(ValueError, match="t_low_us"):
+        roce.Engine(bind="10.0.0.1", timely=Timely(t_low_us=600), link_mbps=100).text()
 
 
 if __name__ == "__main__":

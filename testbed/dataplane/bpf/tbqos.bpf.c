@@ -5,7 +5,9 @@
  *
  *   egress  (the interface's own transmit queue): classify by DSCP into an HTB class
  *           (skb->priority), drop when the class's buffer is full (tail drop), mark CE
- *           (step K or RED-like Kmin/Kmax/Pmax on the instantaneous queue), count.
+ *           (step K or RED-like Kmin/Kmax/Pmax on the instantaneous queue), count; at a
+ *           switch, fill the next telemetry record of a RoCE packet that carries them
+ *           (int_wire.h: HPCC's in-band telemetry).
  *   ingress (the receiving end of a link): the packet has left the transmitter's queue, so
  *           count the dequeue there; at a switch, account the bytes this ingress port holds
  *           per class (PFC is accounted per ingress port and priority, as in a switch ASIC)
@@ -27,6 +29,8 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+
+#include "int_wire.h"
 
 #define MAX_PORTS 1024
 #define NCLASS 8
@@ -227,6 +231,15 @@ struct {
 	__type(value, struct pkt_val);
 } tb_pkts SEC(".maps");
 
+/* per port: 1 + its rate's index in the link-rate table of the telemetry records
+ * (int_wire.h); 0: the port writes none */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tb_int_rate SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
@@ -238,6 +251,7 @@ struct parsed {
 	__u8 tos;
 	__u8 is_ip;
 	__u8 kick;
+	__u16 l4;              /* offset of the transport header */
 	struct pkt_key key;
 };
 
@@ -268,6 +282,7 @@ static __always_inline void parse(struct __sk_buff *skb, struct parsed *p)
 	p->key.daddr = ip.daddr;
 	p->key.ip_id = ip.id;
 	p->key.proto = ip.protocol;
+	p->l4 = ETH_HLEN + ip.ihl * 4;
 	if (ip.protocol == IPPROTO_TCP || ip.protocol == IPPROTO_UDP) {
 		__u32 ports = 0;
 		bpf_skb_load_bytes(skb, ETH_HLEN + ip.ihl * 4, &ports, 4);
@@ -329,6 +344,46 @@ static __always_inline void release(struct parsed *p, __u32 sw, __u32 tx_port, _
 		in->paused_ns += now - in->xoff_ns;
 		emit(EV_XON, slot / NCLASS, tx_port, slot % NCLASS, in, now);
 	}
+}
+
+#define ROCE_PORT 4791
+#define BTH_LEN 12
+
+/* A RoCE data packet with room for telemetry leaves switch port `port`: its next record,
+ * with what the port has sent and holds before it (int_wire.h). Only for a UDP checksum
+ * of zero, as RoCEv2 sends (the record is not covered by a checksum). */
+static __always_inline void int_push(struct __sk_buff *skb, struct parsed *p, __u32 port)
+{
+	__u32 *ri = bpf_map_lookup_elem(&tb_int_rate, &port);
+	if (!ri || !*ri)
+		return;
+	__u32 bth = p->l4 + 8;
+	__u8 op = 0xff, flag = 0, nhop = INT_MAX_HOPS;
+	__u16 csum = 1;
+	bpf_skb_load_bytes(skb, bth, &op, 1);
+	bpf_skb_load_bytes(skb, bth + 4, &flag, 1);
+	bpf_skb_load_bytes(skb, p->l4 + 6, &csum, 2);
+	if (op > 0x0b || !(flag & INT_BTH_FLAG) || csum != 0)
+		return;              /* not RC SEND/WRITE data with an area; or checksummed */
+	__u32 area = bth + BTH_LEN;
+	if (bpf_skb_load_bytes(skb, area + 1, &nhop, 1) < 0 || nhop >= INT_MAX_HOPS)
+		return;
+	__s64 queued = 0;
+	__u64 enq = 0;
+	for (__u32 c = 0; c < NCLASS; c++) {
+		__u32 s = port * NCLASS + c;
+		struct qstate *q = bpf_map_lookup_elem(&tb_qstate, &s);
+		if (q) {
+			queued += q->bytes;
+			enq += q->enq_bytes;
+		}
+	}
+	if (queued < 0)
+		queued = 0;
+	__u64 hop = bpf_cpu_to_be64(INT_HOP(*ri - 1, bpf_ktime_get_ns(), enq - queued, queued));
+	bpf_skb_store_bytes(skb, area + INT_HDR_LEN + nhop * INT_HOP_LEN, &hop, INT_HOP_LEN, 0);
+	nhop++;
+	bpf_skb_store_bytes(skb, area + 1, &nhop, 1, 0);
 }
 
 static __always_inline void if_key_of(struct __sk_buff *skb, int host, int mac_offset,
@@ -414,6 +469,9 @@ static __always_inline int egress(struct __sk_buff *skb, int host)
 			}
 		}
 	}
+	if (pc->sw != NONE && p.is_ip && p.key.proto == IPPROTO_UDP &&
+	    p.key.dport == bpf_htons(ROCE_PORT))
+		int_push(skb, &p, pc->port);
 	__sync_fetch_and_add(&q->pkts, segs);
 	__sync_fetch_and_add(&q->bytes, len);
 	__sync_fetch_and_add(&q->enq_pkts, segs);

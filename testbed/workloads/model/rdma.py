@@ -5,8 +5,8 @@ A scaled-down fabric keeps an algorithm's dynamics only if its timers and byte c
 stay the same number of packet times: a timer of T at the reference rate C_ref becomes
 T * C_ref / C at the emulated rate C (same MTU), a byte counter keeps its bytes (the same
 packets), and a rate step keeps its fraction of the line rate. `scaled()` does that and
-the run records both sets of values. Times that follow the round-trip time rather than
-the link rate (none in DCQCN) would need the emulated RTT instead.
+the run records both sets of values. HPCC's one time, the base round trip T, is the
+emulated path's own (measured, not scaled): it is what its packets take.
 """
 from __future__ import annotations
 
@@ -89,3 +89,94 @@ def dcqcn_line(scaled: dict[str, float]) -> str:
     return (f"dcqcn {s['g']!r} {int(s['alpha_ns'])} {int(s['timer_ns'])} "
             f"{int(s['byte_counter'])} {int(s['f'])} {s['rai_bps']!r} {s['rhai_bps']!r} "
             f"{s['min_bps']!r}")
+
+
+@dataclass(frozen=True)
+class Timely:
+    """TIMELY (Mittal et al., SIGCOMM'15) at its reference 10 Gb/s, as the paper's
+    Algorithm 1 and the HPCC code's defaults give them: T_low 50 us, T_high 500 us, the
+    minimum RTT that normalises the gradient 20 us, the RTT-difference EWMA weight 0.875,
+    beta 0.8, the additive step delta 10 Mb/s, hyper-active increase (5 delta) after 5
+    increases in a row; the minimum rate, 0.1% of the line, is the HPCC code's."""
+    ref_gbps: float = 10.0
+    t_low_us: float = 50.0
+    t_high_us: float = 500.0
+    min_rtt_us: float = 20.0
+    alpha: float = 0.875
+    beta: float = 0.8
+    delta_mbps: float = 10.0
+    hai_n: int = 5
+    min_mbps: float = 10.0
+
+    def check(self, path: str = "timely") -> None:
+        if not 0 < self.alpha <= 1 or not 0 < self.beta <= 1:
+            raise ValueError(f"{path}: alpha and beta in (0, 1] (got {self.alpha}, "
+                             f"{self.beta})")
+        for name in ("ref_gbps", "t_low_us", "t_high_us", "min_rtt_us", "delta_mbps",
+                     "min_mbps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        if self.t_low_us >= self.t_high_us:
+            raise ValueError(f"{path}.t_low_us: below t_high_us (got {self.t_low_us} >= "
+                             f"{self.t_high_us})")
+        if self.hai_n < 1:
+            raise ValueError(f"{path}.hai_n: at least 1, got {self.hai_n}")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        """The engine's values at `link_mbps`: times in ns, rates in b/s."""
+        time = self.ref_gbps * 1000 / link_mbps
+        rate = link_mbps / (self.ref_gbps * 1000)
+        return {"t_low_ns": round(self.t_low_us * 1000 * time),
+                "t_high_ns": round(self.t_high_us * 1000 * time),
+                "min_rtt_ns": max(1, round(self.min_rtt_us * 1000 * time)),
+                "alpha": self.alpha, "beta": self.beta,
+                "delta_bps": self.delta_mbps * 1e6 * rate, "hai_n": self.hai_n,
+                "min_bps": self.min_mbps * 1e6 * rate}
+
+    def record(self, link_mbps: float) -> dict:
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,
+                "scaled": self.scaled(link_mbps)}
+
+
+@dataclass(frozen=True)
+class Hpcc:
+    """HPCC (Li et al., SIGCOMM'19) at its reference 100 Gb/s: the target utilisation eta
+    0.95 and maxStage 5 (the paper's), the additive step R_AI 40 Mb/s and the minimum rate
+    100 Mb/s (the HPCC code's run.py and config at 100 Gb/s). Its base round trip T is the
+    emulated path's (`base_rtt_us` of the engine), not a parameter."""
+    ref_gbps: float = 100.0
+    eta: float = 0.95
+    max_stage: int = 5
+    rai_mbps: float = 40.0
+    min_mbps: float = 100.0
+
+    def check(self, path: str = "hpcc") -> None:
+        if not 0 < self.eta <= 1:
+            raise ValueError(f"{path}.eta: in (0, 1], got {self.eta}")
+        if self.max_stage < 0:
+            raise ValueError(f"{path}.max_stage: >= 0, got {self.max_stage}")
+        for name in ("ref_gbps", "rai_mbps", "min_mbps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        rate = link_mbps / (self.ref_gbps * 1000)
+        return {"eta": self.eta, "max_stage": self.max_stage,
+                "rai_bps": self.rai_mbps * 1e6 * rate, "min_bps": self.min_mbps * 1e6 * rate}
+
+    def record(self, link_mbps: float) -> dict:
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,
+                "scaled": self.scaled(link_mbps)}
+
+
+def timely_line(s: dict[str, float]) -> str:
+    """The engine's config line for TIMELY (engine.c)."""
+    return (f"timely {int(s['t_low_ns'])} {int(s['t_high_ns'])} {int(s['min_rtt_ns'])} "
+            f"{s['alpha']!r} {s['beta']!r} {s['delta_bps']!r} {int(s['hai_n'])} "
+            f"{s['min_bps']!r}")
+
+
+def hpcc_line(s: dict[str, float], base_rtt_ns: int) -> str:
+    """The engine's config line for HPCC (engine.c)."""
+    return (f"hpcc {s['eta']!r} {int(s['max_stage'])} {s['rai_bps']!r} {s['min_bps']!r} "
+            f"{base_rtt_ns}")

@@ -21,10 +21,19 @@ from pathlib import Path
 
 from testbed.core.system import TestbedError, run
 from testbed.dataplane.qosplane import BUILD_DIR
-from testbed.workloads.model.rdma import ROCE_MTUS, Dcqcn, dcqcn_line
+from testbed.workloads.model.rdma import (
+    ROCE_MTUS,
+    Dcqcn,
+    Hpcc,
+    Timely,
+    dcqcn_line,
+    hpcc_line,
+    timely_line,
+)
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h")
+SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h", "timely.h", "hpcc.h",
+           "../../dataplane/bpf/int_wire.h")
 ROCE_PORT = 4791
 
 
@@ -69,10 +78,16 @@ class Engine:
     exit_when_done: bool = True  # False: print "done" and serve on until SIGTERM
     drop_every: int = 0         # tests: the receiver discards every Nth data packet
     ce_every: int = 0           # tests: the receiver takes every Nth as CE-marked
-    # DCQCN on every requester QP and as the receiver's CNP interval, scaled to
-    # link_mbps (workloads/model/rdma.py); None: every QP at its line rate, CNPs every cnp_interval_us
+    # one congestion control on every requester QP, scaled to link_mbps
+    # (workloads/model/rdma.py); none: every QP at its line rate. DCQCN also sets the
+    # receiver's CNP interval (else cnp_interval_us)
     dcqcn: Dcqcn | None = None
+    timely: Timely | None = None
+    hpcc: Hpcc | None = None
     link_mbps: float = 0.0
+    base_rtt_us: float = 0.0    # the longest base round trip: HPCC's T, the window's BDP
+    window: bool = False        # at most one BDP (base_rtt_us at link_mbps) in flight per QP
+    int_rates: list[float] = field(default_factory=list)  # HPCC: the records' rate table
     qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -100,13 +115,30 @@ class Engine:
             values["start_at_unix"] = f"{self.start_at_unix:.6f}"
         values["exit_when_done"] = int(self.exit_when_done)
         lines = [f"bind {self.bind} {self.port}"]
+        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc) if cc is not None]
+        if len(ccs) > 1:
+            raise ValueError("one of dcqcn, timely and hpcc at most")
+        if (ccs or self.window) and self.link_mbps <= 0:
+            raise ValueError("a congestion control or window needs the host's link_mbps")
+        if (self.hpcc is not None or self.window) and self.base_rtt_us <= 0:
+            raise ValueError("hpcc and window need base_rtt_us")
         if self.dcqcn is not None:
-            if self.link_mbps <= 0:
-                raise ValueError("dcqcn: needs the host's link_mbps to scale to")
             self.dcqcn.check()
             scaled = self.dcqcn.scaled(self.link_mbps)
             values["cnp_interval_us"] = scaled["cnp_interval_us"]
             lines.append(dcqcn_line(scaled))
+        if self.timely is not None:
+            self.timely.check()
+            lines.append(timely_line(self.timely.scaled(self.link_mbps)))
+        if self.hpcc is not None:
+            self.hpcc.check()
+            if not 1 <= len(self.int_rates) <= 8:
+                raise ValueError("hpcc: int_rates names the fabric's 1..8 link rates")
+            lines.append(hpcc_line(self.hpcc.scaled(self.link_mbps),
+                                   round(self.base_rtt_us * 1000)))
+            lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
+        if self.window:
+            lines.append(f"window_bytes {round(self.base_rtt_us * self.link_mbps / 8)}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps}" for qpn, peer, port, pq, mbps
                   in self.qps]

@@ -4,13 +4,21 @@
  * messages (RDMA WRITEs) cut into MTU-sized packets, a per-QP rate limiter, cumulative
  * ACKs, a NAK (PSN sequence error) once per gap, go-back-N recovery from the NAK's PSN
  * or on a retransmission timeout, and CNPs from the receiver when data arrives CE-marked
- * (at most one per QP per interval). Data leaves ECN-capable in the lossless class's DSCP.
+ * (at most one per QP per interval). Data leaves ECN-capable in the lossless class's DSCP,
+ * with a UDP checksum of zero (RoCEv2 relies on its ICRC). A requester QP's rate, and for
+ * some schemes its window, is its congestion control's: DCQCN from CNPs (dcqcn.h), TIMELY
+ * from round-trip times (timely.h), HPCC from the switches' telemetry that data packets
+ * collect and ACKs echo (hpcc.h, int_wire.h); without one, its line rate.
  *
  * Usage: tbroce CONFIG OUT.json. CONFIG is line-based (the Python side writes it,
  * testbed/workloads/roce/__init__.py):
  *   bind IP PORT | mtu BYTES | dscp N | ctrl_dscp N | ack_every PKTS | rto_us US
  *   cnp_interval_us US | sample_us US | linger_ms MS | end_after_ms MS | drop_every N
  *   ce_every N | dcqcn G ALPHA_NS TIMER_NS BYTE_COUNTER F RAI_BPS RHAI_BPS MIN_BPS
+ *   timely T_LOW_NS T_HIGH_NS MIN_RTT_NS ALPHA BETA DELTA_BPS HAI_N MIN_BPS
+ *   hpcc ETA MAX_STAGE RAI_BPS MIN_BPS BASE_RTT_NS
+ *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
+ *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
@@ -21,8 +29,8 @@
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
  * drop_every, ce_every (tests only): the receiver discards, or takes as CE-marked, every
- * Nth data packet it gets. With a dcqcn line, every requester QP's rate is DCQCN's
- * (dcqcn.h), with parameters already scaled to the link; without, its line rate.
+ * Nth data packet it gets. A dcqcn, timely or hpcc line sets every requester QP's
+ * congestion control, with parameters already scaled to the link.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -41,6 +49,8 @@
 
 #include "roce_wire.h"
 #include "dcqcn.h"
+#include "hpcc.h"
+#include "timely.h"
 
 #define MAX_QPS 256
 #define MAX_PKT 9216
@@ -48,6 +58,10 @@
  * BTH 12, ICRC 4 (the rate limiter paces in these bytes) */
 #define WIRE_OVERHEAD (14 + 20 + 8 + ROCE_BTH_LEN + ROCE_ICRC_LEN)
 #define BURST_PKTS 2
+#define RTT_RING 4096            /* send times kept per requester QP, by sequence */
+#define NO_SAMPLE UINT32_MAX
+
+enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC };
 
 struct msg {
 	uint32_t qpn;
@@ -82,8 +96,17 @@ struct qp {
 	uint64_t tx_pkts, tx_bytes, retx_pkts, rx_pkts, rx_bytes, ooo_drops, dup_pkts;
 	uint64_t acks_tx, acks_rx, naks_tx, naks_rx, cnps_tx, cnps_rx, ce_rx, timeouts;
 	uint64_t test_drops, tx_wire_interval;
-	struct dcqcn dc;             /* its reaction point, when the engine runs DCQCN */
-	struct dcqcn_params dp;      /* DCQCN's parameters at its line rate */
+	uint64_t rtt_samples, rtt_sum_ns, rtt_min_ns, rtt_max_ns;
+	uint32_t int_hops;           /* the hops the last echoed telemetry had records of */
+	/* its congestion control, with the parameters at its line rate */
+	struct dcqcn dc;
+	struct dcqcn_params dp;
+	struct timely tm;
+	struct timely_params tp;
+	struct hpcc hp;
+	struct hpcc_params hpar;
+	uint32_t *ring_psn;          /* a requester's send times: the sequence in each slot */
+	uint64_t *ring_ns;
 };
 
 static struct qp qps[MAX_QPS];
@@ -95,8 +118,12 @@ static size_t nsamples, cap_samples;
 
 static struct sockaddr_in bind_addr;
 static uint32_t mtu = 1024, ack_every = 1, drop_every, ce_every;
-static int use_dcqcn;
+static int cc = CC_LINE;
 static struct dcqcn_params dcp;
+static struct timely_params tlp;
+static struct hpcc_params hpp;
+static int use_int;                  /* data packets carry room for telemetry */
+static uint64_t window_bytes;        /* a fixed window per QP; 0: none */
 static int dscp = 26, ctrl_dscp = 48;
 static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
 static uint64_t linger_ns = 200000000, end_after_ns;
@@ -182,7 +209,35 @@ static void read_config(const char *path)
 			dcp.alpha_ns = an;
 			dcp.timer_ns = tn;
 			dcp.byte_counter = bc;
-			use_dcqcn = 1;
+			cc = CC_DCQCN;
+		} else if (!strcmp(key, "timely")) {
+			if (sscanf(line, "%*s %lu %lu %lu %lf %lf %lf %u %lf", &tlp.t_low_ns,
+				   &tlp.t_high_ns, &tlp.min_rtt_ns, &tlp.alpha, &tlp.beta,
+				   &tlp.delta_bps, &tlp.hai_n, &tlp.min_bps) != 8 || !tlp.min_rtt_ns ||
+			    tlp.alpha <= 0 || tlp.alpha > 1 || tlp.beta <= 0 || tlp.beta > 1 ||
+			    tlp.t_low_ns >= tlp.t_high_ns || !tlp.hai_n)
+				die("bad timely line");
+			cc = CC_TIMELY;
+		} else if (!strcmp(key, "hpcc")) {
+			if (sscanf(line, "%*s %lf %u %lf %lf %lu", &hpp.eta, &hpp.max_stage,
+				   &hpp.rai_bps, &hpp.min_bps, &hpp.base_rtt_ns) != 5 ||
+			    hpp.eta <= 0 || hpp.eta > 1 || !hpp.base_rtt_ns)
+				die("bad hpcc line");
+			cc = CC_HPCC;
+		} else if (!strcmp(key, "int_rates")) {
+			char *rest = line + strlen("int_rates");
+			int n = 0, used;
+			double r;
+
+			while (sscanf(rest, "%lf%n", &r, &used) == 1 && r > 0) {
+				if (n == HPCC_RATES)
+					die("more than 8 int_rates");
+				hpp.rates_bps[n++] = r * 1e6;
+				rest += used;
+			}
+			if (!n)
+				die("bad int_rates line");
+			use_int = 1;
 		} else if (!strcmp(key, "start_at_unix")) {
 			if (sscanf(line, "%*s %lf", &start_at_unix) != 1)
 				die("bad start_at_unix line");
@@ -239,6 +294,8 @@ static void read_config(const char *path)
 				ce_every = (uint32_t)a;
 			else if (!strcmp(key, "exit_when_done"))
 				exit_when_done = (int)a;
+			else if (!strcmp(key, "window_bytes"))
+				window_bytes = a;
 			else
 				die("unknown config key");
 		} else {
@@ -249,6 +306,8 @@ static void read_config(const char *path)
 	if (mtu < 256 || mtu + ROCE_BTH_LEN + ROCE_ICRC_LEN > MAX_PKT || !ack_every ||
 	    dscp > 63 || ctrl_dscp > 63 || !sample_ns)
 		die("config out of range");
+	if (cc == CC_HPCC && !use_int)
+		die("hpcc needs an int_rates line");
 }
 
 /* the message a sequence number belongs to (its QP's messages are in sequence order) */
@@ -297,24 +356,53 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 	return 0;
 }
 
-/* an ACK, NAK or CNP; 0 if it went (the host's queue may refuse it, as it may data) */
-static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
+/* an ACK, NAK or CNP; 0 if it went (the host's queue may refuse it, as it may data).
+ * An ACK or NAK echoes `echo`, the telemetry of the data packet it answers (NULL: none). */
+static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn,
+		     const uint8_t *echo)
 {
-	uint8_t buf[ROCE_BTH_LEN + ROCE_CNP_PAD + ROCE_ICRC_LEN] = { 0 };
+	uint8_t buf[ROCE_BTH_LEN + ROCE_AETH_LEN + INT_LEN + ROCE_ICRC_LEN] = { 0 };
 	struct bth h = { .opcode = opcode, .dest_qp = q->peer_qpn, .psn = psn,
-			 .becn = opcode == OP_CNP };
+			 .becn = opcode == OP_CNP, .intf = echo && opcode != OP_CNP };
 	size_t len;
 
-	bth_put(buf, &h);
 	if (opcode == OP_CNP) {
 		h.psn = 0;
 		bth_put(buf, &h);
-		len = sizeof(buf);
+		len = ROCE_BTH_LEN + ROCE_CNP_PAD + ROCE_ICRC_LEN;
 	} else {
+		bth_put(buf, &h);
 		aeth_put(buf + ROCE_BTH_LEN, syndrome, q->msn);
 		len = ROCE_BTH_LEN + ROCE_AETH_LEN + ROCE_ICRC_LEN;
+		if (h.intf) {
+			memcpy(buf + ROCE_BTH_LEN + ROCE_AETH_LEN, echo, INT_LEN);
+			len += INT_LEN;
+		}
 	}
 	return send_pkt(fd, q, buf, len, 0);
+}
+
+/* the bytes a data packet of `payload` bytes puts on the wire */
+static uint32_t wire_len(uint32_t payload)
+{
+	return payload + WIRE_OVERHEAD + (use_int ? INT_LEN : 0);
+}
+
+/* the most q may have in flight, in bytes (0: no window) */
+static double window_of(const struct qp *q)
+{
+	if (cc == CC_HPCC)
+		return hpcc_window_bytes(&q->hp, &q->hpar);
+	return (double)window_bytes;
+}
+
+/* q's window, when it has one, has room for another packet (always for one) */
+static int window_open(const struct qp *q)
+{
+	double w = window_of(q);
+	uint32_t out = q->snd_nxt - q->snd_una;
+
+	return w <= 0 || !out || (double)out * wire_len(mtu) < w;
 }
 
 /* one data packet of q at q->snd_nxt; 0 if sent */
@@ -325,22 +413,29 @@ static int send_data(int fd, struct qp *q, uint64_t now)
 	uint32_t i = q->snd_nxt - m->first;
 	uint32_t payload = i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
 	struct bth h = { .opcode = write_opcode(i, m->npkts), .dest_qp = q->peer_qpn,
-			 .psn = q->snd_nxt, .ackreq = i + 1 == m->npkts };
-	size_t len = ROCE_BTH_LEN + payload + ROCE_ICRC_LEN;
-	double wire = (double)(payload + WIRE_OVERHEAD) * 8;
+			 .psn = q->snd_nxt, .ackreq = i + 1 == m->npkts, .intf = use_int };
+	size_t len = ROCE_BTH_LEN + (use_int ? INT_LEN : 0) + payload + ROCE_ICRC_LEN;
+	double wire = (double)wire_len(payload) * 8;
+	int retx = (int32_t)(q->snd_nxt - q->high) < 0;
 	uint64_t gap;
 
 	bth_put(buf, &h);
+	if (use_int)
+		memset(buf + ROCE_BTH_LEN, 0, INT_LEN);      /* no hop filled yet */
 	if (send_pkt(fd, q, buf, len, 1) < 0)
 		return -1;
 	q->tx_pkts++;
 	q->tx_bytes += payload;
-	q->tx_wire_interval += payload + WIRE_OVERHEAD;
-	if (use_dcqcn) {
-		dcqcn_on_sent(&q->dc, &q->dp, payload + WIRE_OVERHEAD);
+	q->tx_wire_interval += wire_len(payload);
+	if (cc == CC_DCQCN) {
+		dcqcn_on_sent(&q->dc, &q->dp, wire_len(payload));
 		q->rate_bps = q->dc.rc;
 	}
-	if ((int32_t)(q->snd_nxt - q->high) < 0)
+	if (q->ring_psn) {       /* a resent packet's ACK is no RTT sample (Karn) */
+		q->ring_psn[q->snd_nxt % RTT_RING] = retx ? NO_SAMPLE : q->snd_nxt;
+		q->ring_ns[q->snd_nxt % RTT_RING] = now;
+	}
+	if (retx)
 		q->retx_pkts++;
 	q->snd_nxt++;
 	if ((int32_t)(q->snd_nxt - q->high) > 0)
@@ -371,6 +466,45 @@ static void ack_progress(struct qp *q, uint32_t upto, uint64_t now)
 	}
 }
 
+static uint64_t get_be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* a positive ACK of sequence `acked` reached q's congestion control: its RTT when q
+ * remembers sending it, the telemetry it echoes (`echo`, NULL: none) */
+static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t *echo)
+{
+	uint64_t rtt = 0;
+
+	if (q->ring_psn && q->ring_psn[acked % RTT_RING] == acked) {
+		rtt = now - q->ring_ns[acked % RTT_RING];
+		q->ring_psn[acked % RTT_RING] = NO_SAMPLE;    /* one sample per packet */
+		q->rtt_samples++;
+		q->rtt_sum_ns += rtt;
+		if (!q->rtt_min_ns || rtt < q->rtt_min_ns)
+			q->rtt_min_ns = rtt;
+		if (rtt > q->rtt_max_ns)
+			q->rtt_max_ns = rtt;
+	}
+	if (cc == CC_TIMELY && rtt) {
+		timely_on_rtt(&q->tm, &q->tp, rtt, acked, q->snd_nxt);
+		q->rate_bps = q->tm.rate;
+	} else if (cc == CC_HPCC && echo && echo[1] <= INT_MAX_HOPS) {
+		uint64_t hops[INT_MAX_HOPS];
+
+		q->int_hops = echo[1];
+		for (uint32_t i = 0; i < echo[1]; i++)
+			hops[i] = get_be64(echo + INT_HDR_LEN + i * INT_HOP_LEN);
+		hpcc_on_ack(&q->hp, &q->hpar, acked, q->snd_nxt, hops, echo[1]);
+		q->rate_bps = q->hp.rate;
+	}
+}
+
 static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t now)
 {
 	struct bth h;
@@ -380,11 +514,14 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		return;
 	if (op_is_data(h.opcode)) {
 		uint32_t psn = psn_unwrap(h.psn, q->epsn);
-		size_t payload = len - ROCE_BTH_LEN - ROCE_ICRC_LEN;
+		size_t hdr = ROCE_BTH_LEN + (h.intf ? INT_LEN : 0);
+		const uint8_t *echo = h.intf ? buf + ROCE_BTH_LEN : NULL;
 		int32_t d = (int32_t)(psn - q->epsn);
+		size_t payload;
 
-		if (len < ROCE_BTH_LEN + ROCE_ICRC_LEN)
+		if (len < hdr + ROCE_ICRC_LEN)
 			return;
+		payload = len - hdr - ROCE_ICRC_LEN;
 		q->seen++;
 		if (drop_every && q->seen % drop_every == 0) {
 			q->test_drops++;
@@ -395,7 +532,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		if ((tos & 0x3) == 0x3) {
 			q->ce_rx++;
 			if ((now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) &&
-			    send_ctrl(fd, q, OP_CNP, 0, 0) == 0) {
+			    send_ctrl(fd, q, OP_CNP, 0, 0, NULL) == 0) {
 				q->cnps_tx++;        /* one that could not go: the next mark retries */
 				q->last_cnp_ns = now;
 			}
@@ -409,19 +546,20 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			    h.opcode == OP_SEND_LAST || h.opcode == OP_SEND_ONLY)
 				q->msn++;
 			if ((++q->since_ack >= ack_every || h.ackreq) &&
-			    send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1) == 0) {
+			    send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1, echo) == 0) {
 				q->acks_tx++;        /* one that could not go: the next packet's covers it */
 				q->since_ack = 0;
 			}
 		} else if (d > 0) {      /* a gap: one NAK, then silence until it fills */
 			q->ooo_drops++;
-			if (!q->nak_sent && send_ctrl(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn) == 0) {
+			if (!q->nak_sent &&
+			    send_ctrl(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn, echo) == 0) {
 				q->naks_tx++;        /* one that could not go: the next gap packet retries */
 				q->nak_sent = 1;
 			}
 		} else {                 /* a duplicate: acknowledged again */
 			q->dup_pkts++;
-			if (send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1) == 0)
+			if (send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1, echo) == 0)
 				q->acks_tx++;
 		}
 	} else if (h.opcode == OP_ACK && len >= ROCE_BTH_LEN + ROCE_AETH_LEN) {
@@ -435,11 +573,14 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 				q->snd_nxt = psn;         /* go back to it */
 		} else if ((syn & 0xe0) == 0) {
 			q->acks_rx++;
+			if (q->msg_lo >= 0)
+				cc_on_ack(q, psn, now, h.intf && len >= ROCE_BTH_LEN + ROCE_AETH_LEN +
+					  INT_LEN ? buf + ROCE_BTH_LEN + ROCE_AETH_LEN : NULL);
 			ack_progress(q, psn + 1, now);
 		}
 	} else if (h.opcode == OP_CNP) {
 		q->cnps_rx++;
-		if (use_dcqcn && q->msg_lo >= 0) {
+		if (cc == CC_DCQCN && q->msg_lo >= 0) {
 			dcqcn_on_cnp(&q->dc, &q->dp, now);
 			q->rate_bps = q->dc.rc;
 		}
@@ -461,6 +602,10 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 		ru.ru_stime.tv_usec / 1e6);
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
+		uint64_t cuts = cc == CC_DCQCN ? q->dc.cuts : cc == CC_TIMELY ? q->tm.cuts :
+				cc == CC_HPCC ? q->hp.cuts : 0;
+		uint64_t updates = cc == CC_DCQCN ? q->dc.increases :
+				   cc == CC_TIMELY ? q->tm.updates : cc == CC_HPCC ? q->hp.commits : 0;
 
 		fprintf(f, "%s\n  {\"qpn\": %u, \"peer_qpn\": %u, \"line_mbps\": %.3f, "
 			"\"tx_pkts\": %llu, \"tx_bytes\": %llu, \"retx_pkts\": %llu, "
@@ -468,8 +613,11 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"dup_pkts\": %llu, \"acks_tx\": %llu, \"acks_rx\": %llu, "
 			"\"naks_tx\": %llu, \"naks_rx\": %llu, \"cnps_tx\": %llu, "
 			"\"cnps_rx\": %llu, \"ce_rx\": %llu, \"timeouts\": %llu, "
-			"\"test_drops\": %llu, \"dcqcn_cuts\": %llu, \"dcqcn_increases\": %llu, "
-			"\"alpha\": %.6f}", i ? "," : "", q->qpn, q->peer_qpn,
+			"\"test_drops\": %llu, \"rate_cuts\": %llu, \"rate_updates\": %llu, "
+			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
+			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
+			"\"int_hops\": %u}",
+			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
 			(unsigned long long)q->retx_pkts, (unsigned long long)q->rx_pkts,
@@ -479,8 +627,11 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			(unsigned long long)q->naks_rx, (unsigned long long)q->cnps_tx,
 			(unsigned long long)q->cnps_rx, (unsigned long long)q->ce_rx,
 			(unsigned long long)q->timeouts, (unsigned long long)q->test_drops,
-			(unsigned long long)q->dc.cuts, (unsigned long long)q->dc.increases,
-			use_dcqcn ? q->dc.alpha : 0.0);
+			(unsigned long long)cuts, (unsigned long long)updates,
+			cc == CC_DCQCN ? q->dc.alpha : 0.0, cc == CC_HPCC ? q->hp.u : 0.0,
+			(unsigned long long)q->rtt_samples, q->rtt_min_ns / 1e3,
+			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
+			q->rtt_max_ns / 1e3, q->int_hops);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int j = 0; j < nmsgs; j++) {
@@ -545,6 +696,10 @@ int main(int argc, char **argv)
 	 * the engine, is what a loaded machine shows (forced beyond rmem_max as root) */
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize)))
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof(bufsize));
+	/* no UDP checksum, as RoCEv2 sends (its ICRC covers the packet); the switches' telemetry
+	 * records are written only into packets without one */
+	if (setsockopt(fd, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)))
+		die("cannot turn the UDP checksum off");
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -563,11 +718,24 @@ int main(int argc, char **argv)
 	next_sample = t0 + sample_ns;
 	last_sample_ns = t0;
 	for (int i = 0; i < nqps; i++) {
-		qps[i].next_tx_ns = qps[i].progress_ns = t0;
-		if (use_dcqcn) {
-			qps[i].dp = dcp;
-			qps[i].dp.line_bps = qps[i].line_bps;
-			dcqcn_init(&qps[i].dc, &qps[i].dp, t0);
+		struct qp *q = &qps[i];
+
+		q->next_tx_ns = q->progress_ns = t0;
+		q->dp = dcp;
+		q->dp.line_bps = q->line_bps;
+		dcqcn_init(&q->dc, &q->dp, t0);
+		q->tp = tlp;
+		q->tp.line_bps = q->line_bps;
+		timely_init(&q->tm, &q->tp);
+		q->hpar = hpp;
+		q->hpar.line_bps = q->line_bps;
+		hpcc_init(&q->hp, &q->hpar);
+		if (q->msg_lo >= 0) {
+			q->ring_psn = malloc(RTT_RING * sizeof(*q->ring_psn));
+			q->ring_ns = malloc(RTT_RING * sizeof(*q->ring_ns));
+			if (!q->ring_psn || !q->ring_ns)
+				die("out of memory");
+			memset(q->ring_psn, 0xff, RTT_RING * sizeof(*q->ring_psn));
 		}
 	}
 
@@ -592,7 +760,7 @@ int main(int argc, char **argv)
 			for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
 				if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS)
 					tos = *(uint8_t *)CMSG_DATA(cm);
-			on_packet(fd, buf, (size_t)n, tos, now);
+			on_packet(fd, buf, (size_t)n, tos, now_ns());
 		}
 		now = now_ns();
 		for (int i = 0; i < nqps; i++) {
@@ -615,7 +783,7 @@ int main(int argc, char **argv)
 			}
 			if (q->snd_una != q->snd_end)
 				pending = 1;
-			if (use_dcqcn && q->msg_lo >= 0) {
+			if (cc == CC_DCQCN && q->msg_lo >= 0) {
 				dcqcn_on_time(&q->dc, &q->dp, now);
 				q->rate_bps = q->dc.rc;
 				if (dcqcn_next_ns(&q->dc) < wake)
@@ -631,7 +799,7 @@ int main(int argc, char **argv)
 				q->snd_nxt = q->snd_una;
 				q->progress_ns = now;
 			}
-			if (q->snd_nxt != q->snd_end && !tx_blocked) {
+			if (q->snd_nxt != q->snd_end && !tx_blocked && window_open(q)) {
 				if (q->next_tx_ns <= now) {
 					if (send_data(fd, q, now) == 0)
 						busy = 1;

@@ -1,7 +1,9 @@
 /* RoCEv2's wire format as the engine speaks it (IBTA Annex A17; the kernel's rxe driver,
  * include/rdma/ib_pack.h, for the field layout): the UDP payload is a base transport
  * header (BTH, 12 bytes), an AETH (4 bytes) on acknowledgements, the payload, and a
- * 4-byte ICRC. The ICRC is carried as zeros: nothing on the path checks it.
+ * 4-byte ICRC. The ICRC is carried as zeros: nothing on the path checks it. With HPCC,
+ * data packets carry room for the switches' telemetry after the BTH and ACKs echo it after
+ * the AETH, flagged in a reserved bit of the BTH (int_wire.h).
  *
  * Plain C on fixed-size integers, no I/O, so that the unit tests compile and call the very
  * functions the engine uses. */
@@ -10,6 +12,8 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "../../dataplane/bpf/int_wire.h"
 
 #define ROCE_UDP_PORT 4791
 #define ROCE_BTH_LEN 12
@@ -40,6 +44,7 @@
 struct bth {
 	uint8_t opcode;
 	uint8_t becn;
+	uint8_t intf;                /* telemetry follows the BTH (data) or the AETH (ACK) */
 	uint8_t ackreq;
 	uint32_t dest_qp;            /* 24 bits */
 	uint32_t psn;                /* 24 bits */
@@ -64,7 +69,7 @@ static inline void bth_put(uint8_t *p, const struct bth *h)
 	p[1] = 0;
 	p[2] = 0xff;
 	p[3] = 0xff;
-	p[4] = h->becn ? BTH_BECN : 0;
+	p[4] = (h->becn ? BTH_BECN : 0) | (h->intf ? INT_BTH_FLAG : 0);
 	put_be24(p + 5, h->dest_qp & ROCE_PSN_MASK);
 	p[8] = h->ackreq ? BTH_ACKREQ : 0;
 	put_be24(p + 9, h->psn & ROCE_PSN_MASK);
@@ -77,6 +82,7 @@ static inline int bth_get(const uint8_t *p, size_t len, struct bth *h)
 		return -1;
 	h->opcode = p[0];
 	h->becn = (p[4] & BTH_BECN) != 0;
+	h->intf = (p[4] & INT_BTH_FLAG) != 0;
 	h->dest_qp = get_be24(p + 5);
 	h->ackreq = (p[8] & BTH_ACKREQ) != 0;
 	h->psn = get_be24(p + 9);
