@@ -5,12 +5,13 @@ its ideal (the path's base RTT plus its bytes on the wire at the path's slowest 
 the engines' counters, each flow's rate over time, pauses and drops."""
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
@@ -18,12 +19,17 @@ from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, c
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
+from testbed.dataplane.qos_render import INT_RATES, int_rate_table
 from testbed.results.plots import pyplot, save, several_experiments, title
 from testbed.workloads.model.rdma import (
+    INT_LEN,
     ROCE_MTUS,
     ROCE_OVERHEAD,
     WIRE_OVERHEAD,
     Dcqcn,
+    Hpcc,
+    Irn,
+    Timely,
     ideal_fct_us,
     wire_bytes,
 )
@@ -34,7 +40,38 @@ from . import qos_common as qc
 from .base import Context, Experiment, Outcome
 from .load import Load, rated
 
-RDMA_SCHEMES = ("none", "dcqcn")   # none: every QP at its line rate, PFC alone
+RDMA_CCS = ("none", "dcqcn", "timely", "hpcc")   # none: every QP at its line rate
+# after the congestion control, "+"-joined: w, at most one BDP in flight per QP (the HPCC
+# paper's "+w" variants); irn, IRN's selective recovery instead of go-back-N; lossy, no
+# PFC for this scheme
+RDMA_MODIFIERS = ("w", "irn", "lossy")
+RDMA_SCHEMES = ("none", "dcqcn", "dcqcn+w", "timely", "timely+w", "hpcc")   # the default
+
+
+class Scheme(NamedTuple):
+    cc: str
+    window: bool
+    irn: bool
+    lossy: bool
+
+
+def parse_scheme(name: str) -> Scheme:
+    """`dcqcn+irn+lossy` -> its parts; ValueError naming what is wrong."""
+    cc, *mods = name.split("+")
+    if cc not in RDMA_CCS:
+        raise ValueError(f"a congestion control first, one of {', '.join(RDMA_CCS)} "
+                         f"(got {name!r})")
+    for m in mods:
+        if m not in RDMA_MODIFIERS or mods.count(m) > 1:
+            raise ValueError(f"after {cc!r}, each of {', '.join(RDMA_MODIFIERS)} at most "
+                             f"once (got {name!r})")
+    if cc == "hpcc" and "w" in mods:
+        raise ValueError(f"hpcc has its own window (got {name!r})")
+    return Scheme(cc, "w" in mods, "irn" in mods, "lossy" in mods)
+
+
+def reacts_to_ecn(scheme: str) -> bool:
+    return parse_scheme(scheme).cc == "dcqcn"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +87,12 @@ class RdmaFlow:
 @dataclass(frozen=True, kw_only=True)
 class Rdma(ExperimentSpec):
     """RoCEv2 WRITEs on the spec's fabric, once per scheme in `schemes`: data in the
-    lossless class (`dscp`, PFC when `pfc`), marked ECN above `ecn_k_bytes` when the
-    scheme reacts to it; ACKs, NAKs and CNPs in `ctrl_dscp`, served first."""
+    lossless class (`dscp`, PFC when `pfc`), ECN-marked when the scheme reacts to it
+    (DCQCN): every packet above `ecn_k_bytes` queued, or, with `ecn_kmax_bytes`, RED-like
+    (probability rising from 0 at K to `ecn_pmax` at Kmax, 1 above); ACKs, NAKs and CNPs
+    in `ctrl_dscp`, served first. Each scheme's parameters are in its paper's units at its
+    reference rate (`dcqcn`, `timely`, `hpcc`), scaled to the hosts' links; HPCC's T and
+    the "+w" window's BDP come from the flows' measured base round trip."""
     type: Literal["rdma"] = "rdma"
     flows: list[RdmaFlow] = field(default_factory=list)
     schemes: list[str] = field(default_factory=lambda: list(RDMA_SCHEMES))
@@ -63,12 +104,17 @@ class Rdma(ExperimentSpec):
     xon_bytes: int = 18000
     headroom_bytes: int = 160000
     ecn_k_bytes: int = 20000
+    ecn_kmax_bytes: int | None = None
+    ecn_pmax: float = 1.0
     buffer_pkts: int = 64           # the lossy class's buffer per port
     burst_us: int = 1000
     rto_us: int = 100000            # the engine's retransmission timeout
     sample_us: int = 5000           # each flow's rate, this often
     timeout_s: float = 120.0
     dcqcn: Dcqcn = field(default_factory=Dcqcn)
+    timely: Timely = field(default_factory=Timely)
+    hpcc: Hpcc = field(default_factory=Hpcc)
+    irn: Irn = field(default_factory=Irn)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         if not self.flows:
@@ -84,18 +130,28 @@ class Rdma(ExperimentSpec):
             if f.size_bytes < 1 or f.start_ms < 0:
                 raise SpecError(f"{path}.flows[{i}]: size_bytes >= 1 and start_ms >= 0")
         if not self.schemes:
-            raise SpecError(f"{path}.schemes: at least one of {', '.join(RDMA_SCHEMES)}")
+            raise SpecError(f"{path}.schemes: at least one, such as "
+                            f"{', '.join(RDMA_SCHEMES)}")
         for j, s in enumerate(self.schemes):
-            if s not in RDMA_SCHEMES:
-                raise SpecError(f"{path}.schemes[{j}]: one of {', '.join(RDMA_SCHEMES)} "
-                                f"(got {s!r})")
+            try:
+                parse_scheme(s)
+            except ValueError as exc:
+                raise SpecError(f"{path}.schemes[{j}]: {exc}") from None
+            if s in self.schemes[:j]:
+                raise SpecError(f"{path}.schemes[{j}]: {s!r} twice")
+        hpcc = any(parse_scheme(s).cc == "hpcc" for s in self.schemes)
         if self.roce_mtu not in ROCE_MTUS:
             raise SpecError(f"{path}.roce_mtu: a RoCE MTU, one of "
                             f"{', '.join(map(str, ROCE_MTUS))} (got {self.roce_mtu})")
-        if self.roce_mtu + ROCE_OVERHEAD > spec.links.mtu_bytes:
+        headers = ROCE_OVERHEAD + (INT_LEN if hpcc else 0)
+        if self.roce_mtu + headers > spec.links.mtu_bytes:
             raise SpecError(f"{path}.roce_mtu: {self.roce_mtu} B of payload and "
-                            f"{ROCE_OVERHEAD} B of headers do not fit links.mtu_bytes "
-                            f"{spec.links.mtu_bytes}")
+                            f"{headers} B of headers"
+                            f"{' (with HPCC telemetry)' if hpcc else ''} do not fit "
+                            f"links.mtu_bytes {spec.links.mtu_bytes}")
+        if hpcc and len({link.rate_mbps for link in topo.links}) > INT_RATES:
+            raise SpecError(f"{path}.schemes: hpcc's telemetry names at most {INT_RATES} "
+                            f"link rates; the topology has more")
         for name in ("dscp", "ctrl_dscp"):
             if not 0 <= getattr(self, name) <= 63 or getattr(self, name) == 0:
                 raise SpecError(f"{path}.{name}: a DSCP in 1..63 (got {getattr(self, name)})")
@@ -104,8 +160,15 @@ class Rdma(ExperimentSpec):
         for name in ("ecn_k_bytes", "buffer_pkts", "rto_us", "sample_us", "timeout_s"):
             if not getattr(self, name) > 0:
                 raise SpecError(f"{path}.{name}: must be > 0")
+        if self.ecn_kmax_bytes is not None and self.ecn_kmax_bytes <= self.ecn_k_bytes:
+            raise SpecError(f"{path}.ecn_kmax_bytes: above ecn_k_bytes ({self.ecn_k_bytes})")
+        if not 0 < self.ecn_pmax <= 1:
+            raise SpecError(f"{path}.ecn_pmax: in (0, 1] (got {self.ecn_pmax})")
         try:
             self.dcqcn.check(f"{path}.dcqcn")
+            self.timely.check(f"{path}.timely")
+            self.hpcc.check(f"{path}.hpcc")
+            self.irn.check(f"{path}.irn")
         except ValueError as exc:
             raise SpecError(str(exc)) from None
         check_pfc_thresholds(self.xoff_bytes, self.xon_bytes, self.headroom_bytes,
@@ -116,14 +179,17 @@ class Rdma(ExperimentSpec):
 
 def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
     """The classes a scheme runs with: the rest (DSCP 0), the RoCE data (lossless when
-    `pfc`, ECN-marked when the scheme reacts to marks) and the control packets above both."""
-    ecn = EcnProfile(k=exp.ecn_k_bytes, unit="bytes") if scheme != "none" else None
+    `pfc` and the scheme is not lossy, ECN-marked when it reacts to marks) and the control
+    packets above both."""
+    ecn = EcnProfile(k=exp.ecn_k_bytes, kmax=exp.ecn_kmax_bytes, pmax=exp.ecn_pmax,
+                     unit="bytes") if reacts_to_ecn(scheme) else None
+    lossless = exp.pfc and not parse_scheme(scheme).lossy
     classes = [TrafficClass(name="data", dscp=[0], buffer_pkts=exp.buffer_pkts),
-               TrafficClass(name="roce", dscp=[exp.dscp], priority=3, lossless=exp.pfc,
+               TrafficClass(name="roce", dscp=[exp.dscp], priority=3, lossless=lossless,
                             ecn=ecn),
                TrafficClass(name="control", dscp=[exp.ctrl_dscp], priority=6)]
     pfc = PfcConfig(xoff_bytes=exp.xoff_bytes, xon_bytes=exp.xon_bytes,
-                    headroom_bytes=exp.headroom_bytes) if exp.pfc else None
+                    headroom_bytes=exp.headroom_bytes) if lossless else None
     return QosConfig(classes=classes, pfc=pfc, ecn_enabled=ecn is not None)
 
 
@@ -142,6 +208,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     binary = roce.build()
     rows: list[dict] = []
     rate_rows: list[list] = []
+    params: dict[str, dict] = {}
     for scheme in exp.schemes:
         label = f"rdma {scheme}"
         with ctx.fabric(ctx.topo, ctx.spec.controller.routing, label, qos=rdma_qos(exp, scheme),
@@ -149,8 +216,10 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                         buffer_bytes=None) as fab:
             topo = fab.topo
             rtts = {(f.src, f.dst): fab.ping_rtt_s(f.src, f.dst) for f in exp.flows}
+            base_rtt_us = base_rtt(exp, topo, rtts, scheme)
             start_at = time.time() + 2.0      # every engine started and bound by then
-            engines = engines_for(exp, topo, scheme, start_at)
+            engines = engines_for(exp, topo, scheme, start_at, base_rtt_us)
+            params[scheme] = scheme_record(exp, topo, scheme, base_rtt_us)
             folder = ctx.out_dir / "flows" / ctx.raw_name(f"rdma-{scheme}")
             folder.mkdir(parents=True, exist_ok=True)
             dp = fab.dataplane()
@@ -198,6 +267,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 f"{drops.get('switch_drops', 0)} drops")
         if timed_out:
             out.warnings.append(f"{label}: flows still running after {exp.timeout_s} s")
+    (ctx.out_dir / "rdma_params.json").write_text(json.dumps(params, indent=1))
     ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
     out.headline, warnings = analyse(rows, rate_rows)
@@ -208,11 +278,47 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
 RATE_HEADER = ["scheme", "flow", "t_s", "rate_mbps", "tx_mbps"]
 
 
-def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float) -> dict:
+def base_rtt(exp: Rdma, topo: Topology, rtts: dict, scheme: str) -> float:
+    """HPCC's T and the BDP of the "+w" window, in us: the longest of the flows' base round
+    trips as a data packet of a line-rate flow sees it, a ping's plus the packet's
+    transmission at the path's slowest link. (HPCC's code adds the transmission at every
+    hop; the emulated links let a lone packet through at once, from their token bucket's
+    burst, so a paced flow's packet waits for one transmission, measured.) 0 when no ping
+    answered."""
+    packet = exp.roce_mtu + WIRE_OVERHEAD + (INT_LEN if parse_scheme(scheme).cc == "hpcc"
+                                              else 0)
+    longest = 0.0
+    for f in exp.flows:
+        rtt = rtts.get((f.src, f.dst))
+        if rtt is not None:
+            longest = max(longest, rtt * 1e6 + packet * 8 / bottleneck_mbps(topo, f.src, f.dst))
+    return round(longest, 1)
+
+
+def scheme_record(exp: Rdma, topo: Topology, scheme: str, base_rtt_us: float) -> dict:
+    """What a scheme ran with: its parameters in the paper's units and scaled to each host
+    link rate of the flows, and the base round trip it was given."""
+    parts = parse_scheme(scheme)
+    cc = {"dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc}.get(parts.cc)
+    rates = sorted({topo.link_at(h, 0).rate_mbps for f in exp.flows for h in (f.src, f.dst)})
+    out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
+    if cc is not None:
+        out["params"] = [cc.record(rate) for rate in rates]
+    if parts.irn:
+        out["irn"] = [exp.irn.record(rate) for rate in rates]
+    return out
+
+
+def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float,
+                base_rtt_us: float = 0.0) -> dict:
     """One engine per host that sends or receives: flow i is queue pair i+1 at both ends."""
     from testbed.workloads import roce
 
     engines: dict[str, roce.Engine] = {}
+    parts = parse_scheme(scheme)
+    cc = parts.cc
+    if (cc == "hpcc" or parts.window or parts.irn) and base_rtt_us <= 0:
+        raise TestbedError(f"rdma {scheme}: no base round trip measured (no ping answered)")
 
     def engine(host: str) -> roce.Engine:
         if host not in engines:
@@ -221,7 +327,13 @@ def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float) -> dict
                 bind=topo.host(host).ip, mtu=exp.roce_mtu, dscp=exp.dscp,
                 ctrl_dscp=exp.ctrl_dscp, rto_us=exp.rto_us, sample_us=exp.sample_us,
                 start_at_unix=start_at, exit_when_done=False, link_mbps=rate,
-                dcqcn=exp.dcqcn if scheme == "dcqcn" else None)
+                dcqcn=exp.dcqcn if cc == "dcqcn" else None,
+                timely=exp.timely if cc == "timely" else None,
+                hpcc=exp.hpcc if cc == "hpcc" else None,
+                base_rtt_us=base_rtt_us, window=parts.window,
+                irn=exp.irn if parts.irn else None,
+                int_rates=int_rate_table([link.rate_mbps for link in topo.links])
+                if cc == "hpcc" else [])
         return engines[host]
 
     for i, f in enumerate(exp.flows):
@@ -258,6 +370,9 @@ def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
             "naks": got["naks_tx"], "ooo_drops": got["ooo_drops"], "ce_marked": got["ce_rx"],
             "cnps": got["cnps_tx"], "rate_cuts": sent["rate_cuts"],
+            "rate_updates": sent["rate_updates"], "rtt_mean_us": sent["rtt_mean_us"],
+            "rtt_max_us": sent["rtt_max_us"], "int_hops": sent["int_hops"],
+            "ooo_kept": got["ooo_kept"],
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows

@@ -6,7 +6,16 @@ import pytest
 
 from testbed.experiments import rdma
 from testbed.spec import SpecError, loads
-from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, ideal_fct_us, wire_bytes
+from testbed.workloads.model.rdma import (
+    WIRE_OVERHEAD,
+    Dcqcn,
+    Hpcc,
+    Irn,
+    Timely,
+    bdp_packets,
+    ideal_fct_us,
+    wire_bytes,
+)
 from topologies import leafspine
 
 FLOWS = [{"src": "h1", "dst": "h3", "size_bytes": 1_000_000},
@@ -28,7 +37,19 @@ BAD_RDMA = [
      "experiments[0].flows[0]: src and dst are the same host"),
     ({"flows": [{"src": "h1", "dst": "h2", "size_bytes": 0}]},
      "experiments[0].flows[0]: size_bytes >= 1"),
-    ({"schemes": ["dcqcn", "swift"]}, "experiments[0].schemes[1]: one of none, dcqcn"),
+    ({"schemes": ["dcqcn", "swift"]},
+     "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, timely, "
+     "hpcc (got 'swift')"),
+    ({"schemes": ["dcqcn+x"]}, "experiments[0].schemes[0]: after 'dcqcn', each of w, irn, "
+     "lossy at most once (got 'dcqcn+x')"),
+    ({"schemes": ["hpcc+w"]}, "experiments[0].schemes[0]: hpcc has its own window"),
+    ({"schemes": ["dcqcn", "dcqcn"]}, "experiments[0].schemes[1]: 'dcqcn' twice"),
+    ({"timely": {"t_low_us": 900}}, "experiments[0].timely.t_low_us: below t_high_us"),
+    ({"timely": {"beta": 0}}, "experiments[0].timely: alpha and beta in (0, 1]"),
+    ({"hpcc": {"eta": 1.5}}, "experiments[0].hpcc.eta: in (0, 1]"),
+    ({"irn": {"rto_low_us": 500}}, "experiments[0].irn: 0 < rto_low_us <= rto_high_us"),
+    ({"ecn_kmax_bytes": 1000}, "experiments[0].ecn_kmax_bytes: above ecn_k_bytes"),
+    ({"ecn_pmax": 0}, "experiments[0].ecn_pmax: in (0, 1]"),
     ({"roce_mtu": 1500}, "experiments[0].roce_mtu: a RoCE MTU"),
     ({"dscp": 64}, "experiments[0].dscp: a DSCP in 1..63"),
     ({"ctrl_dscp": 26}, "experiments[0].ctrl_dscp: must differ from dscp"),
@@ -36,7 +57,7 @@ BAD_RDMA = [
     ({"dcqcn": {"timer_us": 0}}, "experiments[0].dcqcn.timer_us: must be > 0"),
     ({"dcqcn": {"f": 0}}, "experiments[0].dcqcn: byte_counter_bytes >= 0 and f >= 1"),
     ({"xon_bytes": 50000}, "experiments[0].xon_bytes: must be below xoff_bytes"),
-    ({"schemes": []}, "experiments[0].schemes: at least one of none, dcqcn"),
+    ({"schemes": []}, "experiments[0].schemes: at least one, such as none, dcqcn"),
     ({"dcqcn": {"byte_counter_bytes": 10}},
      "experiments[0].dcqcn.byte_counter_bytes: 0 (none) or at least 1024"),
 ]
@@ -50,11 +71,43 @@ def test_bad_rdma_specs_name_the_field(fields, message):
 
 
 def test_a_roce_mtu_must_fit_the_links():
-    data = spec(roce_mtu=4096)
+    data = spec(roce_mtu=4096, schemes=["dcqcn"])
     data["links"] = {"mtu_bytes": 1500}
     with pytest.raises(SpecError, match=r"roce_mtu: 4096 B of payload and 44 B of headers "
                                         r"do not fit links.mtu_bytes 1500"):
         loads(data)
+
+
+def test_hpcc_telemetry_must_fit_the_links():
+    data = spec(roce_mtu=1024, schemes=["hpcc"])
+    data["links"] = {"mtu_bytes": 1100}
+    with pytest.raises(SpecError, match=r"roce_mtu: 1024 B of payload and 86 B of headers "
+                                        r"\(with HPCC telemetry\) do not fit"):
+        loads(data)
+
+
+def test_schemes_parse_into_their_parts():
+    assert rdma.parse_scheme("dcqcn+irn+lossy") == rdma.Scheme("dcqcn", False, True, True)
+    assert rdma.parse_scheme("timely+w") == rdma.Scheme("timely", True, False, False)
+    assert rdma.parse_scheme("none") == rdma.Scheme("none", False, False, False)
+    exp = loads(spec(schemes=["dcqcn+lossy", "hpcc"]))[0].experiments[0]
+    lossy, hpcc = rdma.rdma_qos(exp, "dcqcn+lossy"), rdma.rdma_qos(exp, "hpcc")
+    assert lossy.pfc is None and not any(c.lossless for c in lossy.classes)
+    assert lossy.classes[1].ecn is not None          # DCQCN reacts to marks
+    assert hpcc.pfc is not None and hpcc.classes[1].lossless and hpcc.classes[1].ecn is None
+
+
+def test_timely_hpcc_irn_scale_by_packet_times():
+    """TIMELY's thresholds (at 10 Gb/s) and IRN's timeouts (at 40 Gb/s) become the same
+    number of packet times at 100 Mb/s; rate steps keep their share of the line."""
+    t = Timely().scaled(100.0)
+    assert (t["t_low_ns"], t["t_high_ns"], t["min_rtt_ns"]) == (5_000_000, 50_000_000,
+                                                                2_000_000)
+    assert t["delta_bps"] == pytest.approx(100e3) and t["hai_n"] == 5
+    h = Hpcc().scaled(100.0)
+    assert h["rai_bps"] == pytest.approx(40e3) and h["eta"] == 0.95
+    assert Irn().scaled(100.0) == {"rto_low_us": 40_000, "rto_high_us": 128_000, "n": 3}
+    assert bdp_packets(1000.0, 100.0, 4154) == 4     # 12.5 KB: three and a bit packets
 
 
 def test_ideal_fct_is_the_wire_bytes_at_the_bottleneck_and_one_rtt():

@@ -17,6 +17,8 @@ ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows (payload 
 ROCE_OVERHEAD = 20 + 8 + 12 + 4
 # and on the wire, where the switches' rates count it: Ethernet 14 more
 WIRE_OVERHEAD = 14 + ROCE_OVERHEAD
+# HPCC's telemetry room on every data packet (testbed/dataplane/bpf/int_wire.h)
+INT_LEN = 2 + 5 * 8
 
 
 def wire_bytes(size_bytes: int, mtu: int) -> int:
@@ -180,3 +182,37 @@ def hpcc_line(s: dict[str, float], base_rtt_ns: int) -> str:
     """The engine's config line for HPCC (engine.c)."""
     return (f"hpcc {s['eta']!r} {int(s['max_stage'])} {s['rai_bps']!r} {s['min_bps']!r} "
             f"{base_rtt_ns}")
+
+
+@dataclass(frozen=True)
+class Irn:
+    """IRN's loss recovery (Mittal et al., SIGCOMM'18) at its reference 40 Gb/s: RTO_low
+    100 us while at most N = 3 packets are in flight, else RTO_high 320 us (the paper's,
+    as the conweave ns-3 code runs them); the in-flight cap (BDP-FC) is the longest path's
+    bandwidth-delay product in packets, from the emulated base round trip."""
+    ref_gbps: float = 40.0
+    rto_low_us: float = 100.0
+    rto_high_us: float = 320.0
+    n: int = 3
+
+    def check(self, path: str = "irn") -> None:
+        if not 0 < self.rto_low_us <= self.rto_high_us:
+            raise ValueError(f"{path}: 0 < rto_low_us <= rto_high_us (got "
+                             f"{self.rto_low_us}, {self.rto_high_us})")
+        if self.ref_gbps <= 0 or self.n < 1:
+            raise ValueError(f"{path}: ref_gbps > 0 and n >= 1 (got {self.ref_gbps}, "
+                             f"{self.n})")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        time = self.ref_gbps * 1000 / link_mbps
+        return {"rto_low_us": max(1, round(self.rto_low_us * time)),
+                "rto_high_us": max(1, round(self.rto_high_us * time)), "n": self.n}
+
+    def record(self, link_mbps: float) -> dict:
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,
+                "scaled": self.scaled(link_mbps)}
+
+
+def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
+    """A bandwidth-delay product in whole packets (at least one)."""
+    return max(1, -(-round(base_rtt_us * link_mbps / 8) // packet_bytes))

@@ -23,9 +23,12 @@ from testbed.core.system import TestbedError, run
 from testbed.dataplane.qosplane import BUILD_DIR
 from testbed.workloads.model.rdma import (
     ROCE_MTUS,
+    WIRE_OVERHEAD,
     Dcqcn,
     Hpcc,
+    Irn,
     Timely,
+    bdp_packets,
     dcqcn_line,
     hpcc_line,
     timely_line,
@@ -88,6 +91,9 @@ class Engine:
     base_rtt_us: float = 0.0    # the longest base round trip: HPCC's T, the window's BDP
     window: bool = False        # at most one BDP (base_rtt_us at link_mbps) in flight per QP
     int_rates: list[float] = field(default_factory=list)  # HPCC: the records' rate table
+    # IRN's selective recovery (both ends), its in-flight cap one BDP (base_rtt_us at
+    # link_mbps); None: go-back-N
+    irn: Irn | None = None
     qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -120,8 +126,9 @@ class Engine:
             raise ValueError("one of dcqcn, timely and hpcc at most")
         if (ccs or self.window) and self.link_mbps <= 0:
             raise ValueError("a congestion control or window needs the host's link_mbps")
-        if (self.hpcc is not None or self.window) and self.base_rtt_us <= 0:
-            raise ValueError("hpcc and window need base_rtt_us")
+        if (self.hpcc is not None or self.window or self.irn is not None) and (
+                self.base_rtt_us <= 0 or self.link_mbps <= 0):
+            raise ValueError("hpcc, window and irn need base_rtt_us and link_mbps")
         if self.dcqcn is not None:
             self.dcqcn.check()
             scaled = self.dcqcn.scaled(self.link_mbps)
@@ -139,6 +146,11 @@ class Engine:
             lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
         if self.window:
             lines.append(f"window_bytes {round(self.base_rtt_us * self.link_mbps / 8)}")
+        if self.irn is not None:
+            self.irn.check()
+            s = self.irn.scaled(self.link_mbps)
+            bdp = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
+            lines.append(f"irn {s['rto_low_us']} {s['rto_high_us']} {s['n']} {bdp}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps}" for qpn, peer, port, pq, mbps
                   in self.qps]

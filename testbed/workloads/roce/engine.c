@@ -4,7 +4,11 @@
  * messages (RDMA WRITEs) cut into MTU-sized packets, a per-QP rate limiter, cumulative
  * ACKs, a NAK (PSN sequence error) once per gap, go-back-N recovery from the NAK's PSN
  * or on a retransmission timeout, and CNPs from the receiver when data arrives CE-marked
- * (at most one per QP per interval). Data leaves ECN-capable in the lossless class's DSCP,
+ * (at most one per QP per interval). Or, with an irn line, IRN's recovery (Mittal et al.,
+ * SIGCOMM'18): the receiver keeps what arrives out of order and answers each such packet
+ * with a NAK naming it (a selective acknowledgement, after the AETH); the sender resends
+ * only what is missing below the highest such packet, keeps at most a BDP of packets in
+ * flight, and times out after RTO_LOW while N or fewer are in flight, else RTO_HIGH. Data leaves ECN-capable in the lossless class's DSCP,
  * with a UDP checksum of zero (RoCEv2 relies on its ICRC). A requester QP's rate, and for
  * some schemes its window, is its congestion control's: DCQCN from CNPs (dcqcn.h), TIMELY
  * from round-trip times (timely.h), HPCC from the switches' telemetry that data packets
@@ -19,6 +23,7 @@
  *   hpcc ETA MAX_STAGE RAI_BPS MIN_BPS BASE_RTT_NS
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
+ *   irn RTO_LOW_US RTO_HIGH_US N BDP_PKTS   (IRN's recovery, on both ends)
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
@@ -59,6 +64,7 @@
 #define WIRE_OVERHEAD (14 + 20 + 8 + ROCE_BTH_LEN + ROCE_ICRC_LEN)
 #define BURST_PKTS 2
 #define RTT_RING 4096            /* send times kept per requester QP, by sequence */
+#define IRN_WIN 4096             /* IRN: sequences a QP tracks beyond its oldest unacked */
 #define NO_SAMPLE UINT32_MAX
 
 enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC };
@@ -107,6 +113,12 @@ struct qp {
 	struct hpcc_params hpar;
 	uint32_t *ring_psn;          /* a requester's send times: the sequence in each slot */
 	uint64_t *ring_ns;
+	/* IRN: the requester's selectively acknowledged sequences and recovery; the
+	 * responder's packets kept beyond epsn (and which of them end a message) */
+	uint8_t *sacked, *kept, *kept_last;
+	uint32_t sack_high, rtx_ptr, recovery_end, lost_high;
+	int in_recovery;
+	uint64_t ooo_kept, sacks_rx;
 };
 
 static struct qp qps[MAX_QPS];
@@ -124,6 +136,9 @@ static struct timely_params tlp;
 static struct hpcc_params hpp;
 static int use_int;                  /* data packets carry room for telemetry */
 static uint64_t window_bytes;        /* a fixed window per QP; 0: none */
+static int use_irn;
+static uint64_t irn_rto_low_ns, irn_rto_high_ns;
+static uint32_t irn_n, irn_bdp_pkts;
 static int dscp = 26, ctrl_dscp = 48;
 static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
 static uint64_t linger_ns = 200000000, end_after_ns;
@@ -224,6 +239,15 @@ static void read_config(const char *path)
 			    hpp.eta <= 0 || hpp.eta > 1 || !hpp.base_rtt_ns)
 				die("bad hpcc line");
 			cc = CC_HPCC;
+		} else if (!strcmp(key, "irn")) {
+			unsigned long long lo, hi;
+
+			if (sscanf(line, "%*s %llu %llu %u %u", &lo, &hi, &irn_n, &irn_bdp_pkts) != 4 ||
+			    !lo || lo > hi || !irn_bdp_pkts || irn_bdp_pkts >= IRN_WIN)
+				die("bad irn line");
+			irn_rto_low_ns = lo * 1000;
+			irn_rto_high_ns = hi * 1000;
+			use_irn = 1;
 		} else if (!strcmp(key, "int_rates")) {
 			char *rest = line + strlen("int_rates");
 			int n = 0, used;
@@ -356,12 +380,26 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 	return 0;
 }
 
-/* an ACK, NAK or CNP; 0 if it went (the host's queue may refuse it, as it may data).
- * An ACK or NAK echoes `echo`, the telemetry of the data packet it answers (NULL: none). */
-static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn,
-		     const uint8_t *echo)
+static int bit(const uint8_t *map, uint32_t seq)
 {
-	uint8_t buf[ROCE_BTH_LEN + ROCE_AETH_LEN + INT_LEN + ROCE_ICRC_LEN] = { 0 };
+	return map[seq % IRN_WIN / 8] >> (seq % 8) & 1;
+}
+
+static void set_bit(uint8_t *map, uint32_t seq, int v)
+{
+	if (v)
+		map[seq % IRN_WIN / 8] |= (uint8_t)(1 << (seq % 8));
+	else
+		map[seq % IRN_WIN / 8] &= (uint8_t)~(1 << (seq % 8));
+}
+
+/* an ACK, NAK or CNP; 0 if it went (the host's queue may refuse it, as it may data).
+ * An ACK or NAK echoes `echo`, the telemetry of the data packet it answers (NULL: none);
+ * with IRN, every NAK names the packet that caused it, `sack`, after the AETH. */
+static int send_ctrl_sack(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome,
+			  uint32_t psn, const uint8_t *echo, uint32_t sack)
+{
+	uint8_t buf[ROCE_BTH_LEN + ROCE_AETH_LEN + 4 + INT_LEN + ROCE_ICRC_LEN] = { 0 };
 	struct bth h = { .opcode = opcode, .dest_qp = q->peer_qpn, .psn = psn,
 			 .becn = opcode == OP_CNP, .intf = echo && opcode != OP_CNP };
 	size_t len;
@@ -373,13 +411,24 @@ static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uin
 	} else {
 		bth_put(buf, &h);
 		aeth_put(buf + ROCE_BTH_LEN, syndrome, q->msn);
-		len = ROCE_BTH_LEN + ROCE_AETH_LEN + ROCE_ICRC_LEN;
+		len = ROCE_BTH_LEN + ROCE_AETH_LEN;
+		if (use_irn && (syndrome & 0xe0) == AETH_NAK_PSN_SEQ) {
+			put_be24(buf + len + 1, sack & ROCE_PSN_MASK);
+			len += 4;
+		}
 		if (h.intf) {
-			memcpy(buf + ROCE_BTH_LEN + ROCE_AETH_LEN, echo, INT_LEN);
+			memcpy(buf + len, echo, INT_LEN);
 			len += INT_LEN;
 		}
+		len += ROCE_ICRC_LEN;
 	}
 	return send_pkt(fd, q, buf, len, 0);
+}
+
+static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn,
+		     const uint8_t *echo)
+{
+	return send_ctrl_sack(fd, q, opcode, syndrome, psn, echo, 0);
 }
 
 /* the bytes a data packet of `payload` bytes puts on the wire */
@@ -405,18 +454,41 @@ static int window_open(const struct qp *q)
 	return w <= 0 || !out || (double)out * wire_len(mtu) < w;
 }
 
-/* one data packet of q at q->snd_nxt; 0 if sent */
-static int send_data(int fd, struct qp *q, uint64_t now)
+/* The sequence q sends next, or -1 when it has nothing it may send. Go-back-N: snd_nxt.
+ * IRN: in recovery, the oldest not selectively acknowledged below the highest that was
+ * (or, after a timeout, below what had been sent); else new data, a BDP at most in flight. */
+static int64_t next_seq(struct qp *q)
+{
+	if (!use_irn)
+		return q->snd_nxt != q->snd_end && window_open(q) ? (int64_t)q->snd_nxt : -1;
+	if (q->in_recovery) {
+		uint32_t end = (int32_t)(q->sack_high - q->lost_high) > 0 ? q->sack_high :
+			q->lost_high;
+
+		if ((int32_t)(q->rtx_ptr - q->snd_una) < 0)
+			q->rtx_ptr = q->snd_una;
+		while ((int32_t)(end - q->rtx_ptr) > 0 && bit(q->sacked, q->rtx_ptr))
+			q->rtx_ptr++;
+		if ((int32_t)(end - q->rtx_ptr) > 0)
+			return q->rtx_ptr;
+	}
+	if (q->high != q->snd_end && q->high - q->snd_una < irn_bdp_pkts && window_open(q))
+		return q->high;
+	return -1;
+}
+
+/* one data packet of q, sequence `seq`; 0 if sent */
+static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 {
 	static uint8_t buf[MAX_PKT];
-	struct msg *m = msg_of(q, q->snd_nxt);
-	uint32_t i = q->snd_nxt - m->first;
+	struct msg *m = msg_of(q, seq);
+	uint32_t i = seq - m->first;
 	uint32_t payload = i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
 	struct bth h = { .opcode = write_opcode(i, m->npkts), .dest_qp = q->peer_qpn,
-			 .psn = q->snd_nxt, .ackreq = i + 1 == m->npkts, .intf = use_int };
+			 .psn = seq, .ackreq = i + 1 == m->npkts, .intf = use_int };
 	size_t len = ROCE_BTH_LEN + (use_int ? INT_LEN : 0) + payload + ROCE_ICRC_LEN;
 	double wire = (double)wire_len(payload) * 8;
-	int retx = (int32_t)(q->snd_nxt - q->high) < 0;
+	int retx = (int32_t)(seq - q->high) < 0;
 	uint64_t gap;
 
 	bth_put(buf, &h);
@@ -432,14 +504,22 @@ static int send_data(int fd, struct qp *q, uint64_t now)
 		q->rate_bps = q->dc.rc;
 	}
 	if (q->ring_psn) {       /* a resent packet's ACK is no RTT sample (Karn) */
-		q->ring_psn[q->snd_nxt % RTT_RING] = retx ? NO_SAMPLE : q->snd_nxt;
-		q->ring_ns[q->snd_nxt % RTT_RING] = now;
+		q->ring_psn[seq % RTT_RING] = retx ? NO_SAMPLE : seq;
+		q->ring_ns[seq % RTT_RING] = now;
 	}
 	if (retx)
 		q->retx_pkts++;
-	q->snd_nxt++;
-	if ((int32_t)(q->snd_nxt - q->high) > 0)
-		q->high = q->snd_nxt;
+	if (use_irn) {
+		if (retx)
+			q->rtx_ptr = seq + 1;
+		else
+			q->snd_nxt = q->high = seq + 1;
+		q->progress_ns = now;        /* IRN's timer restarts with every send */
+	} else {
+		q->snd_nxt = seq + 1;
+		if ((int32_t)(q->snd_nxt - q->high) > 0)
+			q->high = q->snd_nxt;
+	}
 	/* a late wake-up may catch up by at most BURST_PKTS packets: the limiter banks no
 	 * more credit than that while the loop was late or the QP idle */
 	gap = (uint64_t)(wire * 1e9 / q->rate_bps);
@@ -453,7 +533,12 @@ static void ack_progress(struct qp *q, uint32_t upto, uint64_t now)
 {
 	if ((int32_t)(upto - q->snd_una) <= 0)
 		return;
+	if (q->sacked)
+		for (uint32_t s = q->snd_una; s != upto; s++)
+			set_bit(q->sacked, s, 0);
 	q->snd_una = upto;
+	if (q->in_recovery && (int32_t)(q->snd_una - q->recovery_end) >= 0)
+		q->in_recovery = 0;
 	q->progress_ns = now;
 	if ((int32_t)(q->snd_nxt - q->snd_una) < 0)
 		q->snd_nxt = q->snd_una;
@@ -505,6 +590,22 @@ static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t 
 	}
 }
 
+static int op_ends_message(uint8_t op)
+{
+	return op == OP_WRITE_LAST || op == OP_WRITE_ONLY || op == OP_SEND_LAST ||
+	       op == OP_SEND_ONLY;
+}
+
+/* IRN enters recovery: resend what is missing below the highest selectively acknowledged
+ * sequence, or below `lost` (after a timeout: all that was sent) */
+static void irn_recover(struct qp *q, uint32_t lost)
+{
+	q->in_recovery = 1;
+	q->recovery_end = q->high;
+	q->rtx_ptr = q->snd_una;
+	q->lost_high = lost;
+}
+
 static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t now)
 {
 	struct bth h;
@@ -542,14 +643,36 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			q->rx_pkts++;
 			q->rx_bytes += payload;
 			q->nak_sent = 0;
-			if (h.opcode == OP_WRITE_LAST || h.opcode == OP_WRITE_ONLY ||
-			    h.opcode == OP_SEND_LAST || h.opcode == OP_SEND_ONLY)
+			if (op_ends_message(h.opcode))
 				q->msn++;
+			while (use_irn && bit(q->kept, q->epsn)) {   /* kept ones are in order now */
+				set_bit(q->kept, q->epsn, 0);
+				if (bit(q->kept_last, q->epsn))
+					q->msn++;
+				set_bit(q->kept_last, q->epsn, 0);
+				q->epsn++;
+			}
 			if ((++q->since_ack >= ack_every || h.ackreq) &&
 			    send_ctrl(fd, q, OP_ACK, AETH_ACK, q->epsn - 1, echo) == 0) {
 				q->acks_tx++;        /* one that could not go: the next packet's covers it */
 				q->since_ack = 0;
 			}
+		} else if (d > 0 && use_irn) {   /* kept, and named in a NAK */
+			if (d >= IRN_WIN) {
+				q->ooo_drops++;
+				return;
+			}
+			if (bit(q->kept, psn)) {
+				q->dup_pkts++;
+			} else {
+				set_bit(q->kept, psn, 1);
+				set_bit(q->kept_last, psn, op_ends_message(h.opcode));
+				q->ooo_kept++;
+				q->rx_pkts++;
+				q->rx_bytes += payload;
+			}
+			if (send_ctrl_sack(fd, q, OP_ACK, AETH_NAK_PSN_SEQ, q->epsn, echo, psn) == 0)
+				q->naks_tx++;
 		} else if (d > 0) {      /* a gap: one NAK, then silence until it fills */
 			q->ooo_drops++;
 			if (!q->nak_sent &&
@@ -566,7 +689,24 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		uint32_t psn = psn_unwrap(h.psn, q->snd_una);
 		uint8_t syn = buf[ROCE_BTH_LEN];
 
-		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ) {
+		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ && use_irn && q->sacked) {
+			q->naks_rx++;
+			ack_progress(q, psn, now);       /* all before it arrived */
+			q->progress_ns = now;
+			if (len >= ROCE_BTH_LEN + ROCE_AETH_LEN + 4) {
+				uint32_t s = psn_unwrap(get_be24(buf + ROCE_BTH_LEN + ROCE_AETH_LEN + 1),
+							q->snd_una);
+
+				if ((int32_t)(s - q->snd_una) >= 0 && (int32_t)(q->high - s) > 0) {
+					set_bit(q->sacked, s, 1);
+					q->sacks_rx++;
+					if ((int32_t)(s + 1 - q->sack_high) > 0)
+						q->sack_high = s + 1;
+				}
+			}
+			if (!q->in_recovery)
+				irn_recover(q, q->snd_una);
+		} else if ((syn & 0xe0) == AETH_NAK_PSN_SEQ) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
 			if ((int32_t)(psn - q->snd_una) >= 0 && (int32_t)(q->snd_nxt - psn) > 0)
@@ -616,7 +756,7 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"test_drops\": %llu, \"rate_cuts\": %llu, \"rate_updates\": %llu, "
 			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
 			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
-			"\"int_hops\": %u}",
+			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu}",
 			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
@@ -631,7 +771,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			cc == CC_DCQCN ? q->dc.alpha : 0.0, cc == CC_HPCC ? q->hp.u : 0.0,
 			(unsigned long long)q->rtt_samples, q->rtt_min_ns / 1e3,
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
-			q->rtt_max_ns / 1e3, q->int_hops);
+			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
+			(unsigned long long)q->sacks_rx);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int j = 0; j < nmsgs; j++) {
@@ -737,6 +878,13 @@ int main(int argc, char **argv)
 				die("out of memory");
 			memset(q->ring_psn, 0xff, RTT_RING * sizeof(*q->ring_psn));
 		}
+		if (use_irn) {
+			q->sacked = calloc(IRN_WIN / 8, 1);
+			q->kept = calloc(IRN_WIN / 8, 1);
+			q->kept_last = calloc(IRN_WIN / 8, 1);
+			if (!q->sacked || !q->kept || !q->kept_last)
+				die("out of memory");
+		}
 	}
 
 	while (!stop) {
@@ -765,6 +913,8 @@ int main(int argc, char **argv)
 		now = now_ns();
 		for (int i = 0; i < nqps; i++) {
 			struct qp *q = &qps[i];
+			uint64_t rto;
+			int64_t seq;
 
 			while (q->msg_lo >= 0 && q->msg_lo + q->posted < q->msg_hi &&
 			       t0 + msgs[q->msg_lo + q->posted].start_ns <= now) {
@@ -794,21 +944,26 @@ int main(int argc, char **argv)
 			 * network's, and resending what still waits in the host would double it */
 			if (q->progress_ns < unblocked_ns)
 				q->progress_ns = unblocked_ns;
-			if (!tx_blocked && q->snd_una != q->snd_nxt && now - q->progress_ns > rto_ns) {
+			rto = !use_irn ? rto_ns : q->high - q->snd_una <= irn_n ? irn_rto_low_ns :
+				irn_rto_high_ns;
+			if (!tx_blocked && q->snd_una != q->snd_nxt && now - q->progress_ns > rto) {
 				q->timeouts++;
-				q->snd_nxt = q->snd_una;
+				if (use_irn)
+					irn_recover(q, q->high);
+				else
+					q->snd_nxt = q->snd_una;
 				q->progress_ns = now;
 			}
-			if (q->snd_nxt != q->snd_end && !tx_blocked && window_open(q)) {
+			seq = tx_blocked ? -1 : next_seq(q);
+			if (seq >= 0) {
 				if (q->next_tx_ns <= now) {
-					if (send_data(fd, q, now) == 0)
+					if (send_data(fd, q, (uint32_t)seq, now) == 0)
 						busy = 1;
 				}
 				if (q->next_tx_ns < wake)
 					wake = q->next_tx_ns;
-			} else if (q->snd_una != q->snd_nxt &&
-				   q->progress_ns + rto_ns + 1 < wake) {
-				wake = q->progress_ns + rto_ns + 1;
+			} else if (q->snd_una != q->snd_nxt && q->progress_ns + rto + 1 < wake) {
+				wake = q->progress_ns + rto + 1;
 			}
 		}
 		if (now >= next_sample) {
