@@ -32,6 +32,7 @@ are not in it (docs/CLUSTER.md, "Capacity").
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -63,9 +64,11 @@ class Demand:
     verdict: str              # fits | marginal | CPU-bound, on one server
 
 
-def fluid_rates(topo: Topology, flows: list[Flow]) -> list[tuple[float, float]]:
+def fluid_rates(topo: Topology, flows: list[Flow], demands: list[float] | None = None
+                ) -> list[tuple[float, float]]:
     """Each flow's max-min fair rate (Mb/s) when it is split evenly over its shortest paths,
-    and the switches it crosses (mean over those paths)."""
+    and the switches it crosses (mean over those paths); with `demands`, no flow above its
+    own (Mb/s)."""
     shares: list[dict[tuple[str, str], float]] = []
     hops: list[float] = []
     for src, dst in flows:
@@ -81,24 +84,27 @@ def fluid_rates(topo: Topology, flows: list[Flow]) -> list[tuple[float, float]]:
     for link in topo.links:
         left[(link.a, link.b)] = left[(link.b, link.a)] = link.rate_mbps
     rates = [0.0] * len(flows)
-    active = {i for i, s in enumerate(shares) if s}
+    cap = demands or [math.inf] * len(flows)
+    active = {i for i, s in enumerate(shares) if s and cap[i] > 0}
     while active:
         weight: dict[tuple[str, str], float] = {}
         for i in active:
             for arc, s in shares[i].items():
                 weight[arc] = weight.get(arc, 0.0) + s
-        step = min(left[arc] / w for arc, w in weight.items())
+        step = min(min(left[arc] / w for arc, w in weight.items()),
+                   min(cap[i] - rates[i] for i in active))
         for i in active:
             rates[i] += step
         for arc, w in weight.items():
             left[arc] -= step * w
         full = {arc for arc in weight if left[arc] <= 1e-9 * (1 + step)}
-        active = {i for i in active if not full.intersection(shares[i])}
+        active = {i for i in active if not full.intersection(shares[i])
+                  and rates[i] < cap[i] * (1 - 1e-9)}
     return list(zip(rates, hops))
 
 
 def demand(load: Load, cap: Capacity = REFERENCE) -> Demand:
-    rated = fluid_rates(load.topo, load.flows)
+    rated = fluid_rates(load.topo, load.flows, load.demands_mbps)
     per_data = ROCE_PACKETS_PER_DATA if load.roce else cap.packets_per_segment
     pps = sum(rate * 1e6 / 8 / load.mtu * hops for rate, hops in rated) * per_data
     # the RoCE engines send and receive each data packet themselves (no TCP segmentation)

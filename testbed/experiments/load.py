@@ -40,6 +40,7 @@ class Load:
     parallel: bool = False                             # ranks of the parallel worker
     links_judged: bool = False  # the runner forgives waits behind busy links (training rings)
     roce: bool = False          # the flows are the RoCE engine's: its CPU per packet counts
+    demands_mbps: list[float] | None = None  # each flow's most (an offered load); None: greedy
 
 
 # An experiment type's load model: `loads(spec, topo, exp, cap)`, the phases of one of its

@@ -6,6 +6,7 @@ the engines' counters, each flow's rate over time, pauses and drops."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
 from testbed.dataplane.qos_render import INT_RATES, int_rate_table
 from testbed.results.plots import pyplot, save, several_experiments, title
+from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
     ROCE_MTUS,
@@ -33,11 +35,12 @@ from testbed.workloads.model.rdma import (
     ideal_fct_us,
     wire_bytes,
 )
+from topologies import patterns
 from topologies.graph import shortest_paths
 from topologies.model import Topology
 
 from . import qos_common as qc
-from .base import Context, Experiment, Outcome
+from .base import Context, Experiment, Outcome, Phase
 from .load import Load, rated
 
 RDMA_CCS = ("none", "dcqcn", "timely", "hpcc")   # none: every QP at its line rate
@@ -82,6 +85,52 @@ class RdmaFlow:
     dst: str
     size_bytes: int
     start_ms: float = 0.0
+    incast: bool = False        # part of an incast (a generated workload marks its own)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RdmaIncast:
+    """Incasts at Poisson times, `share` of the workload's load: `senders` hosts at once,
+    each writing `size_bytes` to one receiver."""
+    senders: int
+    size_bytes: int
+    share: float = 0.02
+
+
+@dataclass(frozen=True, kw_only=True)
+class RdmaWorkload:
+    """Flows as the HPCC code generates them: sizes from a CDF (`websearch`, `fb_hadoop`
+    or a file) times `size_scale`, Poisson arrivals at every host for `duration_ms` at
+    `load` of its link, each to a host drawn uniformly among the others (`pattern`
+    random), or to its peers in a traffic pattern (`randbij`, `stride:4`, ...: the
+    permutation families), or, with `all_to_all`, to every other host in turn."""
+    cdf: str = "websearch"
+    load: float = 0.3
+    duration_ms: float = 1000.0
+    size_scale: float = 1.0
+    pattern: str = "random"
+    incast: RdmaIncast | None = None
+    seed: int = 1
+
+
+def workload_flows(w: RdmaWorkload, topo: Topology) -> list[RdmaFlow]:
+    """A workload's flows on `topo` (seeded)."""
+    hosts = [h.name for h in topo.hosts]
+    dst_of: dict[str, list[str]] | None = None
+    if w.pattern == "all_to_all":
+        dst_of = {h: hosts[i + 1:] + hosts[:i] for i, h in enumerate(hosts)}
+    elif w.pattern != "random":
+        dst_of = {}
+        for src, dst in patterns.generate(w.pattern, topo, w.seed):
+            dst_of.setdefault(src, []).append(dst)
+    rates = {h: topo.link_at(h, 0).rate_mbps for h in hosts}
+    inc = w.incast
+    flows = poisson_flows(hosts, rates, load_cdf(w.cdf), w.load, w.duration_ms, w.seed,
+                          w.size_scale, dst_of, w.pattern == "all_to_all",
+                          inc.senders if inc else 0, inc.size_bytes if inc else 0,
+                          inc.share if inc else 0.0)
+    return [RdmaFlow(src=f.src, dst=f.dst, size_bytes=f.size_bytes, start_ms=f.start_ms,
+                     incast=f.incast) for f in flows]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +144,7 @@ class Rdma(ExperimentSpec):
     the "+w" window's BDP come from the flows' measured base round trip."""
     type: Literal["rdma"] = "rdma"
     flows: list[RdmaFlow] = field(default_factory=list)
+    workload: RdmaWorkload | None = None      # generated flows, besides `flows`
     schemes: list[str] = field(default_factory=lambda: list(RDMA_SCHEMES))
     roce_mtu: int = 1024
     dscp: int = 26
@@ -116,11 +166,20 @@ class Rdma(ExperimentSpec):
     hpcc: Hpcc = field(default_factory=Hpcc)
     irn: Irn = field(default_factory=Irn)
 
+    def all_flows(self, topo: Topology) -> list[RdmaFlow]:
+        """`flows`, then the workload's (seeded: the same every time)."""
+        return self.flows + (workload_flows(self.workload, topo) if self.workload else [])
+
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
-        if not self.flows:
-            raise SpecError(f"{path}.flows: at least one flow")
+        if self.workload is not None:
+            check_workload(self.workload, f"{path}.workload", topo)
+        if not self.flows and self.workload is None:
+            raise SpecError(f"{path}.flows: at least one flow (or a workload)")
+        if len(self.all_flows(topo)) > MAX_FLOWS:
+            raise SpecError(f"{path}: {len(self.all_flows(topo))} flows; at most {MAX_FLOWS} "
+                            f"(a queue pair each at both ends)")
         hosts = {h.name for h in topo.hosts}
-        for i, f in enumerate(self.flows):
+        for i, f in enumerate(self.all_flows(topo)):
             for end in ("src", "dst"):
                 if getattr(f, end) not in hosts:
                     raise SpecError(f"{path}.flows[{i}].{end}: no host {getattr(f, end)!r} "
@@ -177,6 +236,31 @@ class Rdma(ExperimentSpec):
                      None)
 
 
+MAX_FLOWS = 4000      # the engine's queue pairs per host (4096), with room
+
+
+def check_workload(w: RdmaWorkload, path: str, topo: Topology) -> None:
+    try:
+        load_cdf(w.cdf, f"{path}.cdf")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if not 0 < w.load < 1:
+        raise SpecError(f"{path}.load: a share of the host links in (0, 1) (got {w.load})")
+    if not w.duration_ms > 0 or not w.size_scale > 0:
+        raise SpecError(f"{path}: duration_ms and size_scale must be > 0")
+    n = len(topo.hosts)
+    if w.pattern not in ("random", "all_to_all"):
+        try:
+            patterns.parse(w.pattern, n, f"{path}.pattern")
+        except patterns.PatternError as exc:
+            raise SpecError(str(exc)) from None
+    if w.incast is not None:
+        if not 1 <= w.incast.senders < n:
+            raise SpecError(f"{path}.incast.senders: 1..{n - 1} (got {w.incast.senders})")
+        if w.incast.size_bytes < 1 or not 0 < w.incast.share < 1:
+            raise SpecError(f"{path}.incast: size_bytes >= 1 and share in (0, 1)")
+
+
 def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
     """The classes a scheme runs with: the rest (DSCP 0), the RoCE data (lossless when
     `pfc` and the scheme is not lossy, ECN-marked when it reacts to marks) and the control
@@ -206,6 +290,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
 
     out = Outcome()
     binary = roce.build()
+    flows = exp.all_flows(ctx.topo)
     rows: list[dict] = []
     rate_rows: list[list] = []
     params: dict[str, dict] = {}
@@ -215,11 +300,11 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                         burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
                         buffer_bytes=None) as fab:
             topo = fab.topo
-            rtts = {(f.src, f.dst): fab.ping_rtt_s(f.src, f.dst) for f in exp.flows}
-            base_rtt_us = base_rtt(exp, topo, rtts, scheme)
+            rtts = path_rtts(fab, topo, flows)
+            base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
             start_at = time.time() + 2.0      # every engine started and bound by then
-            engines = engines_for(exp, topo, scheme, start_at, base_rtt_us)
-            params[scheme] = scheme_record(exp, topo, scheme, base_rtt_us)
+            engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
+            params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
             folder = ctx.out_dir / "flows" / ctx.raw_name(f"rdma-{scheme}")
             folder.mkdir(parents=True, exist_ok=True)
             dp = fab.dataplane()
@@ -230,7 +315,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                     h, [str(binary), str(e.save(folder / f"{h}.conf")),
                         str(folder / f"{h}.json")], f"roce engine {h}", folder / f"{h}.log")
                     for h, e in engines.items()}
-                requesters = {f.src for f in exp.flows}
+                requesters = {f.src for f in flows}
                 deadline = start_at + exp.timeout_s
                 while time.time() < deadline and not all(
                         "done" in (folder / f"{h}.log").read_text().split()
@@ -250,12 +335,12 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             pfc = qc.pfc_summary(fab.qos_status_dir, t_ns)
         results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
         t0 = min(r.t0_unix for r in results.values())
-        scheme_rows = flow_rows(exp, topo, scheme, results, rtts)
+        scheme_rows = flow_rows(exp, flows, topo, scheme, results, rtts)
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
         rows += scheme_rows
-        for i, f in enumerate(exp.flows):
+        for i, f in enumerate(flows):
             res = results[f.src]
             for qpn, t_us, rate, tx in res.samples:
                 if qpn == i + 1:
@@ -270,7 +355,11 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     (ctx.out_dir / "rdma_params.json").write_text(json.dumps(params, indent=1))
     ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
-    out.headline, warnings = analyse(rows, rate_rows)
+    buckets = fct_table(rows)
+    if buckets:
+        ctx.write_csv("rdma_fct.csv", FCT_HEADER, buckets)
+    # shares of a bottleneck mean something for a few flows meant to share one
+    out.headline, warnings = analyse(rows, rate_rows if exp.workload is None else None)
     out.warnings += warnings
     return out
 
@@ -278,7 +367,19 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
 RATE_HEADER = ["scheme", "flow", "t_s", "rate_mbps", "tx_mbps"]
 
 
-def base_rtt(exp: Rdma, topo: Topology, rtts: dict, scheme: str) -> float:
+def path_rtts(fab: Phase, topo: Topology, flows: list[RdmaFlow]) -> dict:
+    """(src, dst) -> the base round trip (s) of every flow's pair, from one ping per path
+    length (the emulated paths of one length have the same base delay); None for a pair
+    whose ping went unanswered."""
+    by_length: dict[int, tuple[str, str]] = {}
+    for f in flows:
+        by_length.setdefault(len(shortest_paths(topo, f.src, f.dst)[0]), (f.src, f.dst))
+    rtt = {n: fab.ping_rtt_s(*pair) for n, pair in by_length.items()}
+    return {(f.src, f.dst): rtt[len(shortest_paths(topo, f.src, f.dst)[0])] for f in flows}
+
+
+def base_rtt(exp: Rdma, flows: list[RdmaFlow], topo: Topology, rtts: dict,
+             scheme: str) -> float:
     """HPCC's T and the BDP of the "+w" window, in us: the longest of the flows' base round
     trips as a data packet of a line-rate flow sees it, a ping's plus the packet's
     transmission at the path's slowest link. (HPCC's code adds the transmission at every
@@ -288,19 +389,20 @@ def base_rtt(exp: Rdma, topo: Topology, rtts: dict, scheme: str) -> float:
     packet = exp.roce_mtu + WIRE_OVERHEAD + (INT_LEN if parse_scheme(scheme).cc == "hpcc"
                                               else 0)
     longest = 0.0
-    for f in exp.flows:
+    for f in flows:
         rtt = rtts.get((f.src, f.dst))
         if rtt is not None:
             longest = max(longest, rtt * 1e6 + packet * 8 / bottleneck_mbps(topo, f.src, f.dst))
     return round(longest, 1)
 
 
-def scheme_record(exp: Rdma, topo: Topology, scheme: str, base_rtt_us: float) -> dict:
+def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
+                  base_rtt_us: float) -> dict:
     """What a scheme ran with: its parameters in the paper's units and scaled to each host
     link rate of the flows, and the base round trip it was given."""
     parts = parse_scheme(scheme)
     cc = {"dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc}.get(parts.cc)
-    rates = sorted({topo.link_at(h, 0).rate_mbps for f in exp.flows for h in (f.src, f.dst)})
+    rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
@@ -309,8 +411,8 @@ def scheme_record(exp: Rdma, topo: Topology, scheme: str, base_rtt_us: float) ->
     return out
 
 
-def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float,
-                base_rtt_us: float = 0.0) -> dict:
+def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
+                start_at: float, base_rtt_us: float = 0.0) -> dict:
     """One engine per host that sends or receives: flow i is queue pair i+1 at both ends."""
     from testbed.workloads import roce
 
@@ -336,7 +438,7 @@ def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float,
                 if cc == "hpcc" else [])
         return engines[host]
 
-    for i, f in enumerate(exp.flows):
+    for i, f in enumerate(flows):
         src, dst = engine(f.src), engine(f.dst)
         src.qp(i + 1, peer=topo.host(f.dst).ip, peer_qpn=i + 1,
                line_mbps=topo.link_at(f.src, 0).rate_mbps)
@@ -346,11 +448,11 @@ def engines_for(exp: Rdma, topo: Topology, scheme: str, start_at: float,
     return engines
 
 
-def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
-              rtts: dict) -> list[dict]:
+def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
+              results: dict, rtts: dict) -> list[dict]:
     """One row per flow: its completion against its ideal, and both ends' counters."""
     rows = []
-    for i, f in enumerate(exp.flows):
+    for i, f in enumerate(flows):
         res = results[f.src]
         sent, got = res.qps[i + 1], results[f.dst].qps[i + 1]
         msg = next(m for m in res.messages if m.qpn == i + 1)
@@ -359,7 +461,7 @@ def flow_rows(exp: Rdma, topo: Topology, scheme: str, results: dict,
         ideal = ideal_fct_us(f.size_bytes, exp.roce_mtu, rate, rtt)
         fct = msg.fct_us
         rows.append({
-            "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst,
+            "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
             "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
             "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": round(ideal, 1),
             "slowdown": None if fct is None else round(fct / ideal, 4),
@@ -442,9 +544,43 @@ def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[floa
     return out
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank `q`th percentile (None for no values)."""
+    v = sorted(values)
+    return round(v[max(0, math.ceil(q / 100 * len(v)) - 1)], 4) if v else None
+
+
+FCT_HEADER = ["scheme", "size_from", "size_to", "flows", "done", "slowdown_p50",
+              "slowdown_p95", "slowdown_p99"]
+SHORT_SHARE = 0.5       # "short" flows: the smaller half by size
+
+
+def fct_table(rows: list[dict], buckets: int = 10) -> list[list]:
+    """Per scheme and flow-size bucket (the sizes' deciles, the same for every scheme: they
+    run the same flows), the completed flows' slowdown percentiles, as the HPCC paper's
+    Fig. 11 plots them; empty for fewer than 2 * `buckets` flows a scheme."""
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    sizes = sorted(int(r["size_bytes"]) for r in rows if r["scheme"] == schemes[0])
+    if len(sizes) < 2 * buckets:
+        return []
+    edges = sorted({sizes[math.ceil(k / buckets * len(sizes)) - 1]
+                    for k in range(1, buckets + 1)})
+    out = []
+    for scheme in schemes:
+        lo = 0
+        for hi in edges:
+            mine = [r for r in rows if r["scheme"] == scheme and lo < int(r["size_bytes"]) <= hi]
+            slow = [float(r["slowdown"]) for r in mine if r["slowdown"] is not None]
+            out.append([scheme, lo + 1, hi, len(mine), len(slow), percentile(slow, 50),
+                        percentile(slow, 95), percentile(slow, 99)])
+            lo = hi
+    return out
+
+
 def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, list[str]]:
-    """Per scheme: how many flows completed, their slowdowns, pauses and drops; a warning
-    for a flow that lost bytes or did not complete."""
+    """Per scheme: how many flows completed, their slowdowns (with many flows, the 95th and
+    99th percentiles, and the 95th of the short ones: the smaller half by size), pauses and
+    drops; a warning for a flow that lost bytes or did not complete."""
     headline: dict = {}
     warnings = []
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
@@ -455,6 +591,14 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
         headline[f"{scheme}_slowdown_max"] = max((r["slowdown"] for r in done), default=None)
         headline[f"{scheme}_pauses"] = mine[0]["pauses"]
         headline[f"{scheme}_switch_drops"] = mine[0]["switch_drops"]
+        if len(mine) >= 20:
+            slow = [float(r["slowdown"]) for r in done]
+            cut = sorted(int(r["size_bytes"]) for r in mine)[
+                math.ceil(SHORT_SHARE * len(mine)) - 1]
+            headline[f"{scheme}_slowdown_p95"] = percentile(slow, 95)
+            headline[f"{scheme}_slowdown_p99"] = percentile(slow, 99)
+            headline[f"{scheme}_short_slowdown_p95"] = percentile(
+                [float(r["slowdown"]) for r in done if int(r["size_bytes"]) <= cut], 95)
         shares = shared_shares(rates or [], rows, scheme)
         if shares:
             headline[f"{scheme}_share_of_fair"] = shares
@@ -470,6 +614,33 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
                 warnings.append(f"rdma {scheme}: flow {r['flow']} received {r['rx_bytes']} "
                                 f"of {r['size_bytes']} bytes")
     return headline, warnings
+
+
+def size_label(n: float) -> str:
+    for unit, div in (("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def plot_fct(rows: list[dict], plots: Path) -> Path:
+    """The 95th-percentile slowdown per flow-size bucket, a line per scheme (the HPCC
+    paper's Fig. 11)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for scheme in dict.fromkeys(r["scheme"] for r in rows):
+        mine = [r for r in rows if r["scheme"] == scheme]
+        ax.plot(range(len(mine)), [float(r["slowdown_p95"] or "nan") for r in mine], "o-",
+                label=scheme, ms=3)
+    first = [r for r in rows if r["scheme"] == rows[0]["scheme"]]
+    ax.set_xticks(range(len(first)), [size_label(float(r["size_to"])) for r in first],
+                  fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("flow size (bucket's largest, bytes)")
+    ax.set_ylabel("95th-percentile FCT slowdown")
+    ax.legend(fontsize=7)
+    ax.set_title(title("RDMA", "FCT slowdown by flow size", rows), fontsize=10)
+    return save(fig, plots / "rdma_fct.png")
 
 
 def plot_rates(rows: list[dict], plots: Path) -> Path:
@@ -497,10 +668,27 @@ def plot_rates(rows: list[dict], plots: Path) -> Path:
 
 
 def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load]:
-    """For `testbed plan`: every flow at once, in RoCE-MTU packets, with the engines' CPU
-    per packet."""
-    yield Load("rdma flows", rated(spec, topo), exp.roce_mtu + ROCE_OVERHEAD,
-               [(f.src, f.dst) for f in exp.flows], roce=True)
+    """For `testbed plan`: the explicit flows at once, and a workload as the rates it
+    offers (each host `load` of its link, spread over its destinations), in RoCE-MTU
+    packets, with the engines' CPU per packet."""
+    fabric = rated(spec, topo)
+    pairs = [(f.src, f.dst) for f in exp.flows]
+    demands = [math.inf] * len(pairs)
+    if exp.workload is not None:
+        w = exp.workload
+        hosts = [h.name for h in fabric.hosts]
+        if w.pattern in ("random", "all_to_all"):
+            dst_of = {h: [d for d in hosts if d != h] for h in hosts}
+        else:
+            dst_of = {}
+            for src, dst in patterns.generate(w.pattern, fabric, w.seed):
+                dst_of.setdefault(src, []).append(dst)
+        for src, dsts in dst_of.items():
+            offered = w.load * fabric.link_at(src, 0).rate_mbps
+            pairs += [(src, d) for d in dsts]
+            demands += [offered / len(dsts)] * len(dsts)
+    yield Load("rdma flows", fabric, exp.roce_mtu + ROCE_OVERHEAD, pairs, roce=True,
+               demands_mbps=demands)
 
 
-EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads, plots={"rdma_rates.csv": plot_rates})
+EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads, plots={"rdma_rates.csv": plot_rates, "rdma_fct.csv": plot_fct})

@@ -57,7 +57,7 @@
 #include "hpcc.h"
 #include "timely.h"
 
-#define MAX_QPS 256
+#define MAX_QPS 4096
 #define MAX_PKT 9216
 /* what a packet costs on the link besides its payload: Ethernet 14, IPv4 20, UDP 8,
  * BTH 12, ICRC 4 (the rate limiter paces in these bytes) */
