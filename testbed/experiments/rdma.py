@@ -336,6 +336,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
         results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
         t0 = min(r.t0_unix for r in results.values())
         scheme_rows = flow_rows(exp, flows, topo, scheme, results, rtts)
+        set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
@@ -355,6 +356,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     (ctx.out_dir / "rdma_params.json").write_text(json.dumps(params, indent=1))
     ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
+    set_ideals(rows)
     buckets = fct_table(rows)
     if buckets:
         ctx.write_csv("rdma_fct.csv", FCT_HEADER, buckets)
@@ -450,23 +452,26 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
 
 def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
               results: dict, rtts: dict) -> list[dict]:
-    """One row per flow: its completion against its ideal, and both ends' counters."""
+    """One row per flow: its completion and both ends' counters (its ideal and slowdown:
+    `set_ideals`)."""
     rows = []
     for i, f in enumerate(flows):
         res = results[f.src]
         sent, got = res.qps[i + 1], results[f.dst].qps[i + 1]
         msg = next(m for m in res.messages if m.qpn == i + 1)
-        rate = bottleneck_mbps(topo, f.src, f.dst)
         rtt = rtts.get((f.src, f.dst))
-        ideal = ideal_fct_us(f.size_bytes, exp.roce_mtu, rate, rtt)
         fct = msg.fct_us
         rows.append({
             "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
             "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
-            "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": round(ideal, 1),
-            "slowdown": None if fct is None else round(fct / ideal, 4),
+            "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": None,
+            "slowdown": None,
             "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
-            "bottleneck_mbps": rate, "base_rtt_us": None if rtt is None else round(rtt * 1e6),
+            "bottleneck_mbps": bottleneck_mbps(topo, f.src, f.dst),
+            "path_links": len(shortest_paths(topo, f.src, f.dst)[0]) - 1,
+            "ping_rtt_us": None if rtt is None else round(rtt * 1e6),
+            "rtt_min_us": sent["rtt_min_us"] if sent["rtt_samples"] else None,
+            "base_rtt_us": None,
             "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu),
             "rx_bytes": got["rx_bytes"], "tx_pkts": sent["tx_pkts"],
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
@@ -478,6 +483,25 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
+
+
+def set_ideals(rows: list[dict]) -> None:
+    """Each flow's ideal completion and slowdown. The base round trip of a path length is
+    the least any packet of these rows took on such a path, by the engines' own clocks
+    (a flow's first packet finds the links' token buckets full and empty queues), or the
+    ping's when no packet was timed: ICMP through the hosts' stacks took 10-20% longer
+    than the engines' packets, which would put short flows' slowdowns below 1."""
+    base: dict[int, float] = {}
+    for r in rows:
+        if r["rtt_min_us"]:
+            base[r["path_links"]] = min(base.get(r["path_links"], math.inf), r["rtt_min_us"])
+    for r in rows:
+        rtt_us = base.get(r["path_links"], r["ping_rtt_us"])
+        ideal = ideal_fct_us(r["size_bytes"], r["roce_mtu"], r["bottleneck_mbps"],
+                             None if rtt_us is None else rtt_us / 1e6)
+        r["base_rtt_us"] = None if rtt_us is None else round(rtt_us, 1)
+        r["ideal_fct_us"] = round(ideal, 1)
+        r["slowdown"] = None if r["fct_us"] is None else round(r["fct_us"] / ideal, 4)
 
 
 def median(values: Iterator[float] | list[float]) -> float | None:
@@ -599,10 +623,10 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
             headline[f"{scheme}_slowdown_p99"] = percentile(slow, 99)
             headline[f"{scheme}_short_slowdown_p95"] = percentile(
                 [float(r["slowdown"]) for r in done if int(r["size_bytes"]) <= cut], 95)
-        shares = shared_shares(rates or [], rows, scheme)
+        shares = shared_shares(rates, rows, scheme) if rates is not None else []
         if shares:
             headline[f"{scheme}_share_of_fair"] = shares
-        conv = convergence_s(rates or [], rows, scheme)
+        conv = convergence_s(rates, rows, scheme) if rates is not None else None
         if conv is not None:
             # one packet's time at the bottleneck: the time in the units of a scaled fabric
             pkt_s = (int(mine[0]["roce_mtu"]) + WIRE_OVERHEAD) * 8 / (

@@ -135,7 +135,8 @@ def test_dcqcn_scales_by_packet_times():
 def test_flows_become_queue_pairs_at_both_ends():
     exp = loads(spec())[0].experiments[0]
     topo = leafspine(spines=1, leaves=2, hosts_per_leaf=2, host_rate=100, uplink_rate=50)
-    engines = rdma.engines_for(exp, topo, "dcqcn", start_at=1234.5)
+    flows = exp.all_flows(topo)
+    engines = rdma.engines_for(exp, flows, topo, "dcqcn", start_at=1234.5)
     assert set(engines) == {"h1", "h2", "h3", "h4"}
     h1, h3 = engines["h1"].text(), engines["h3"].text()
     assert f"qp 1 {topo.host('h3').ip} 4791 1 100.0" in h1
@@ -144,7 +145,10 @@ def test_flows_become_queue_pairs_at_both_ends():
     assert "msg 2 100000 500000" in engines["h2"].text()
     assert "start_at_unix 1234.500000" in h1 and "exit_when_done 0" in h1
     assert h1.startswith(f"bind {topo.host('h1').ip} 4791\ndcqcn ")
-    assert "dcqcn" not in rdma.engines_for(exp, topo, "none", 0)["h1"].text()
+    assert "dcqcn" not in rdma.engines_for(exp, flows, topo, "none", 0)["h1"].text()
+    assert "irn" in rdma.engines_for(exp, flows, topo, "none+irn", 0, 1000.0)["h3"].text()
+    with pytest.raises(rdma.TestbedError, match="no base round trip"):
+        rdma.engines_for(exp, flows, topo, "hpcc", 0)
     # the path's slowest link: a 50 Mb/s uplink between 100 Mb/s hosts
     assert rdma.bottleneck_mbps(topo, "h1", "h3") == 50
     assert rdma.bottleneck_mbps(topo, "h1", "h2") == 100
@@ -158,6 +162,34 @@ def test_analyse_warns_of_lost_bytes():
     headline, warnings = rdma.analyse(rows)
     assert headline["dcqcn_complete"] == "1/2" and headline["dcqcn_slowdown_median"] == 1.2
     assert warnings == ["rdma dcqcn: flow 1 received 5 of 10 bytes"]
+
+
+def test_ideals_take_the_least_round_trip_of_a_path_length():
+    """A path length's base round trip is the least any of its flows' packets took (the
+    ping's when none was timed), the same for every scheme."""
+    def row(scheme, links, rtt_min, ping, size=4096):
+        return {"scheme": scheme, "size_bytes": size, "roce_mtu": 4096, "fct_us": 1000.0,
+                "bottleneck_mbps": 100.0, "path_links": links, "ping_rtt_us": ping,
+                "rtt_min_us": rtt_min}
+    rows = [row("a", 4, 420.0, 500), row("b", 4, 400.0, 510), row("a", 2, None, 300)]
+    rdma.set_ideals(rows)
+    assert [r["base_rtt_us"] for r in rows] == [400.0, 400.0, 300]
+    wire_us = (4096 + 58) * 8 / 100
+    assert rows[0]["ideal_fct_us"] == pytest.approx(wire_us + 400, abs=0.1)
+    assert rows[0]["slowdown"] == pytest.approx(1000 / (wire_us + 400), abs=1e-4)
+
+
+def test_fct_table_buckets_by_size_deciles():
+    rows = [{"scheme": s, "size_bytes": n, "slowdown": float(n % 7 + 1)} for s in ("x", "y")
+            for n in range(1, 101)]
+    table = rdma.fct_table(rows)
+    assert len(table) == 20 and table[0][:5] == ["x", 1, 10, 10, 10]
+    assert table[9][1:3] == [91, 100]
+    assert rdma.percentile([1.0, 2.0, 3.0, 4.0], 95) == 4.0
+    assert rdma.percentile([float(i) for i in range(1, 101)], 95) == 95.0
+    headline, _ = rdma.analyse([dict(r, fct_us=1.0, rx_bytes=r["size_bytes"], pauses=0,
+                                      switch_drops=0) for r in rows])
+    assert headline["x_slowdown_p95"] == 7.0 and headline["x_short_slowdown_p95"] == 7.0
 
 
 def test_convergence_and_shares_from_the_rates():
