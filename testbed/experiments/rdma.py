@@ -29,6 +29,7 @@ from testbed.workloads.model.rdma import (
     ROCE_OVERHEAD,
     WIRE_OVERHEAD,
     Dcqcn,
+    DcqcnPlus,
     Hpcc,
     Irn,
     Timely,
@@ -43,7 +44,7 @@ from . import qos_common as qc
 from .base import Context, Experiment, Outcome, Phase
 from .load import Load, rated
 
-RDMA_CCS = ("none", "dcqcn", "timely", "hpcc")   # none: every QP at its line rate
+RDMA_CCS = ("none", "dcqcn", "dcqcn_plus", "timely", "hpcc")  # none: at the line rate
 # after the congestion control, "+"-joined: w, at most one BDP in flight per QP (the HPCC
 # paper's "+w" variants); irn, IRN's selective recovery instead of go-back-N; lossy, no
 # PFC for this scheme
@@ -74,7 +75,7 @@ def parse_scheme(name: str) -> Scheme:
 
 
 def reacts_to_ecn(scheme: str) -> bool:
-    return parse_scheme(scheme).cc == "dcqcn"
+    return parse_scheme(scheme).cc in ("dcqcn", "dcqcn_plus")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +165,7 @@ class Rdma(ExperimentSpec):
     dcqcn: Dcqcn = field(default_factory=Dcqcn)
     timely: Timely = field(default_factory=Timely)
     hpcc: Hpcc = field(default_factory=Hpcc)
+    dcqcn_plus: DcqcnPlus = field(default_factory=DcqcnPlus)
     irn: Irn = field(default_factory=Irn)
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
@@ -227,6 +229,7 @@ class Rdma(ExperimentSpec):
             self.dcqcn.check(f"{path}.dcqcn")
             self.timely.check(f"{path}.timely")
             self.hpcc.check(f"{path}.hpcc")
+            self.dcqcn_plus.check(f"{path}.dcqcn_plus")
             self.irn.check(f"{path}.irn")
         except ValueError as exc:
             raise SpecError(str(exc)) from None
@@ -403,7 +406,8 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     """What a scheme ran with: its parameters in the paper's units and scaled to each host
     link rate of the flows, and the base round trip it was given."""
     parts = parse_scheme(scheme)
-    cc = {"dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc}.get(parts.cc)
+    cc = {"dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc,
+          "dcqcn_plus": exp.dcqcn_plus}.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
     if cc is not None:
@@ -434,6 +438,7 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
                 dcqcn=exp.dcqcn if cc == "dcqcn" else None,
                 timely=exp.timely if cc == "timely" else None,
                 hpcc=exp.hpcc if cc == "hpcc" else None,
+                dcqcn_plus=exp.dcqcn_plus if cc == "dcqcn_plus" else None,
                 base_rtt_us=base_rtt_us, window=parts.window,
                 irn=exp.irn if parts.irn else None,
                 int_rates=int_rate_table([link.rate_mbps for link in topo.links])

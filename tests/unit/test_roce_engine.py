@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from testbed.workloads import roce
-from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, Hpcc, Irn, Timely
+from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, DcqcnPlus, Hpcc, Irn, Timely
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -68,7 +68,8 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
         a.write(7, start_us=i * 1000, nbytes=n)
     b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, drop_every=drop_every,
                     ce_every=ce_every, dcqcn=dcqcn, link_mbps=line_mbps,
-                    irn=cc.get("irn"), base_rtt_us=cc.get("base_rtt_us", 0.0))
+                    irn=cc.get("irn"), base_rtt_us=cc.get("base_rtt_us", 0.0),
+                    dcqcn_plus=cc.get("dcqcn_plus"))
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=line_mbps)
     rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
                            str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
@@ -415,6 +416,80 @@ def test_timely_and_hpcc_on_loopback(tmp_path):
     assert a.qps[7]["tx_bytes"] >= 500_000
 
 
+DCQCNP_TEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "dcqcn_plus.h"
+int main(int argc, char **argv)
+{
+    /* 100 Gb/s; argv: tau_us of the CNP, then the times (us) to look at */
+    struct dcqcnp_params p = { .g = 1.0 / 256, .min_bps = 250e6, .line_bps = 100e9,
+                               .min_tau_ns = 50000, .f = 5 };
+    struct dcqcnp d;
+    dcqcnp_init(&d, &p);
+    dcqcnp_on_cnp(&d, &p, 0, strtoull(argv[1], 0, 10) * 1000, 8320);
+    printf("%.1f %.1f %.9f %llu\n", d.rc, d.rt, d.alpha, (unsigned long long)d.period_ns);
+    for (int i = 2; i < argc; i++) {
+        dcqcnp_on_time(&d, &p, strtoull(argv[i], 0, 10) * 1000);
+        printf("%.1f %.1f %.9f %u\n", d.rc, d.rt, d.alpha, d.stage);
+    }
+    return 0;
+}
+"""
+
+
+def dcqcnp_reference(period_us, events):
+    """The reimplementation's rules written out: a halving cut (alpha 1), then increase
+    events every 2T, alpha decaying every T."""
+    line, f, g = 100e9, 5, 1 / 256
+    alpha, rt = 1.0, line
+    rc = line * 0.5
+    out = []
+    for k in range(1, events + 1):
+        alpha *= (1 - g) ** 2                  # two alpha periods per increase period
+        stage = k - 1
+        if stage < f:
+            step = 0.0
+        elif stage == f:
+            step = min(rc / 5, line / 50) if alpha > 0.1 else min(rc / 10, line / 100)
+        else:
+            step = min(rc, max(1, stage - 4 * f + 1) * line / 100)
+        rt = min(line, rt + step)
+        rc = min(line, (rc + rt) / 2)
+        out.append((rc, rt, alpha, k))
+    return out
+
+
+def test_dcqcn_plus_follows_the_reimplementation(tmp_path):
+    """DCQCN+'s reaction point (dcqcn_plus.h): the CNP's tau stretches the period past its
+    50 us floor; increases come every 2T: fast recovery, one additive step of Rc/5 (capped
+    at line/50), then hyper steps of line/100."""
+    binary = compile_c(tmp_path, DCQCNP_TEST)
+    out = subprocess.run([binary, "30", "100", "200"], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0].split()[3] == "50000"               # tau 30 us: the 50 us floor
+    out = subprocess.run([binary, "80", *(str(160 * k) for k in range(1, 9))],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    rc, rt, alpha, period = out[0].split()
+    assert float(rc) == 50e9 and float(alpha) == 1.0 and period == "80000"
+    got = [tuple(float(x) for x in line.split()) for line in out[1:]]
+    for g, r in zip(got, dcqcnp_reference(80, 8)):
+        assert g == pytest.approx(r, rel=1e-9)
+    assert got[5][1] == pytest.approx(100e9)          # the additive step reached the line
+
+
+def test_dcqcn_plus_on_loopback_paces_its_cnps(tmp_path):
+    """Every 100th packet taken as CE-marked: the receiver's scan sends at most one CNP per
+    minimum interval (45 us at 100 Gb/s: 22.5 ms at 200 Mb/s), each carrying tau; each
+    cuts the sender's rate, and the transfer completes."""
+    a, b = transfer(tmp_path, [600_000], ce_every=100, dcqcn_plus=DcqcnPlus())
+    qa, qb = a.qps[7], b.qps[9]
+    assert qb["rx_bytes"] == 600_000 and qb["ce_rx"] > 0
+    assert 0 < qa["cnps_rx"] == qa["rate_cuts"] <= qb["cnps_tx"]
+    assert qb["cnps_tx"] <= a.messages[0].fct_us / 22_500 + 1
+    assert 0 < qa["alpha"] <= 1
+
+
 def test_bad_configs_are_refused():
     e = roce.Engine(bind="10.0.0.1", mtu=1500)
     with pytest.raises(ValueError, match="mtu: a RoCE MTU"):
@@ -425,7 +500,7 @@ def test_bad_configs_are_refused():
     e.qp(3, "10.0.0.2", 3, 100)
     with pytest.raises(ValueError, match="twice"):
         e.qp(3, "10.0.0.2", 4, 100)
-    with pytest.raises(ValueError, match="one of dcqcn, timely and hpcc"):
+    with pytest.raises(ValueError, match="one of dcqcn, dcqcn_plus, timely and hpcc"):
         roce.Engine(bind="10.0.0.1", dcqcn=Dcqcn(), timely=Timely(), link_mbps=100).text()
     with pytest.raises(ValueError, match="base_rtt_us"):
         roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, int_rates=[100]).text()

@@ -216,3 +216,50 @@ class Irn:
 def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
     """A bandwidth-delay product in whole packets (at least one)."""
     return max(1, -(-round(base_rtt_us * link_mbps / 8) // packet_bytes))
+
+
+@dataclass(frozen=True)
+class DcqcnPlus:
+    """DCQCN+ (Gao et al., ICNP'18) as a third-party reimplementation in the HPCC code base
+    runs it (ParaleonPlus, scheme dcqcn_plus; the paper's own table was not at hand), at
+    its 100 Gb/s: the receiver visits its congested flows one every scan = 1 us, a CNP at
+    most every 45 us per flow, forgetting a flow 200 us after its last mark; the sender's
+    period T is at least 50 us (alpha every T, an increase every 2T), F = 5 fast-recovery
+    steps (DCQCN's), g = 1/256; the minimum rate is DCQCN's (0.25% of the line)."""
+    ref_gbps: float = 100.0
+    g: float = 1 / 256
+    min_tau_us: float = 50.0
+    f: int = 5
+    min_share: float = 0.0025
+    scan_us: float = 1.0
+    min_interval_us: float = 45.0
+    entry_timeout_us: float = 200.0
+
+    def check(self, path: str = "dcqcn_plus") -> None:
+        if not 0 < self.g <= 1 or not 0 < self.min_share < 1:
+            raise ValueError(f"{path}: g and min_share in (0, 1] (got {self.g}, "
+                             f"{self.min_share})")
+        for name in ("ref_gbps", "min_tau_us", "scan_us", "entry_timeout_us"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        if self.f < 1 or self.min_interval_us < 0:
+            raise ValueError(f"{path}: f >= 1 and min_interval_us >= 0")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        time = self.ref_gbps * 1000 / link_mbps
+        return {"g": self.g, "min_tau_ns": round(self.min_tau_us * 1000 * time), "f": self.f,
+                "min_bps": self.min_share * link_mbps * 1e6,
+                "scan_ns": max(1, round(self.scan_us * 1000 * time)),
+                "min_interval_ns": round(self.min_interval_us * 1000 * time),
+                "entry_timeout_ns": round(self.entry_timeout_us * 1000 * time)}
+
+    def record(self, link_mbps: float) -> dict:
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,
+                "scaled": self.scaled(link_mbps)}
+
+    def line(self, link_mbps: float) -> str:
+        """The engine's config line (engine.c)."""
+        s = self.scaled(link_mbps)
+        return (f"dcqcn_plus {s['g']!r} {int(s['min_tau_ns'])} {int(s['f'])} "
+                f"{s['min_bps']!r} {int(s['scan_ns'])} {int(s['min_interval_ns'])} "
+                f"{int(s['entry_timeout_ns'])}")

@@ -25,6 +25,7 @@ from testbed.workloads.model.rdma import (
     ROCE_MTUS,
     WIRE_OVERHEAD,
     Dcqcn,
+    DcqcnPlus,
     Hpcc,
     Irn,
     Timely,
@@ -35,7 +36,7 @@ from testbed.workloads.model.rdma import (
 )
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h", "timely.h", "hpcc.h",
+SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h", "dcqcn_plus.h", "timely.h", "hpcc.h",
            "../../dataplane/bpf/int_wire.h")
 ROCE_PORT = 4791
 
@@ -87,6 +88,7 @@ class Engine:
     dcqcn: Dcqcn | None = None
     timely: Timely | None = None
     hpcc: Hpcc | None = None
+    dcqcn_plus: DcqcnPlus | None = None
     link_mbps: float = 0.0
     base_rtt_us: float = 0.0    # the longest base round trip: HPCC's T, the window's BDP
     window: bool = False        # at most one BDP (base_rtt_us at link_mbps) in flight per QP
@@ -121,9 +123,10 @@ class Engine:
             values["start_at_unix"] = f"{self.start_at_unix:.6f}"
         values["exit_when_done"] = int(self.exit_when_done)
         lines = [f"bind {self.bind} {self.port}"]
-        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc) if cc is not None]
+        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.dcqcn_plus)
+               if cc is not None]
         if len(ccs) > 1:
-            raise ValueError("one of dcqcn, timely and hpcc at most")
+            raise ValueError("one of dcqcn, dcqcn_plus, timely and hpcc at most")
         if (ccs or self.window) and self.link_mbps <= 0:
             raise ValueError("a congestion control or window needs the host's link_mbps")
         if (self.hpcc is not None or self.window or self.irn is not None) and (
@@ -134,6 +137,9 @@ class Engine:
             scaled = self.dcqcn.scaled(self.link_mbps)
             values["cnp_interval_us"] = scaled["cnp_interval_us"]
             lines.append(dcqcn_line(scaled))
+        if self.dcqcn_plus is not None:
+            self.dcqcn_plus.check()
+            lines.append(self.dcqcn_plus.line(self.link_mbps))
         if self.timely is not None:
             self.timely.check()
             lines.append(timely_line(self.timely.scaled(self.link_mbps)))

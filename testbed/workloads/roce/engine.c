@@ -10,7 +10,9 @@
  * only what is missing below the highest such packet, keeps at most a BDP of packets in
  * flight, and times out after RTO_LOW while N or fewer are in flight, else RTO_HIGH. Data leaves ECN-capable in the lossless class's DSCP,
  * with a UDP checksum of zero (RoCEv2 relies on its ICRC). A requester QP's rate, and for
- * some schemes its window, is its congestion control's: DCQCN from CNPs (dcqcn.h), TIMELY
+ * some schemes its window, is its congestion control's: DCQCN from CNPs (dcqcn.h), DCQCN+
+ * from CNPs whose period the receiver stretches with the flows it sees congested
+ * (dcqcn_plus.h), TIMELY
  * from round-trip times (timely.h), HPCC from the switches' telemetry that data packets
  * collect and ACKs echo (hpcc.h, int_wire.h); without one, its line rate.
  *
@@ -21,6 +23,7 @@
  *   ce_every N | dcqcn G ALPHA_NS TIMER_NS BYTE_COUNTER F RAI_BPS RHAI_BPS MIN_BPS
  *   timely T_LOW_NS T_HIGH_NS MIN_RTT_NS ALPHA BETA DELTA_BPS HAI_N MIN_BPS
  *   hpcc ETA MAX_STAGE RAI_BPS MIN_BPS BASE_RTT_NS
+ *   dcqcn_plus G MIN_TAU_NS F MIN_BPS SCAN_NS MIN_INTERVAL_NS ENTRY_TIMEOUT_NS
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
  *   irn RTO_LOW_US RTO_HIGH_US N BDP_PKTS   (IRN's recovery, on both ends)
@@ -54,6 +57,7 @@
 
 #include "roce_wire.h"
 #include "dcqcn.h"
+#include "dcqcn_plus.h"
 #include "hpcc.h"
 #include "timely.h"
 
@@ -67,7 +71,7 @@
 #define IRN_WIN 4096             /* IRN: sequences a QP tracks beyond its oldest unacked */
 #define NO_SAMPLE UINT32_MAX
 
-enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC };
+enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC, CC_DCQCNP };
 
 struct msg {
 	uint32_t qpn;
@@ -111,6 +115,11 @@ struct qp {
 	struct timely_params tp;
 	struct hpcc hp;
 	struct hpcc_params hpar;
+	struct dcqcnp dq;
+	struct dcqcnp_params dqp;
+	/* DCQCN+'s notification point: a mark waits for this QP's turn in the scan */
+	int np_pending, np_listed;
+	uint64_t last_ce_ns;
 	uint32_t *ring_psn;          /* a requester's send times: the sequence in each slot */
 	uint64_t *ring_ns;
 	/* IRN: the requester's selectively acknowledged sequences and recovery; the
@@ -134,6 +143,10 @@ static int cc = CC_LINE;
 static struct dcqcn_params dcp;
 static struct timely_params tlp;
 static struct hpcc_params hpp;
+static struct dcqcnp_params dqp;
+static uint64_t np_scan_ns, np_min_interval_ns, np_timeout_ns;
+static int np_list[MAX_QPS], np_n, np_at;   /* QPs with marks, visited round-robin */
+static uint64_t np_next_ns;
 static int use_int;                  /* data packets carry room for telemetry */
 static uint64_t window_bytes;        /* a fixed window per QP; 0: none */
 static int use_irn;
@@ -239,6 +252,13 @@ static void read_config(const char *path)
 			    hpp.eta <= 0 || hpp.eta > 1 || !hpp.base_rtt_ns)
 				die("bad hpcc line");
 			cc = CC_HPCC;
+		} else if (!strcmp(key, "dcqcn_plus")) {
+			if (sscanf(line, "%*s %lf %lu %u %lf %lu %lu %lu", &dqp.g, &dqp.min_tau_ns,
+				   &dqp.f, &dqp.min_bps, &np_scan_ns, &np_min_interval_ns,
+				   &np_timeout_ns) != 7 || dqp.g <= 0 || dqp.g > 1 || !dqp.min_tau_ns ||
+			    !np_scan_ns || !np_timeout_ns)
+				die("bad dcqcn_plus line");
+			cc = CC_DCQCNP;
 		} else if (!strcmp(key, "irn")) {
 			unsigned long long lo, hi;
 
@@ -407,6 +427,10 @@ static int send_ctrl_sack(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome
 	if (opcode == OP_CNP) {
 		h.psn = 0;
 		bth_put(buf, &h);
+		if (cc == CC_DCQCNP) {       /* DCQCN+: tau in us, in the first reserved bytes */
+			buf[ROCE_BTH_LEN] = (uint8_t)(sack >> 24);
+			put_be24(buf + ROCE_BTH_LEN + 1, sack & 0xffffff);
+		}
 		len = ROCE_BTH_LEN + ROCE_CNP_PAD + ROCE_ICRC_LEN;
 	} else {
 		bth_put(buf, &h);
@@ -630,7 +654,18 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 		if (ce_every && q->seen % ce_every == 0)
 			tos |= 0x3;          /* tests: as if the switch had marked it */
-		if ((tos & 0x3) == 0x3) {
+		if ((tos & 0x3) == 0x3 && cc == CC_DCQCNP) {
+			q->ce_rx++;
+			q->last_ce_ns = now;
+			q->np_pending = 1;
+			if (!q->np_listed) {         /* eligible at once, as a newly congested flow */
+				q->np_listed = 1;
+				q->last_cnp_ns = now - np_min_interval_ns;
+				if (!np_n)
+					np_next_ns = now;
+				np_list[np_n++] = (int)(q - qps);
+			}
+		} else if ((tos & 0x3) == 0x3) {
 			q->ce_rx++;
 			if ((now - q->last_cnp_ns >= cnp_interval_ns || !q->cnps_tx) &&
 			    send_ctrl(fd, q, OP_CNP, 0, 0, NULL) == 0) {
@@ -723,6 +758,14 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		if (cc == CC_DCQCN && q->msg_lo >= 0) {
 			dcqcn_on_cnp(&q->dc, &q->dp, now);
 			q->rate_bps = q->dc.rc;
+		} else if (cc == CC_DCQCNP && q->msg_lo >= 0 &&
+			   len >= ROCE_BTH_LEN + ROCE_CNP_PAD) {
+			uint64_t tau_us = (uint64_t)buf[ROCE_BTH_LEN] << 24 |
+					  get_be24(buf + ROCE_BTH_LEN + 1);
+
+			dcqcnp_on_cnp(&q->dq, &q->dqp, now, tau_us * 1000,
+				      (double)wire_len(mtu) * 8);
+			q->rate_bps = q->dq.rc;
 		}
 	}
 }
@@ -743,9 +786,10 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
 		uint64_t cuts = cc == CC_DCQCN ? q->dc.cuts : cc == CC_TIMELY ? q->tm.cuts :
-				cc == CC_HPCC ? q->hp.cuts : 0;
+				cc == CC_HPCC ? q->hp.cuts : cc == CC_DCQCNP ? q->dq.cuts : 0;
 		uint64_t updates = cc == CC_DCQCN ? q->dc.increases :
-				   cc == CC_TIMELY ? q->tm.updates : cc == CC_HPCC ? q->hp.commits : 0;
+				   cc == CC_TIMELY ? q->tm.updates : cc == CC_HPCC ? q->hp.commits :
+				   cc == CC_DCQCNP ? q->dq.increases : 0;
 
 		fprintf(f, "%s\n  {\"qpn\": %u, \"peer_qpn\": %u, \"line_mbps\": %.3f, "
 			"\"tx_pkts\": %llu, \"tx_bytes\": %llu, \"retx_pkts\": %llu, "
@@ -768,7 +812,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			(unsigned long long)q->cnps_rx, (unsigned long long)q->ce_rx,
 			(unsigned long long)q->timeouts, (unsigned long long)q->test_drops,
 			(unsigned long long)cuts, (unsigned long long)updates,
-			cc == CC_DCQCN ? q->dc.alpha : 0.0, cc == CC_HPCC ? q->hp.u : 0.0,
+			cc == CC_DCQCN ? q->dc.alpha : cc == CC_DCQCNP ? q->dq.alpha : 0.0,
+			cc == CC_HPCC ? q->hp.u : 0.0,
 			(unsigned long long)q->rtt_samples, q->rtt_min_ns / 1e3,
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
 			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
@@ -817,6 +862,36 @@ static void take_samples(uint64_t now)
 		q->tx_wire_interval = 0;
 	}
 	last_sample_ns = now;
+}
+
+/* DCQCN+'s notification point: the scan's ticks due at `now`, each visiting one listed
+ * QP (dropping one without a mark for the entry timeout) and sending it a CNP if a mark
+ * waits and its last CNP is min_interval old */
+static void np_scan(int fd, uint64_t now)
+{
+	if (np_n && now - np_next_ns > (uint64_t)np_n * np_scan_ns)
+		np_next_ns = now;            /* late: no burst of catch-up visits */
+	while (np_n && now >= np_next_ns) {
+		struct qp *q = &qps[np_list[np_at % np_n]];
+
+		if (now - q->last_ce_ns > np_timeout_ns) {
+			int last = np_list[np_n - 1];
+
+			q->np_listed = 0;
+			np_list[np_at % np_n] = last;
+			np_n--;
+			continue;
+		}
+		if (q->np_pending && now - q->last_cnp_ns >= np_min_interval_ns &&
+		    send_ctrl_sack(fd, q, OP_CNP, 0, 0, NULL,
+				   (uint32_t)((uint64_t)np_n * np_scan_ns / 1000)) == 0) {
+			q->np_pending = 0;
+			q->last_cnp_ns = now;
+			q->cnps_tx++;
+		}
+		np_at = (np_at + 1) % np_n;
+		np_next_ns += np_scan_ns;
+	}
 }
 
 int main(int argc, char **argv)
@@ -871,6 +946,9 @@ int main(int argc, char **argv)
 		q->hpar = hpp;
 		q->hpar.line_bps = q->line_bps;
 		hpcc_init(&q->hp, &q->hpar);
+		q->dqp = dqp;
+		q->dqp.line_bps = q->line_bps;
+		dcqcnp_init(&q->dq, &q->dqp);
 		if (q->msg_lo >= 0) {
 			q->ring_psn = malloc(RTT_RING * sizeof(*q->ring_psn));
 			q->ring_ns = malloc(RTT_RING * sizeof(*q->ring_ns));
@@ -938,6 +1016,11 @@ int main(int argc, char **argv)
 				q->rate_bps = q->dc.rc;
 				if (dcqcn_next_ns(&q->dc) < wake)
 					wake = dcqcn_next_ns(&q->dc);
+			} else if (cc == CC_DCQCNP && q->msg_lo >= 0) {
+				dcqcnp_on_time(&q->dq, &q->dqp, now);
+				q->rate_bps = q->dq.rc;
+				if (dcqcnp_next_ns(&q->dq) < wake)
+					wake = dcqcnp_next_ns(&q->dq);
 			}
 			/* a retransmission timeout: back to the oldest unacknowledged. Not while the
 			 * host's queue holds the engine's sends (a pause): that time is not the
@@ -965,6 +1048,11 @@ int main(int argc, char **argv)
 			} else if (q->snd_una != q->snd_nxt && q->progress_ns + rto + 1 < wake) {
 				wake = q->progress_ns + rto + 1;
 			}
+		}
+		if (cc == CC_DCQCNP) {
+			np_scan(fd, now);
+			if (np_n && np_next_ns < wake)
+				wake = np_next_ns;
 		}
 		if (now >= next_sample) {
 			take_samples(now);
