@@ -114,6 +114,23 @@ class RdmaWorkload:
     seed: int = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class RdmaFanIn:
+    """One incast: the first `senders` hosts (in the topology's order, the receiver left
+    out) each write `size_bytes` to `receiver` (default: the last host) at `start_ms`."""
+    senders: int
+    size_bytes: int
+    receiver: str | None = None
+    start_ms: float = 0.0
+
+
+def fan_in_flows(fan: RdmaFanIn, topo: Topology) -> list[RdmaFlow]:
+    hosts = [h.name for h in topo.hosts]
+    receiver = fan.receiver or hosts[-1]
+    return [RdmaFlow(src=h, dst=receiver, size_bytes=fan.size_bytes, start_ms=fan.start_ms,
+                     incast=True) for h in [h for h in hosts if h != receiver][:fan.senders]]
+
+
 def workload_flows(w: RdmaWorkload, topo: Topology) -> list[RdmaFlow]:
     """A workload's flows on `topo` (seeded)."""
     hosts = [h.name for h in topo.hosts]
@@ -146,6 +163,7 @@ class Rdma(ExperimentSpec):
     type: Literal["rdma"] = "rdma"
     flows: list[RdmaFlow] = field(default_factory=list)
     workload: RdmaWorkload | None = None      # generated flows, besides `flows`
+    fan_in: RdmaFanIn | None = None           # and an incast
     schemes: list[str] = field(default_factory=lambda: list(RDMA_SCHEMES))
     roce_mtu: int = 1024
     dscp: int = 26
@@ -169,14 +187,24 @@ class Rdma(ExperimentSpec):
     irn: Irn = field(default_factory=Irn)
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
-        """`flows`, then the workload's (seeded: the same every time)."""
-        return self.flows + (workload_flows(self.workload, topo) if self.workload else [])
+        """`flows`, the incast's, then the workload's (seeded: the same every time)."""
+        return (self.flows + (fan_in_flows(self.fan_in, topo) if self.fan_in else [])
+                + (workload_flows(self.workload, topo) if self.workload else []))
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         if self.workload is not None:
             check_workload(self.workload, f"{path}.workload", topo)
-        if not self.flows and self.workload is None:
-            raise SpecError(f"{path}.flows: at least one flow (or a workload)")
+        if self.fan_in is not None:
+            names = [h.name for h in topo.hosts]
+            if self.fan_in.receiver is not None and self.fan_in.receiver not in names:
+                raise SpecError(f"{path}.fan_in.receiver: no host {self.fan_in.receiver!r} "
+                                f"in the topology")
+            if not 1 <= self.fan_in.senders < len(names) or self.fan_in.size_bytes < 1:
+                raise SpecError(f"{path}.fan_in: senders in 1..{len(names) - 1} and "
+                                f"size_bytes >= 1 (got {self.fan_in.senders}, "
+                                f"{self.fan_in.size_bytes})")
+        if not self.flows and self.workload is None and self.fan_in is None:
+            raise SpecError(f"{path}.flows: at least one flow (or a workload or fan_in)")
         if len(self.all_flows(topo)) > MAX_FLOWS:
             raise SpecError(f"{path}: {len(self.all_flows(topo))} flows; at most {MAX_FLOWS} "
                             f"(a queue pair each at both ends)")
@@ -344,12 +372,10 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
         rows += scheme_rows
-        for i, f in enumerate(flows):
-            res = results[f.src]
-            for qpn, t_us, rate, tx in res.samples:
-                if qpn == i + 1:
-                    rate_rows.append([scheme, i, round(res.t0_unix - t0 + t_us / 1e6, 6),
-                                      round(rate, 4), round(tx, 4)])
+        for host in {f.src for f in flows}:   # flow i is QP i + 1
+            res = results[host]
+            rate_rows += [[scheme, qpn - 1, round(res.t0_unix - t0 + t_us / 1e6, 6),
+                           round(rate, 4), round(tx, 4)] for qpn, t_us, rate, tx in res.samples]
         done = [r for r in scheme_rows if r["fct_us"] is not None]
         ctx.log(f"  {label}: {len(done)}/{len(scheme_rows)} flows complete, slowdown median "
                 f"{median(r['slowdown'] for r in done)}, {pfc['pauses']} pauses, "
@@ -672,9 +698,14 @@ def plot_fct(rows: list[dict], plots: Path) -> Path:
     return save(fig, plots / "rdma_fct.png")
 
 
-def plot_rates(rows: list[dict], plots: Path) -> Path:
+RATE_PLOT_FLOWS = 16
+
+
+def plot_rates(rows: list[dict], plots: Path) -> Path | None:
     """Each flow's rate (the limiter's, line) and what it sent (dots) over time, one panel
-    per scheme."""
+    per scheme; none for more than RATE_PLOT_FLOWS flows (a workload's: rdma_fct.png)."""
+    if len({int(r["flow"]) for r in rows}) > RATE_PLOT_FLOWS:
+        return None
     plt = pyplot()
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     fig, axes = plt.subplots(len(schemes), 1, figsize=(8, 1.4 + 2.6 * len(schemes)),
@@ -701,7 +732,8 @@ def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load
     offers (each host `load` of its link, spread over its destinations), in RoCE-MTU
     packets, with the engines' CPU per packet."""
     fabric = rated(spec, topo)
-    pairs = [(f.src, f.dst) for f in exp.flows]
+    pairs = [(f.src, f.dst) for f in exp.flows + (fan_in_flows(exp.fan_in, fabric)
+                                                   if exp.fan_in else [])]
     demands = [math.inf] * len(pairs)
     if exp.workload is not None:
         w = exp.workload

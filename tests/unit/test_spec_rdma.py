@@ -30,7 +30,10 @@ def spec(**fields):
 
 
 BAD_RDMA = [
-    ({"flows": []}, "experiments[0].flows: at least one flow"),
+    ({"flows": []}, "experiments[0].flows: at least one flow (or a workload or fan_in)"),
+    ({"fan_in": {"senders": 4, "size_bytes": 10}}, "experiments[0].fan_in: senders in 1..3"),
+    ({"fan_in": {"senders": 2, "size_bytes": 10, "receiver": "h7"}},
+     "experiments[0].fan_in.receiver: no host 'h7'"),
     ({"flows": [{"src": "h1", "dst": "h9", "size_bytes": 10}]},
      "experiments[0].flows[0].dst: no host 'h9'"),
     ({"flows": [{"src": "h1", "dst": "h1", "size_bytes": 10}]},
@@ -38,8 +41,8 @@ BAD_RDMA = [
     ({"flows": [{"src": "h1", "dst": "h2", "size_bytes": 0}]},
      "experiments[0].flows[0]: size_bytes >= 1"),
     ({"schemes": ["dcqcn", "swift"]},
-     "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, timely, "
-     "hpcc (got 'swift')"),
+     "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, dcqcn_plus, "
+     "timely, hpcc (got 'swift')"),
     ({"schemes": ["dcqcn+x"]}, "experiments[0].schemes[0]: after 'dcqcn', each of w, irn, "
      "lossy at most once (got 'dcqcn+x')"),
     ({"schemes": ["hpcc+w"]}, "experiments[0].schemes[0]: hpcc has its own window"),

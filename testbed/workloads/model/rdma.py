@@ -221,12 +221,14 @@ def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
 @dataclass(frozen=True)
 class DcqcnPlus:
     """DCQCN+ (Gao et al., ICNP'18) as a third-party reimplementation in the HPCC code base
-    runs it (ParaleonPlus, scheme dcqcn_plus; the paper's own table was not at hand), at
-    its 100 Gb/s: the receiver visits its congested flows one every scan = 1 us, a CNP at
-    most every 45 us per flow, forgetting a flow 200 us after its last mark; the sender's
-    period T is at least 50 us (alpha every T, an increase every 2T), F = 5 fast-recovery
-    steps (DCQCN's), g = 1/256; the minimum rate is DCQCN's (0.25% of the line)."""
-    ref_gbps: float = 100.0
+    runs it (ParaleonPlus, scheme dcqcn_plus; the paper's own table was not at hand): the
+    receiver visits its congested flows one every scan = 1 us, a CNP at most every 45 us
+    per flow, forgetting a flow 200 us after its last mark; the sender's period T is at
+    least 50 us (alpha every T, an increase every 2T), F = 5 fast-recovery steps (DCQCN's),
+    g = 1/256; the minimum rate is DCQCN's (0.25% of the line). That code runs DCQCN and
+    DCQCN+ with the same microseconds at one link rate; here both take DCQCN's 40 Gb/s as
+    the reference, so that their timers keep that ratio in packet times."""
+    ref_gbps: float = 40.0
     g: float = 1 / 256
     min_tau_us: float = 50.0
     f: int = 5

@@ -838,7 +838,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 
 static uint64_t last_sample_ns;
 
-/* each requester QP's rate and what it sent since the last sample, over the real interval */
+/* each busy requester QP's rate and what it sent since the last sample, over the real
+ * interval (a QP with nothing to send that sent nothing has no sample) */
 static void take_samples(uint64_t now)
 {
 	double interval_us = (now - last_sample_ns) / 1e3;
@@ -848,8 +849,9 @@ static void take_samples(uint64_t now)
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
 
-		if (q->msg_lo < 0)
-			continue;             /* a responder only */
+		if (q->msg_lo < 0 || (!q->tx_wire_interval && (!q->posted ||
+		    (q->snd_una == q->snd_end && q->msg_lo + q->posted == q->msg_hi))))
+			continue;             /* a responder only, or nothing to send and nothing sent */
 		if (nsamples == cap_samples) {
 			cap_samples = cap_samples ? 2 * cap_samples : 1024;
 			samples = realloc(samples, cap_samples * sizeof(*samples));
@@ -1045,7 +1047,10 @@ int main(int argc, char **argv)
 				}
 				if (q->next_tx_ns < wake)
 					wake = q->next_tx_ns;
-			} else if (q->snd_una != q->snd_nxt && q->progress_ns + rto + 1 < wake) {
+			} else if (!tx_blocked && q->snd_una != q->snd_nxt &&
+				   q->progress_ns + rto + 1 < wake) {
+				/* (while blocked no timeout runs: its deadline is no reason to wake,
+				 * and waking for it would spin without ever polling for room) */
 				wake = q->progress_ns + rto + 1;
 			}
 		}
