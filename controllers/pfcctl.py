@@ -13,7 +13,8 @@ reaction times computed from the kernel's timestamps).
 - Each event's record (`event_record`): a pause says how long it took from the XOFF
   crossing to the pause being applied (in this batch, or by an earlier one still in
   force); a resume how long after XOFF the last packet arrived and how many bytes did.
-- The watchdog (`timeout_record`): a pause `qos_policy.expired_pauses` ends.
+- The watchdog (`timeout_record`, `late_pause_record`): a pause `qos_policy.expired_pauses`
+  ends, or one `qos_policy.missed_pauses` applies.
 
 The records are `PfcRecord`s (testbed/config/replies.py): pfc_events.csv's rows, and
 pfc.txt's lines (`txt_line`).
@@ -143,10 +144,20 @@ def timeout_record(now_ns: int, action: PauseAction, ports: list[dict],
                      bytes_held=held)
 
 
+def late_pause_record(now_ns: int, action: PauseAction, ports: list[dict],
+                      held: int) -> PfcRecord:
+    """The record of the watchdog's pause of `action`'s transmitter at `now_ns`, its
+    partner's ingress holding `held` bytes and asking for it with no event seen."""
+    rx = ports[partner(ports, action.port)]
+    return PfcRecord(time_ns=now_ns, node=rx["node"], port=rx["ifname"], cls=action.cls,
+                     event="pause-late", upstream_port=ports[action.port]["ifname"],
+                     bytes_held=held)
+
+
 def txt_line(rec: PfcRecord) -> str:
     """A record as its line of pfc.txt, the HPCC simulator's format, which knows pause,
-    resume and overflow: the watchdog's resume is a resume there."""
-    event = "resume" if rec.event == "resume-timeout" else rec.event
+    resume and overflow: the watchdog's resume is a resume there, its pause a pause."""
+    event = {"resume-timeout": "resume", "pause-late": "pause"}.get(rec.event, rec.event)
     return f"{rec.time_ns} {rec.node} {rec.port} {rec.cls} {event}\n"
 
 

@@ -29,6 +29,7 @@ class PfcApp(QosApp):
 
     def configure(self, dp, cfg):
         plan = pfcctl.setup(cfg, dp.ports)
+        self.reconciled = plan.reconcile
         dp.set_lossless(plan.lossless)
         for port, cls, thresholds in plan.thresholds:
             dp.set_pfc(port, cls, thresholds)
@@ -67,6 +68,7 @@ class PfcApp(QosApp):
         """One green thread does everything that touches the dataplane (events and the
         watchdog), so that netlink requests and their acks never interleave."""
         self.watchdog_resumes = 0
+        self.watchdog_pauses = 0
         next_check = time.monotonic() + pfcctl.WATCHDOG_S
         while True:
             wait_readable(self.events.fd, max(0.0, next_check - time.monotonic()))
@@ -80,10 +82,20 @@ class PfcApp(QosApp):
                 next_check = time.monotonic() + pfcctl.WATCHDOG_S
 
     def _watchdog(self, dp, cfg):
-        """Resumes the pauses qos_policy.expired_pauses says have expired."""
+        """Resumes the pauses qos_policy.expired_pauses says have expired, and applies
+        those qos_policy.missed_pauses says an ingress asks for in vain."""
         def ingress(rx, cls):
             st = dp.ingress(rx, cls)
             return bool(st.paused), st.bytes
+        for action in qos_policy.missed_pauses(dp.paused, dp.ports, self.reconciled,
+                                               ingress, cfg.pfc.xoff_bytes):
+            rx = pfcctl.partner(dp.ports, action.port)
+            held = dp.ingress(rx, action.cls).bytes
+            dp.pause(action.port, action.cls)
+            self.watchdog_pauses += 1
+            self._log(pfcctl.late_pause_record(time.monotonic_ns(), action, dp.ports, held))
+            self.logger.warning("PFC: %s asked for a pause no event brought; paused %s",
+                                dp.ports[rx]["ifname"], dp.ports[action.port]["ifname"])
         for action in qos_policy.expired_pauses(dp.paused, dp.ports, ingress,
                                                 cfg.pfc.xon_bytes):
             rx = pfcctl.partner(dp.ports, action.port)

@@ -165,7 +165,7 @@ def refusal(line: str, why: str, now: float) -> CommandReply:
 
 
 # ---- the PFC app's event log (pfc_events.csv) -----------------------------------------
-PfcEventName = Literal["pause", "resume", "overflow", "resume-timeout"]
+PfcEventName = Literal["pause", "resume", "overflow", "resume-timeout", "pause-late"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +173,8 @@ class PfcRecord:
     """One PFC event (controllers/apps/pfc_app.py, decided in controllers/pfcctl.py): at
     `time_ns` (CLOCK_MONOTONIC) the ingress `port` of `node` asked its link partner
     (`upstream_port`) to stop or restart class `cls` (column "class"), holding `bytes_held`;
-    "resume-timeout" is the executor's watchdog ending a pause no XON ended. A pause says
+    "resume-timeout" is the executor's watchdog ending a pause no XON ended, "pause-late"
+    its pause of a partner whose ingress asked for one no event brought. A pause says
     how long the pause took to apply from the threshold crossing (`xoff_to_applied_us`); a
     resume how long after XOFF the last packet still arrived and how many bytes did."""
     time_ns: int

@@ -117,9 +117,11 @@ class RdmaWorkload:
 @dataclass(frozen=True, kw_only=True)
 class RdmaFanIn:
     """One incast: the first `senders` hosts (in the topology's order, the receiver left
-    out) each write `size_bytes` to `receiver` (default: the last host) at `start_ms`."""
+    out) each write `size_bytes` on each of `flows_per_sender` queue pairs to `receiver`
+    (default: the last host) at `start_ms`: senders x flows_per_sender congested flows."""
     senders: int
     size_bytes: int
+    flows_per_sender: int = 1
     receiver: str | None = None
     start_ms: float = 0.0
 
@@ -128,7 +130,8 @@ def fan_in_flows(fan: RdmaFanIn, topo: Topology) -> list[RdmaFlow]:
     hosts = [h.name for h in topo.hosts]
     receiver = fan.receiver or hosts[-1]
     return [RdmaFlow(src=h, dst=receiver, size_bytes=fan.size_bytes, start_ms=fan.start_ms,
-                     incast=True) for h in [h for h in hosts if h != receiver][:fan.senders]]
+                     incast=True) for h in [h for h in hosts if h != receiver][:fan.senders]
+            for _ in range(fan.flows_per_sender)]
 
 
 def workload_flows(w: RdmaWorkload, topo: Topology) -> list[RdmaFlow]:
@@ -199,10 +202,12 @@ class Rdma(ExperimentSpec):
             if self.fan_in.receiver is not None and self.fan_in.receiver not in names:
                 raise SpecError(f"{path}.fan_in.receiver: no host {self.fan_in.receiver!r} "
                                 f"in the topology")
-            if not 1 <= self.fan_in.senders < len(names) or self.fan_in.size_bytes < 1:
-                raise SpecError(f"{path}.fan_in: senders in 1..{len(names) - 1} and "
-                                f"size_bytes >= 1 (got {self.fan_in.senders}, "
-                                f"{self.fan_in.size_bytes})")
+            if (not 1 <= self.fan_in.senders < len(names) or self.fan_in.size_bytes < 1
+                    or self.fan_in.flows_per_sender < 1):
+                raise SpecError(f"{path}.fan_in: senders in 1..{len(names) - 1}, "
+                                f"size_bytes and flows_per_sender >= 1 (got "
+                                f"{self.fan_in.senders}, {self.fan_in.size_bytes}, "
+                                f"{self.fan_in.flows_per_sender})")
         if not self.flows and self.workload is None and self.fan_in is None:
             raise SpecError(f"{path}.flows: at least one flow (or a workload or fan_in)")
         if len(self.all_flows(topo)) > MAX_FLOWS:

@@ -270,6 +270,24 @@ def test_a_pause_expires_unless_its_ingress_still_asks():
     assert [(a.verb, a.port, a.cls) for a in out] == [("resume", 1, 0), ("resume", 3, 1)]
 
 
+def test_the_watchdog_pauses_where_an_ingress_asks_in_vain():
+    """An ingress whose flag asks for a pause and holds more than XOFF while its partner
+    transmits (its XOFF event never came) gets the pause; one already paused, one below
+    XOFF, one not asking and a host NIC (never an ingress here) do not."""
+    ports = [{"id": 0, "peer": 5, "is_host": True}, {"id": 1, "peer": 2, "is_host": False},
+             {"id": 2, "peer": 1, "is_host": False}, {"id": 3, "peer": 4, "is_host": False},
+             {"id": 4, "peer": 3, "is_host": False}, {"id": 5, "peer": 0, "is_host": False}]
+    state = {(1, 1): (True, 50000), (2, 1): (True, 50000), (3, 1): (True, 20000),
+             (4, 1): (False, 90000), (5, 1): (True, 60000), (0, 1): (True, 99999)}
+    out = qos_policy.missed_pauses({(1, 1)}, ports, [1], lambda rx, cls: state[(rx, cls)],
+                                   xoff_bytes=36000)
+    # ingress 1 asks (partner 2 not paused): pause 2; ingress 2 asks but partner 1 is
+    # paused already; 3 is below XOFF; 4 does not ask; 5 asks: pause its partner, host 0
+    assert [(a.verb, a.port, a.cls) for a in out] == [("pause", 2, 1), ("pause", 0, 1)]
+    assert qos_policy.missed_pauses(set(), ports, [], lambda rx, cls: (True, 1 << 30),
+                                    36000) == []          # no lossless class
+
+
 def test_a_restarted_executor_pauses_exactly_where_an_ingress_asks():
     # switch ingress ports 2 and 4 ask for pauses of class 1; 1 and 5 do not (a pause of
     # their partner may still be in force from before, with nobody asking); port 0 is a

@@ -32,6 +32,8 @@ def spec(**fields):
 BAD_RDMA = [
     ({"flows": []}, "experiments[0].flows: at least one flow (or a workload or fan_in)"),
     ({"fan_in": {"senders": 4, "size_bytes": 10}}, "experiments[0].fan_in: senders in 1..3"),
+    ({"fan_in": {"senders": 2, "size_bytes": 10, "flows_per_sender": 0}},
+     "experiments[0].fan_in: senders in 1..3, size_bytes and flows_per_sender >= 1"),
     ({"fan_in": {"senders": 2, "size_bytes": 10, "receiver": "h7"}},
      "experiments[0].fan_in.receiver: no host 'h7'"),
     ({"flows": [{"src": "h1", "dst": "h9", "size_bytes": 10}]},
@@ -165,6 +167,16 @@ def test_analyse_warns_of_lost_bytes():
     headline, warnings = rdma.analyse(rows)
     assert headline["dcqcn_complete"] == "1/2" and headline["dcqcn_slowdown_median"] == 1.2
     assert warnings == ["rdma dcqcn: flow 1 received 5 of 10 bytes"]
+
+
+def test_a_fan_in_is_senders_times_flows_into_one_receiver():
+    exp = loads(spec(flows=[], fan_in={"senders": 3, "size_bytes": 1000,
+                                       "flows_per_sender": 2}))[0].experiments[0]
+    topo = leafspine(spines=1, leaves=2, hosts_per_leaf=2, host_rate=100, uplink_rate=50)
+    flows = exp.all_flows(topo)
+    assert [(f.src, f.dst) for f in flows] == [("h1", "h4"), ("h1", "h4"), ("h2", "h4"),
+                                               ("h2", "h4"), ("h3", "h4"), ("h3", "h4")]
+    assert all(f.incast and f.size_bytes == 1000 for f in flows)
 
 
 def test_ideals_take_the_least_round_trip_of_a_path_length():
