@@ -25,7 +25,8 @@ if ((${#specs[@]} == 0)); then
          queue_calibration permutation_fattree permutation_fattree_mtu1500 startup_fattree6 \
          quickstart reachability_survey permutation_survey permutation_relay_fair \
          circuits_hybrid \
-         ecn_queue priority incast pfc_victim rdma_dcqcn \
+         ecn_queue priority incast pfc_victim rdma_dcqcn rdma_convergence rdma_incast \
+         rdma_fct rdma_irn \
          training_priority training_compression training_consistency training_16_cnn \
          training_link_rate training_ring_vs_ps training_survey \
          hedera_fattree hedera_fattree_20mbps \
