@@ -175,3 +175,14 @@ def validate(q: QosConfig, path: str, mtu_bytes: int, link_buffer_pkts: int | No
                              f"{path}.pfc")
         if not any(c.lossless for c in q.classes):
             raise QosError(f"{path}.pfc: no class is lossless (set lossless: true on one)")
+
+
+# ---- in-band telemetry (testbed/dataplane/bpf/int_wire.h) ------------------------------
+INT_RATES = 8  # the telemetry records' rate index has 3 bits
+
+
+def int_rate_table(rates_mbps: list[float]) -> list[float]:
+    """The link rates a telemetry record can name, by index: the fabric's distinct rates,
+    slowest first (the first INT_RATES of them; a port at another rate writes no record).
+    The switches and the RoCE engines are given the same table."""
+    return sorted(set(rates_mbps))[:INT_RATES]

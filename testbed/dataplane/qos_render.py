@@ -168,13 +168,6 @@ RX_CFG = struct.Struct("4I")
 U32 = struct.Struct("I")
 IF_KEY = struct.Struct("QII")  # mac (host NICs), ifindex (switch ports), pad
 PORT_HOST = 1  # port_cfg flag: drops go back to the sending host's stack (TC_ACT_SHOT)
-INT_RATES = 8  # the telemetry records' rate index has 3 bits (bpf/int_wire.h)
-
-
-def int_rate_table(rates_mbps: list[float]) -> list[float]:
-    """The link rates a telemetry record can name, by index: the fabric's distinct rates,
-    slowest first (the first INT_RATES of them; a port at another rate writes no record)."""
-    return sorted(set(rates_mbps))[:INT_RATES]
 
 
 def slot(port_id: int, cls: int) -> int:

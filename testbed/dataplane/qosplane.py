@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from testbed.config.loader import from_data
-from testbed.config.qos import QosConfig, class_buffer
+from testbed.config.qos import QosConfig, class_buffer, int_rate_table
 from testbed.config.units import frame_bytes
 from testbed.core.resources import RunRecord
 from testbed.core.system import TestbedError, in_netns, run
@@ -246,7 +246,7 @@ class QosPlane:
         maps = {name: Map(str(pin_dir / "maps" / name))
                 for name in ("tb_port_cfg", "tb_rx_cfg", "tb_qcfg", "tb_int_rate")}
         here = {p.id for p in ports}
-        table = qos.int_rate_table([self.rate_of(link) for link in self.topo.links])
+        table = int_rate_table([self.rate_of(link) for link in self.topo.links])
         try:
             for p in ports:
                 peer = self.ports[p.peer]

@@ -16,11 +16,18 @@ from typing import Literal, NamedTuple
 
 from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
-from testbed.config.qos import EcnProfile, PfcConfig, QosConfig, TrafficClass, check_pfc_thresholds
+from testbed.config.qos import (
+    INT_RATES,
+    EcnProfile,
+    PfcConfig,
+    QosConfig,
+    TrafficClass,
+    check_pfc_thresholds,
+    int_rate_table,
+)
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
-from testbed.dataplane.qos_render import INT_RATES, int_rate_table
 from testbed.results.plots import pyplot, save, several_experiments, title
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
@@ -157,12 +164,13 @@ def workload_flows(w: RdmaWorkload, topo: Topology) -> list[RdmaFlow]:
 @dataclass(frozen=True, kw_only=True)
 class Rdma(ExperimentSpec):
     """RoCEv2 WRITEs on the spec's fabric, once per scheme in `schemes`: data in the
-    lossless class (`dscp`, PFC when `pfc`), ECN-marked when the scheme reacts to it
-    (DCQCN): every packet above `ecn_k_bytes` queued, or, with `ecn_kmax_bytes`, RED-like
-    (probability rising from 0 at K to `ecn_pmax` at Kmax, 1 above); ACKs, NAKs and CNPs
-    in `ctrl_dscp`, served first. Each scheme's parameters are in its paper's units at its
-    reference rate (`dcqcn`, `timely`, `hpcc`), scaled to the hosts' links; HPCC's T and
-    the "+w" window's BDP come from the flows' measured base round trip."""
+    lossless class (`dscp`, PFC when `pfc` and the scheme is not lossy), ECN-marked when
+    the scheme reacts to it (DCQCN, DCQCN+): every packet above `ecn_k_bytes` queued, or,
+    with `ecn_kmax_bytes`, RED-like (probability rising from 0 at K to `ecn_pmax` at Kmax,
+    1 above); ACKs, NAKs and CNPs in `ctrl_dscp`, served first. Each scheme's parameters
+    are in its paper's units at its reference rate (`dcqcn`, `dcqcn_plus`, `timely`,
+    `hpcc`, `irn`), scaled to the hosts' links; HPCC's T, the "+w" window's BDP and IRN's
+    in-flight cap come from the flows' measured base round trip."""
     type: Literal["rdma"] = "rdma"
     flows: list[RdmaFlow] = field(default_factory=list)
     workload: RdmaWorkload | None = None      # generated flows, besides `flows`
@@ -210,11 +218,17 @@ class Rdma(ExperimentSpec):
                                 f"{self.fan_in.flows_per_sender})")
         if not self.flows and self.workload is None and self.fan_in is None:
             raise SpecError(f"{path}.flows: at least one flow (or a workload or fan_in)")
-        if len(self.all_flows(topo)) > MAX_FLOWS:
-            raise SpecError(f"{path}: {len(self.all_flows(topo))} flows; at most {MAX_FLOWS} "
-                            f"(a queue pair each at both ends)")
+        flows = self.all_flows(topo)
+        per_host: dict[str, int] = {}
+        for f in flows:
+            for h in (f.src, f.dst):
+                per_host[h] = per_host.get(h, 0) + 1
+        busiest = max(per_host.items(), key=lambda kv: kv[1], default=("", 0))
+        if busiest[1] > MAX_QPS:
+            raise SpecError(f"{path}: {busiest[0]} would hold {busiest[1]} queue pairs (a "
+                            f"flow is one at each end); its engine holds {MAX_QPS}")
         hosts = {h.name for h in topo.hosts}
-        for i, f in enumerate(self.all_flows(topo)):
+        for i, f in enumerate(flows):
             for end in ("src", "dst"):
                 if getattr(f, end) not in hosts:
                     raise SpecError(f"{path}.flows[{i}].{end}: no host {getattr(f, end)!r} "
@@ -272,7 +286,7 @@ class Rdma(ExperimentSpec):
                      None)
 
 
-MAX_FLOWS = 4000      # the engine's queue pairs per host (4096), with room
+MAX_QPS = 4096        # an engine's queue pairs (engine.c)
 
 
 def check_workload(w: RdmaWorkload, path: str, topo: Topology) -> None:
@@ -387,10 +401,10 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 f"{drops.get('switch_drops', 0)} drops")
         if timed_out:
             out.warnings.append(f"{label}: flows still running after {exp.timeout_s} s")
+    set_ideals(rows)                    # one base round trip per path length, all schemes
     (ctx.out_dir / "rdma_params.json").write_text(json.dumps(params, indent=1))
     ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
-    set_ideals(rows)
     buckets = fct_table(rows)
     if buckets:
         ctx.write_csv("rdma_fct.csv", FCT_HEADER, buckets)
@@ -437,8 +451,10 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     """What a scheme ran with: its parameters in the paper's units and scaled to each host
     link rate of the flows, and the base round trip it was given."""
     parts = parse_scheme(scheme)
-    cc = {"dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc,
-          "dcqcn_plus": exp.dcqcn_plus}.get(parts.cc)
+    ccs: dict[str, Dcqcn | DcqcnPlus | Timely | Hpcc] = {
+        "dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc,
+        "dcqcn_plus": exp.dcqcn_plus}
+    cc = ccs.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
     if cc is not None:

@@ -44,6 +44,9 @@ MEASURED_CPU_BOUND = {
     "permutation_relay_fair": False,
     # measured 2026-11-26: neither phase flagged (workers' and engines' CPU 0.2-0.3 s)
     "rdma_dcqcn": False,
+    # measured 2026-11-26: no phase flagged (rdma_fct at both loads, rdma_incast's six
+    # points, the machine 34-54% busy)
+    "rdma_convergence": False, "rdma_incast": False, "rdma_fct": False, "rdma_irn": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE: dict[str, str] = {}

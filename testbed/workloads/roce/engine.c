@@ -8,13 +8,14 @@
  * SIGCOMM'18): the receiver keeps what arrives out of order and answers each such packet
  * with a NAK naming it (a selective acknowledgement, after the AETH); the sender resends
  * only what is missing below the highest such packet, keeps at most a BDP of packets in
- * flight, and times out after RTO_LOW while N or fewer are in flight, else RTO_HIGH. Data leaves ECN-capable in the lossless class's DSCP,
- * with a UDP checksum of zero (RoCEv2 relies on its ICRC). A requester QP's rate, and for
- * some schemes its window, is its congestion control's: DCQCN from CNPs (dcqcn.h), DCQCN+
- * from CNPs whose period the receiver stretches with the flows it sees congested
- * (dcqcn_plus.h), TIMELY
- * from round-trip times (timely.h), HPCC from the switches' telemetry that data packets
- * collect and ACKs echo (hpcc.h, int_wire.h); without one, its line rate.
+ * flight, and times out after RTO_LOW while N or fewer are in flight, else RTO_HIGH.
+ *
+ * Data leaves ECN-capable in the lossless class's DSCP, with a UDP checksum of zero
+ * (RoCEv2 relies on its ICRC). A requester QP's rate, and for some schemes its window, is
+ * its congestion control's: DCQCN from CNPs (dcqcn.h), DCQCN+ from CNPs whose period the
+ * receiver stretches with the flows it sees congested (dcqcn_plus.h), TIMELY from round
+ * trip times (timely.h), HPCC from the switches' telemetry that data packets collect and
+ * ACKs echo (hpcc.h, int_wire.h); without one, its line rate.
  *
  * Usage: tbroce CONFIG OUT.json. CONFIG is line-based (the Python side writes it,
  * testbed/workloads/roce/__init__.py):
@@ -37,8 +38,8 @@
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
  * drop_every, ce_every (tests only): the receiver discards, or takes as CE-marked, every
- * Nth data packet it gets. A dcqcn, timely or hpcc line sets every requester QP's
- * congestion control, with parameters already scaled to the link.
+ * Nth data packet it gets. A dcqcn, dcqcn_plus, timely or hpcc line sets every requester
+ * QP's congestion control, with parameters already scaled to the link.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
