@@ -56,26 +56,27 @@ def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
 def test_hpcc_reads_every_switch_and_irn_recovers_without_pfc(tmp_path):
     """HPCC: every data packet crossing the leaf-spine collects a telemetry record at each
     of its three switch egresses, the ACKs bring them back and the senders cut from them
-    (HPCC keeps the queue near empty: few pauses). IRN without PFC: two line-rate flows
-    overflow the uplink's buffer; the receivers keep what follows each gap and the senders
-    resend the lost packets selectively, about one resend per drop."""
+    (HPCC keeps the queue near empty: few pauses). IRN without PFC: twelve line-rate QPs
+    of a 3-to-1 incast overflow an 8-packet buffer; the receiver keeps what follows each
+    gap and the senders resend the lost packets selectively, about one resend per drop."""
     flows = [{"src": "h1", "dst": "h3", "size_bytes": 8_000_000},
              {"src": "h2", "dst": "h4", "size_bytes": 8_000_000}]
-    out, summary = run(tmp_path, spec("it-rdma-hpcc-irn", flows, ["hpcc", "none+irn+lossy"]))
-    by = {(r["scheme"], r["flow"]): r for r in rows(out, "rdma_flows.csv")}
-    for r in by.values():
-        assert int(r["rx_bytes"]) == 8_000_000, r
-        assert r["cpu_bound"] == "False", r
-    for flow in ("0", "1"):
-        r = by[("hpcc", flow)]
+    out, summary = run(tmp_path / "hpcc", spec("it-rdma-hpcc", flows, ["hpcc"]))
+    for r in rows(out, "rdma_flows.csv"):
+        assert int(r["rx_bytes"]) == 8_000_000 and r["cpu_bound"] == "False", r
         assert int(r["int_hops"]) == 3, r          # leaf up, spine down, leaf to the host
         assert int(r["rate_cuts"]) > 0 and int(r["switch_drops"]) == 0, r
-    # HPCC alone on a shared uplink: at most a few pauses (PFC alone: hundreds per run)
-    assert int(by[("hpcc", "0")]["pauses"]) <= 20, by[("hpcc", "0")]
-    irn = [by[("none+irn+lossy", f)] for f in ("0", "1")]
-    drops = int(irn[0]["switch_drops"])
-    resent = sum(int(r["retx_pkts"]) for r in irn)
-    assert drops > 0 and int(irn[0]["pauses"]) == 0, irn
+        # HPCC on a shared uplink: at most a few pauses (PFC alone: a thousand a run)
+        assert int(r["pauses"]) <= 20, r
+    incast = spec("it-rdma-irn", [], ["none+irn+lossy"])
+    incast["experiments"][0].update(buffer_pkts=8, fan_in={
+        "senders": 3, "size_bytes": 1_000_000, "flows_per_sender": 4})
+    out, summary = run(tmp_path / "irn", incast)
+    irn = rows(out, "rdma_flows.csv")
+    assert len(irn) == 12 and all(int(r["rx_bytes"]) == 1_000_000 for r in irn), irn
+    assert all(r["cpu_bound"] == "False" for r in irn), irn
+    drops, resent = int(irn[0]["switch_drops"]), sum(int(r["retx_pkts"]) for r in irn)
+    assert drops > 0 and int(irn[0]["pauses"]) == 0, irn[0]
     assert sum(int(r["ooo_kept"]) for r in irn) > 0, irn
     # every drop resent once; a timeout may resend a few more, never go-back-N's windows
     assert drops <= resent <= 1.5 * drops + 10, (drops, resent)
