@@ -34,8 +34,35 @@ def ideal_fct_us(size_bytes: int, mtu: int, bottleneck_mbps: float,
     return wire_bytes(size_bytes, mtu) * 8 / bottleneck_mbps + (base_rtt_s or 0.0) * 1e6
 
 
+class PaperParams:
+    """A congestion control's parameters in its paper's units at `ref_gbps`: scaled to an
+    emulated link by packet times (`scaled`, each class's own), recorded both ways."""
+    ref_gbps: float
+
+    def time_factor(self, link_mbps: float) -> float:
+        """One reference packet time, in the emulated link's (same packet size)."""
+        return self.ref_gbps * 1000 / link_mbps
+
+    def rate_factor(self, link_mbps: float) -> float:
+        """The emulated line rate as a fraction of the reference one."""
+        return link_mbps / (self.ref_gbps * 1000)
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        raise NotImplementedError
+
+    def record(self, link_mbps: float) -> dict:
+        """Both sets of values, for the results."""
+        return {"paper": asdict(self), "at_link_mbps": link_mbps,  # type: ignore[call-overload]
+                "scaled": self.scaled(link_mbps)}
+
+    def positive(self, path: str, names: tuple[str, ...]) -> None:
+        for name in names:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+
+
 @dataclass(frozen=True)
-class Dcqcn:
+class Dcqcn(PaperParams):
     """DCQCN (Zhu et al., SIGCOMM'15) at its reference 40 Gb/s, as the paper and its
     authors' ns-3 code (bobzhuyb/ns3-rdma) give them: g = 1/256, the alpha timer K = 55 us,
     the increase timer T = 55 us, the byte counter B = 10 MB, F = 5 fast-recovery steps,
@@ -56,10 +83,8 @@ class Dcqcn:
     def check(self, path: str = "dcqcn") -> None:
         if not 0 < self.g <= 1:
             raise ValueError(f"{path}.g: in (0, 1], got {self.g}")
-        for name in ("ref_gbps", "alpha_us", "timer_us", "rai_mbps", "rhai_mbps",
-                     "min_mbps", "cnp_interval_us"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        self.positive(path, ("ref_gbps", "alpha_us", "timer_us", "rai_mbps", "rhai_mbps",
+                             "min_mbps", "cnp_interval_us"))
         if self.byte_counter_bytes < 0 or self.f < 1:
             raise ValueError(f"{path}: byte_counter_bytes >= 0 and f >= 1 "
                              f"(got {self.byte_counter_bytes}, {self.f})")
@@ -70,8 +95,7 @@ class Dcqcn:
     def scaled(self, link_mbps: float) -> dict[str, float]:
         """The engine's values at `link_mbps`: times in ns (and the CNP interval in us),
         rates in b/s."""
-        time = self.ref_gbps * 1000 / link_mbps     # one reference packet time, in ours
-        rate = link_mbps / (self.ref_gbps * 1000)   # a fraction of the reference line
+        time, rate = self.time_factor(link_mbps), self.rate_factor(link_mbps)
         return {"g": self.g, "alpha_ns": max(1, round(self.alpha_us * 1000 * time)),
                 "timer_ns": max(1, round(self.timer_us * 1000 * time)),
                 "byte_counter": self.byte_counter_bytes, "f": self.f,
@@ -79,10 +103,6 @@ class Dcqcn:
                 "min_bps": self.min_mbps * 1e6 * rate,
                 "cnp_interval_us": max(1, round(self.cnp_interval_us * time))}
 
-    def record(self, link_mbps: float) -> dict:
-        """Both sets of values, for the results."""
-        return {"paper": asdict(self), "at_link_mbps": link_mbps,
-                "scaled": self.scaled(link_mbps)}
 
 
 def dcqcn_line(scaled: dict[str, float]) -> str:
@@ -94,7 +114,7 @@ def dcqcn_line(scaled: dict[str, float]) -> str:
 
 
 @dataclass(frozen=True)
-class Timely:
+class Timely(PaperParams):
     """TIMELY (Mittal et al., SIGCOMM'15) at its reference 10 Gb/s, as the paper's
     Algorithm 1 and the HPCC code's defaults give them: T_low 50 us, T_high 500 us, the
     minimum RTT that normalises the gradient 20 us, the RTT-difference EWMA weight 0.875,
@@ -114,10 +134,8 @@ class Timely:
         if not 0 < self.alpha <= 1 or not 0 < self.beta <= 1:
             raise ValueError(f"{path}: alpha and beta in (0, 1] (got {self.alpha}, "
                              f"{self.beta})")
-        for name in ("ref_gbps", "t_low_us", "t_high_us", "min_rtt_us", "delta_mbps",
-                     "min_mbps"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        self.positive(path, ("ref_gbps", "t_low_us", "t_high_us", "min_rtt_us", "delta_mbps",
+                             "min_mbps"))
         if self.t_low_us >= self.t_high_us:
             raise ValueError(f"{path}.t_low_us: below t_high_us (got {self.t_low_us} >= "
                              f"{self.t_high_us})")
@@ -126,8 +144,7 @@ class Timely:
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
         """The engine's values at `link_mbps`: times in ns, rates in b/s."""
-        time = self.ref_gbps * 1000 / link_mbps
-        rate = link_mbps / (self.ref_gbps * 1000)
+        time, rate = self.time_factor(link_mbps), self.rate_factor(link_mbps)
         return {"t_low_ns": round(self.t_low_us * 1000 * time),
                 "t_high_ns": round(self.t_high_us * 1000 * time),
                 "min_rtt_ns": max(1, round(self.min_rtt_us * 1000 * time)),
@@ -135,13 +152,10 @@ class Timely:
                 "delta_bps": self.delta_mbps * 1e6 * rate, "hai_n": self.hai_n,
                 "min_bps": self.min_mbps * 1e6 * rate}
 
-    def record(self, link_mbps: float) -> dict:
-        return {"paper": asdict(self), "at_link_mbps": link_mbps,
-                "scaled": self.scaled(link_mbps)}
 
 
 @dataclass(frozen=True)
-class Hpcc:
+class Hpcc(PaperParams):
     """HPCC (Li et al., SIGCOMM'19) at its reference 100 Gb/s: the target utilisation eta
     0.95 and maxStage 5 (the paper's), the additive step R_AI 40 Mb/s and the minimum rate
     100 Mb/s (the HPCC code's run.py and config at 100 Gb/s). Its base round trip T is the
@@ -157,18 +171,13 @@ class Hpcc:
             raise ValueError(f"{path}.eta: in (0, 1], got {self.eta}")
         if self.max_stage < 0:
             raise ValueError(f"{path}.max_stage: >= 0, got {self.max_stage}")
-        for name in ("ref_gbps", "rai_mbps", "min_mbps"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        self.positive(path, ("ref_gbps", "rai_mbps", "min_mbps"))
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
-        rate = link_mbps / (self.ref_gbps * 1000)
+        rate = self.rate_factor(link_mbps)
         return {"eta": self.eta, "max_stage": self.max_stage,
                 "rai_bps": self.rai_mbps * 1e6 * rate, "min_bps": self.min_mbps * 1e6 * rate}
 
-    def record(self, link_mbps: float) -> dict:
-        return {"paper": asdict(self), "at_link_mbps": link_mbps,
-                "scaled": self.scaled(link_mbps)}
 
 
 def timely_line(s: dict[str, float]) -> str:
@@ -185,7 +194,7 @@ def hpcc_line(s: dict[str, float], base_rtt_ns: int) -> str:
 
 
 @dataclass(frozen=True)
-class Irn:
+class Irn(PaperParams):
     """IRN's loss recovery (Mittal et al., SIGCOMM'18) at its reference 40 Gb/s: RTO_low
     100 us while at most N = 3 packets are in flight, else RTO_high 320 us (the paper's,
     as the conweave ns-3 code runs them); the in-flight cap (BDP-FC) is the longest path's
@@ -204,13 +213,10 @@ class Irn:
                              f"{self.n})")
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
-        time = self.ref_gbps * 1000 / link_mbps
+        time = self.time_factor(link_mbps)
         return {"rto_low_us": max(1, round(self.rto_low_us * time)),
                 "rto_high_us": max(1, round(self.rto_high_us * time)), "n": self.n}
 
-    def record(self, link_mbps: float) -> dict:
-        return {"paper": asdict(self), "at_link_mbps": link_mbps,
-                "scaled": self.scaled(link_mbps)}
 
 
 def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
@@ -219,7 +225,7 @@ def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
-class DcqcnPlus:
+class DcqcnPlus(PaperParams):
     """DCQCN+ (Gao et al., ICNP'18) as a third-party reimplementation in the HPCC code base
     runs it (ParaleonPlus, scheme dcqcn_plus; the paper's own table was not at hand): the
     receiver visits its congested flows one every scan = 1 us, a CNP at most every 45 us
@@ -241,23 +247,18 @@ class DcqcnPlus:
         if not 0 < self.g <= 1 or not 0 < self.min_share < 1:
             raise ValueError(f"{path}: g and min_share in (0, 1] (got {self.g}, "
                              f"{self.min_share})")
-        for name in ("ref_gbps", "min_tau_us", "scan_us", "entry_timeout_us"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{path}.{name}: must be > 0, got {getattr(self, name)}")
+        self.positive(path, ("ref_gbps", "min_tau_us", "scan_us", "entry_timeout_us"))
         if self.f < 1 or self.min_interval_us < 0:
             raise ValueError(f"{path}: f >= 1 and min_interval_us >= 0")
 
     def scaled(self, link_mbps: float) -> dict[str, float]:
-        time = self.ref_gbps * 1000 / link_mbps
+        time = self.time_factor(link_mbps)
         return {"g": self.g, "min_tau_ns": round(self.min_tau_us * 1000 * time), "f": self.f,
                 "min_bps": self.min_share * link_mbps * 1e6,
                 "scan_ns": max(1, round(self.scan_us * 1000 * time)),
                 "min_interval_ns": round(self.min_interval_us * 1000 * time),
                 "entry_timeout_ns": round(self.entry_timeout_us * 1000 * time)}
 
-    def record(self, link_mbps: float) -> dict:
-        return {"paper": asdict(self), "at_link_mbps": link_mbps,
-                "scaled": self.scaled(link_mbps)}
 
     def line(self, link_mbps: float) -> str:
         """The engine's config line (engine.c)."""
