@@ -198,7 +198,8 @@ class Rdma(ExperimentSpec):
     irn: Irn = field(default_factory=Irn)
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
-        """`flows`, the incast's, then the workload's (seeded: the same every time)."""
+        """`flows`, the incast's, then the workload's (seeded: the same every time), on
+        `topo` at the rates the fabric runs (`rated`)."""
         return (self.flows + (fan_in_flows(self.fan_in, topo) if self.fan_in else [])
                 + (workload_flows(self.workload, topo) if self.workload else []))
 
@@ -218,7 +219,7 @@ class Rdma(ExperimentSpec):
                                 f"{self.fan_in.flows_per_sender})")
         if not self.flows and self.workload is None and self.fan_in is None:
             raise SpecError(f"{path}.flows: at least one flow (or a workload or fan_in)")
-        flows = self.all_flows(topo)
+        flows = self.all_flows(rated(spec, topo))
         per_host: dict[str, int] = {}
         for f in flows:
             for h in (f.src, f.dst):
@@ -340,7 +341,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
 
     out = Outcome()
     binary = roce.build()
-    flows = exp.all_flows(ctx.topo)
+    flows = exp.all_flows(rated(ctx.spec, ctx.topo))     # at the rates the fabric runs
     rows: list[dict] = []
     rate_rows: list[list] = []
     params: dict[str, dict] = {}
@@ -620,10 +621,18 @@ def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[floa
     return out
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The nearest-rank `q`th percentile (None for no values)."""
-    v = sorted(values)
-    return round(v[max(0, math.ceil(q / 100 * len(v)) - 1)], 4) if v else None
+def percentile(values: list[float | None], q: float) -> float | None:
+    """The nearest-rank `q`th percentile; a None (a flow that did not complete) counts as
+    slower than any, and a percentile that falls on one is None (not reached)."""
+    v = sorted(values, key=lambda x: math.inf if x is None else x)
+    if not v:
+        return None
+    at = v[max(0, math.ceil(q / 100 * len(v)) - 1)]
+    return None if at is None else round(at, 4)
+
+
+def slowdowns(rows: list[dict]) -> list[float | None]:
+    return [None if r["slowdown"] is None else float(r["slowdown"]) for r in rows]
 
 
 FCT_HEADER = ["scheme", "size_from", "size_to", "flows", "done", "slowdown_p50",
@@ -633,8 +642,9 @@ SHORT_SHARE = 0.5       # "short" flows: the smaller half by size
 
 def fct_table(rows: list[dict], buckets: int = 10) -> list[list]:
     """Per scheme and flow-size bucket (the sizes' deciles, the same for every scheme: they
-    run the same flows), the completed flows' slowdown percentiles, as the HPCC paper's
-    Fig. 11 plots them; empty for fewer than 2 * `buckets` flows a scheme."""
+    run the same flows), the flows' slowdown percentiles (a flow that did not complete is
+    the slowest: a percentile on it is empty), as the HPCC paper's Fig. 11 plots them;
+    empty for fewer than 2 * `buckets` flows a scheme."""
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     sizes = sorted(int(r["size_bytes"]) for r in rows if r["scheme"] == schemes[0])
     if len(sizes) < 2 * buckets:
@@ -646,8 +656,9 @@ def fct_table(rows: list[dict], buckets: int = 10) -> list[list]:
         lo = 0
         for hi in edges:
             mine = [r for r in rows if r["scheme"] == scheme and lo < int(r["size_bytes"]) <= hi]
-            slow = [float(r["slowdown"]) for r in mine if r["slowdown"] is not None]
-            out.append([scheme, lo + 1, hi, len(mine), len(slow), percentile(slow, 50),
+            slow = slowdowns(mine)
+            done = sum(x is not None for x in slow)
+            out.append([scheme, lo + 1, hi, len(mine), done, percentile(slow, 50),
                         percentile(slow, 95), percentile(slow, 99)])
             lo = hi
     return out
@@ -668,13 +679,13 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
         headline[f"{scheme}_pauses"] = mine[0]["pauses"]
         headline[f"{scheme}_switch_drops"] = mine[0]["switch_drops"]
         if len(mine) >= 20:
-            slow = [float(r["slowdown"]) for r in done]
+            slow = slowdowns(mine)             # the unfinished count as slowest
             cut = sorted(int(r["size_bytes"]) for r in mine)[
                 math.ceil(SHORT_SHARE * len(mine)) - 1]
             headline[f"{scheme}_slowdown_p95"] = percentile(slow, 95)
             headline[f"{scheme}_slowdown_p99"] = percentile(slow, 99)
             headline[f"{scheme}_short_slowdown_p95"] = percentile(
-                [float(r["slowdown"]) for r in done if int(r["size_bytes"]) <= cut], 95)
+                slowdowns([r for r in mine if int(r["size_bytes"]) <= cut]), 95)
         shares = shared_shares(rates, rows, scheme) if rates is not None else []
         if shares:
             headline[f"{scheme}_share_of_fair"] = shares

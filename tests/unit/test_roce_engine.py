@@ -490,6 +490,42 @@ def test_dcqcn_plus_on_loopback_paces_its_cnps(tmp_path):
     assert 0 < qa["alpha"] <= 1
 
 
+def test_dcqcn_plus_stretches_the_cnp_period_with_the_congested_flows(tmp_path):
+    """Eight QPs, every third packet taken as CE-marked: the receiver's scan (a tick of
+    10 us at 40 Gb/s: 2 ms at 200 Mb/s) visits one QP a tick, so each QP gets a CNP at
+    most every 8 ticks (16 ms), beyond the 45 us (9 ms) minimum interval; every CNP tells
+    its sender tau = 8 ticks."""
+    binary = roce.build()
+    pa, pb = free_udp_port(), free_udp_port()
+    plus = DcqcnPlus(scan_us=10.0)
+    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
+                    dcqcn_plus=plus, link_mbps=200.0)
+    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, ce_every=3,
+                    dcqcn_plus=plus, link_mbps=200.0)
+    for qpn in range(1, 9):
+        a.qp(qpn, peer="127.0.0.2", peer_port=pb, peer_qpn=qpn, line_mbps=200.0)
+        b.qp(qpn, peer="127.0.0.1", peer_port=pa, peer_qpn=qpn, line_mbps=200.0)
+        a.write(qpn, start_us=0, nbytes=300_000)
+    rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
+                           str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rb.stdout.readline().strip() == "ready"
+        subprocess.run([str(binary), str(a.save(tmp_path / "a.conf")),
+                        str(tmp_path / "a.json")], check=True, timeout=60,
+                       stdout=subprocess.DEVNULL)
+    finally:
+        rb.terminate()
+        rb.wait(timeout=10)
+    ra, rb_ = roce.read_result(tmp_path / "a.json"), roce.read_result(tmp_path / "b.json")
+    for m in ra.messages:
+        got = rb_.qps[m.qpn]
+        assert got["rx_bytes"] == 300_000 and got["ce_rx"] > 0, got
+        # 8 listed QPs, one visit a 2 ms tick: a CNP per QP at most every 16 ms (the 9 ms
+        # minimum interval alone would allow almost twice as many)
+        assert 0 < got["cnps_tx"] <= m.fct_us / 16_000 + 2, (got["cnps_tx"], m.fct_us)
+        assert ra.qps[m.qpn]["rate_cuts"] == ra.qps[m.qpn]["cnps_rx"] > 0
+
+
 def test_bad_configs_are_refused():
     e = roce.Engine(bind="10.0.0.1", mtu=1500)
     with pytest.raises(ValueError, match="mtu: a RoCE MTU"):

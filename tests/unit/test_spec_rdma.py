@@ -202,6 +202,9 @@ def test_fct_table_buckets_by_size_deciles():
     assert table[9][1:3] == [91, 100]
     assert rdma.percentile([1.0, 2.0, 3.0, 4.0], 95) == 4.0
     assert rdma.percentile([float(i) for i in range(1, 101)], 95) == 95.0
+    # a flow that did not complete is the slowest: a percentile on it is not reached
+    assert rdma.percentile([None, 1.0, 2.0, 3.0], 75) == 3.0
+    assert rdma.percentile([None, 1.0, 2.0, 3.0], 95) is None
     headline, _ = rdma.analyse([dict(r, fct_us=1.0, rx_bytes=r["size_bytes"], pauses=0,
                                       switch_drops=0) for r in rows])
     assert headline["x_slowdown_p95"] == 7.0 and headline["x_short_slowdown_p95"] == 7.0

@@ -85,8 +85,8 @@ def poisson_flows(hosts: list[str], rate_mbps: dict[str, float], cdf: Cdf, load:
                   incast_share: float = 0.0) -> list[GenFlow]:
     """Every host starts flows at Poisson times for `duration_ms`, their sizes from `cdf`
     (times `size_scale`), so that on average it sends `load` of its link's rate; each goes
-    to a host drawn from `dst_of[src]` (default: every other host, as the HPCC code does),
-    or, `in_turn`, to each of them in turn.
+    to a host drawn from `dst_of[src]` (default: every other host, as the HPCC code does;
+    a host `dst_of` gives no peer starts none), or, `in_turn`, to each of them in turn.
     With `incast_share` > 0 that share of the load comes instead as incasts, at Poisson
     times: `incast_senders` hosts at once, each `incast_bytes`, to one receiver drawn
     among the rest. Sorted by start."""
@@ -95,7 +95,9 @@ def poisson_flows(hosts: list[str], rate_mbps: dict[str, float], cdf: Cdf, load:
     flows: list[GenFlow] = []
     background = load * (1 - incast_share)
     for src in hosts:
-        targets = (dst_of or {}).get(src) or [h for h in hosts if h != src]
+        targets = [h for h in hosts if h != src] if dst_of is None else dst_of.get(src, [])
+        if not targets:
+            continue                    # a pattern that gives this host no peer
         gap_ms = mean * 8 / (rate_mbps[src] * 1e3 * background) if background > 0 else 0
         t = rng.expovariate(1 / gap_ms) if gap_ms else duration_ms
         turn = 0

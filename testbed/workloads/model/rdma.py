@@ -245,7 +245,7 @@ class DcqcnPlus(PaperParams):
 
     def check(self, path: str = "dcqcn_plus") -> None:
         if not 0 < self.g <= 1 or not 0 < self.min_share < 1:
-            raise ValueError(f"{path}: g and min_share in (0, 1] (got {self.g}, "
+            raise ValueError(f"{path}: g in (0, 1] and min_share in (0, 1) (got {self.g}, "
                              f"{self.min_share})")
         self.positive(path, ("ref_gbps", "min_tau_us", "scan_us", "entry_timeout_us"))
         if self.f < 1 or self.min_interval_us < 0:

@@ -43,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -240,7 +241,8 @@ static void read_config(const char *path)
 			dcp.byte_counter = bc;
 			cc = CC_DCQCN;
 		} else if (!strcmp(key, "timely")) {
-			if (sscanf(line, "%*s %lu %lu %lu %lf %lf %lf %u %lf", &tlp.t_low_ns,
+			if (sscanf(line, "%*s %" SCNu64 " %" SCNu64 " %" SCNu64 " %lf %lf %lf %u %lf",
+				   &tlp.t_low_ns,
 				   &tlp.t_high_ns, &tlp.min_rtt_ns, &tlp.alpha, &tlp.beta,
 				   &tlp.delta_bps, &tlp.hai_n, &tlp.min_bps) != 8 || !tlp.min_rtt_ns ||
 			    tlp.alpha <= 0 || tlp.alpha > 1 || tlp.beta <= 0 || tlp.beta > 1 ||
@@ -248,13 +250,14 @@ static void read_config(const char *path)
 				die("bad timely line");
 			cc = CC_TIMELY;
 		} else if (!strcmp(key, "hpcc")) {
-			if (sscanf(line, "%*s %lf %u %lf %lf %lu", &hpp.eta, &hpp.max_stage,
+			if (sscanf(line, "%*s %lf %u %lf %lf %" SCNu64, &hpp.eta, &hpp.max_stage,
 				   &hpp.rai_bps, &hpp.min_bps, &hpp.base_rtt_ns) != 5 ||
 			    hpp.eta <= 0 || hpp.eta > 1 || !hpp.base_rtt_ns)
 				die("bad hpcc line");
 			cc = CC_HPCC;
 		} else if (!strcmp(key, "dcqcn_plus")) {
-			if (sscanf(line, "%*s %lf %lu %u %lf %lu %lu %lu", &dqp.g, &dqp.min_tau_ns,
+			if (sscanf(line, "%*s %lf %" SCNu64 " %u %lf %" SCNu64 " %" SCNu64 " %" SCNu64,
+				   &dqp.g, &dqp.min_tau_ns,
 				   &dqp.f, &dqp.min_bps, &np_scan_ns, &np_min_interval_ns,
 				   &np_timeout_ns) != 7 || dqp.g <= 0 || dqp.g > 1 || !dqp.min_tau_ns ||
 			    !np_scan_ns || !np_timeout_ns)
@@ -562,8 +565,10 @@ static void ack_progress(struct qp *q, uint32_t upto, uint64_t now)
 		for (uint32_t s = q->snd_una; s != upto; s++)
 			set_bit(q->sacked, s, 0);
 	q->snd_una = upto;
-	if (q->in_recovery && (int32_t)(q->snd_una - q->recovery_end) >= 0)
+	if (q->in_recovery && (int32_t)(q->snd_una - q->recovery_end) >= 0) {
 		q->in_recovery = 0;
+		q->sack_high = q->snd_una;   /* what the next recovery resends starts afresh */
+	}
 	q->progress_ns = now;
 	if ((int32_t)(q->snd_nxt - q->snd_una) < 0)
 		q->snd_nxt = q->snd_una;
@@ -683,8 +688,10 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 				q->msn++;
 			while (use_irn && bit(q->kept, q->epsn)) {   /* kept ones are in order now */
 				set_bit(q->kept, q->epsn, 0);
-				if (bit(q->kept_last, q->epsn))
+				if (bit(q->kept_last, q->epsn)) {
 					q->msn++;
+					h.ackreq = 1;        /* a message ended: acknowledge now */
+				}
 				set_bit(q->kept_last, q->epsn, 0);
 				q->epsn++;
 			}
@@ -736,6 +743,9 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 				if ((int32_t)(s - q->snd_una) >= 0 && (int32_t)(q->high - s) > 0) {
 					set_bit(q->sacked, s, 1);
 					q->sacks_rx++;
+					/* the cumulative ACK that later names it would time the hole */
+					if (q->ring_psn && q->ring_psn[s % RTT_RING] == s)
+						q->ring_psn[s % RTT_RING] = NO_SAMPLE;
 					if ((int32_t)(s + 1 - q->sack_high) > 0)
 						q->sack_high = s + 1;
 				}
@@ -872,8 +882,8 @@ static void take_samples(uint64_t now)
  * waits and its last CNP is min_interval old */
 static void np_scan(int fd, uint64_t now)
 {
-	if (np_n && now - np_next_ns > (uint64_t)np_n * np_scan_ns)
-		np_next_ns = now;            /* late: no burst of catch-up visits */
+	if (np_n && (int64_t)(now - np_next_ns) > (int64_t)((uint64_t)np_n * np_scan_ns))
+		np_next_ns = now;            /* late by a round: no burst of catch-up visits */
 	while (np_n && now >= np_next_ns) {
 		struct qp *q = &qps[np_list[np_at % np_n]];
 
