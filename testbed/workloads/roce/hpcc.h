@@ -11,7 +11,7 @@
  *                 else                           R = Rc + R_AI,     stage + 1
  *   R within [min, line]; the pacer takes R at once, and R becomes Rc (with the stage)
  *   once per round trip, on the first ACK past the sequence sent at the last commit;
- *   the window is R T (one BDP at the line rate).
+ *   the window is R T (one BDP when R is the line rate).
  *
  * T is the base round trip, B_i the link's rate. Pure arithmetic on the state and the
  * records (the engine calls it and the unit tests run the very code). */

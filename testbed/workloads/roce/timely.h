@@ -1,8 +1,9 @@
 /* TIMELY (Mittal et al., SIGCOMM'15): the sender's rate from the gradient of the RTT, as
- * the paper's Algorithm 1 gives it and the HPCC code runs it (alibaba-edu/
- * High-Precision-Congestion-Control, rdma-hw.cc UpdateRateTimely): one update per round
- * trip (the first ACK past the sequence sent at the last update), from the RTT of the
- * packet that ACK acknowledges:
+ * the paper's Algorithm 1 gives it, once per round trip as the HPCC code runs it
+ * (alibaba-edu/High-Precision-Congestion-Control, rdma-hw.cc UpdateRateTimely: the first
+ * ACK past the sequence sent at the last update; that code also takes the hyper-active
+ * step below T_low and from the sixth increase, the paper's rule is kept here), from the
+ * RTT of the packet that ACK acknowledges:
  *
  *   rtt_diff <- (1 - alpha) rtt_diff + alpha (rtt - prev_rtt);  gradient = rtt_diff / min_rtt
  *   rtt < T_low:          R <- R + delta
