@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -34,12 +35,14 @@ from testbed.workloads.model.rdma import (
     INT_LEN,
     ROCE_MTUS,
     ROCE_OVERHEAD,
+    TCP_OVERHEAD,
     WIRE_OVERHEAD,
     Dcqcn,
     DcqcnPlus,
     Hpcc,
     Irn,
     Timely,
+    bdp_packets,
     ideal_fct_us,
     wire_bytes,
 )
@@ -59,19 +62,32 @@ RDMA_MODIFIERS = ("w", "irn", "lossy")
 RDMA_SCHEMES = ("none", "dcqcn", "dcqcn+w", "timely", "timely+w", "hpcc")   # the default
 
 
+# TCP on the same flows: `tcp-<algorithm>` (tcp-dctcp, tcp-cubic, ...), the hosts' own
+# congestion control with ECN, its segments the size of the RoCE packets; of the
+# modifiers only lossy
+TCP_PREFIX = "tcp-"
+
+
 class Scheme(NamedTuple):
-    cc: str
+    cc: str             # one of RDMA_CCS, or "tcp"
     window: bool
     irn: bool
     lossy: bool
+    tcp: str = ""       # the hosts' TCP congestion control, for "tcp"
 
 
 def parse_scheme(name: str) -> Scheme:
     """`dcqcn+irn+lossy` -> its parts; ValueError naming what is wrong."""
     cc, *mods = name.split("+")
+    if cc.startswith(TCP_PREFIX):
+        alg = cc[len(TCP_PREFIX):]
+        if not alg.isidentifier() or any(m != "lossy" for m in mods) or len(mods) > 1:
+            raise ValueError(f"tcp-<algorithm> (such as tcp-dctcp), then at most +lossy "
+                             f"(got {name!r})")
+        return Scheme("tcp", False, False, bool(mods), alg)
     if cc not in RDMA_CCS:
         raise ValueError(f"a congestion control first, one of {', '.join(RDMA_CCS)} "
-                         f"(got {name!r})")
+                         f"or tcp-<algorithm> (got {name!r})")
     for m in mods:
         if m not in RDMA_MODIFIERS or mods.count(m) > 1:
             raise ValueError(f"after {cc!r}, each of {', '.join(RDMA_MODIFIERS)} at most "
@@ -82,7 +98,7 @@ def parse_scheme(name: str) -> Scheme:
 
 
 def reacts_to_ecn(scheme: str) -> bool:
-    return parse_scheme(scheme).cc in ("dcqcn", "dcqcn_plus")
+    return parse_scheme(scheme).cc in ("dcqcn", "dcqcn_plus", "tcp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +202,9 @@ class Rdma(ExperimentSpec):
     ecn_k_bytes: int = 20000
     ecn_kmax_bytes: int | None = None
     ecn_pmax: float = 1.0
+    tcp_ecn_k_bytes: int | None = None   # TCP schemes: a step here (DCTCP's K); None: as RoCE
+    # TCP schemes' initial window; None: one BDP (base_rtt), as HPCC's DCTCP starts
+    tcp_initial_window_pkts: int | None = None
     buffer_pkts: int = 64           # the lossy class's buffer per port
     burst_us: int = 1000
     rto_us: int = 100000            # the engine's retransmission timeout
@@ -252,11 +271,14 @@ class Rdma(ExperimentSpec):
         if self.roce_mtu not in ROCE_MTUS:
             raise SpecError(f"{path}.roce_mtu: a RoCE MTU, one of "
                             f"{', '.join(map(str, ROCE_MTUS))} (got {self.roce_mtu})")
-        headers = ROCE_OVERHEAD + (INT_LEN if hpcc else 0)
+        tcp = any(parse_scheme(s).cc == "tcp" for s in self.schemes)
+        headers = max(ROCE_OVERHEAD + (INT_LEN if hpcc else 0), TCP_OVERHEAD if tcp else 0)
         if self.roce_mtu + headers > spec.links.mtu_bytes:
             raise SpecError(f"{path}.roce_mtu: {self.roce_mtu} B of payload and "
                             f"{headers} B of headers"
-                            f"{' (with HPCC telemetry)' if hpcc else ''} do not fit "
+                            f"{' (with HPCC telemetry)' if hpcc else ''}"
+                            f"{' (TCP, with timestamps)' if headers == TCP_OVERHEAD else ''}"
+                            f" do not fit "
                             f"links.mtu_bytes {spec.links.mtu_bytes}")
         if hpcc and len({link.rate_mbps for link in topo.links}) > INT_RATES:
             raise SpecError(f"{path}.schemes: hpcc's telemetry names at most {INT_RATES} "
@@ -266,8 +288,9 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.{name}: a DSCP in 1..63 (got {getattr(self, name)})")
         if self.dscp == self.ctrl_dscp:
             raise SpecError(f"{path}.ctrl_dscp: must differ from dscp")
-        for name in ("ecn_k_bytes", "buffer_pkts", "rto_us", "sample_us", "timeout_s"):
-            if not getattr(self, name) > 0:
+        for name in ("ecn_k_bytes", "buffer_pkts", "rto_us", "sample_us", "timeout_s",
+                     "tcp_ecn_k_bytes", "tcp_initial_window_pkts"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise SpecError(f"{path}.{name}: must be > 0")
         if self.ecn_kmax_bytes is not None and self.ecn_kmax_bytes <= self.ecn_k_bytes:
             raise SpecError(f"{path}.ecn_kmax_bytes: above ecn_k_bytes ({self.ecn_k_bytes})")
@@ -318,6 +341,8 @@ def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
     packets above both."""
     ecn = EcnProfile(k=exp.ecn_k_bytes, kmax=exp.ecn_kmax_bytes, pmax=exp.ecn_pmax,
                      unit="bytes") if reacts_to_ecn(scheme) else None
+    if parse_scheme(scheme).tcp and exp.tcp_ecn_k_bytes is not None:
+        ecn = EcnProfile(k=exp.tcp_ecn_k_bytes, unit="bytes")
     lossless = exp.pfc and not parse_scheme(scheme).lossy
     classes = [TrafficClass(name="data", dscp=[0], buffer_pkts=exp.buffer_pkts),
                TrafficClass(name="roce", dscp=[exp.dscp], priority=3, lossless=lossless,
@@ -340,62 +365,81 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     from testbed.workloads import roce  # runtime side: not at import
 
     out = Outcome()
-    binary = roce.build()
     flows = exp.all_flows(rated(ctx.spec, ctx.topo))     # at the rates the fabric runs
     rows: list[dict] = []
     rate_rows: list[list] = []
     params: dict[str, dict] = {}
     for scheme in exp.schemes:
         label = f"rdma {scheme}"
+        parts = parse_scheme(scheme)
+        hosts = None
+        if parts.tcp:
+            if parts.tcp not in (available := ctx.congestion_controls()):
+                raise TestbedError(f"{label}: congestion control {parts.tcp} is not "
+                                   f"available ({' '.join(available)})")
+            hosts = replace(ctx.spec.hosts, ecn=True, congestion_control=parts.tcp)
         with ctx.fabric(ctx.topo, ctx.spec.controller.routing, label, qos=rdma_qos(exp, scheme),
-                        burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
+                        hosts=hosts, burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
                         buffer_bytes=None) as fab:
             topo = fab.topo
             rtts = path_rtts(fab, topo, flows)
-            base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
-            start_at = time.time() + 2.0      # every engine started and bound by then
-            engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
-            params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
             folder = ctx.out_dir / "flows" / ctx.raw_name(f"rdma-{scheme}")
             folder.mkdir(parents=True, exist_ok=True)
+            if parts.tcp:
+                base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
+                window = exp.tcp_initial_window_pkts or bdp_packets(
+                    base_rtt_us, max(topo.link_at(f.src, 0).rate_mbps for f in flows),
+                    exp.roce_mtu + 14 + TCP_OVERHEAD)
+                fab.set_initial_window(window)
+                # every process started (a Python process each, one after another), listening,
+                # its connections open
+                hosts_n = len({h for f in flows for h in (f.src, f.dst)})
+                start_at = time.time() + 2.0 + 0.3 * hosts_n
+                argvs = tcp_processes(exp, flows, topo, start_at, folder)
+                params[scheme] = {**parts._asdict(), "base_rtt_us": base_rtt_us,
+                                  "mss": exp.roce_mtu, "initial_window_pkts": window,
+                                  "ecn_k_bytes": exp.tcp_ecn_k_bytes or exp.ecn_k_bytes,
+                                  "paced_at_line_rate": True}
+                what = "tcp flows"
+            else:
+                base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
+                start_at = time.time() + 2.0      # every engine started and bound by then
+                engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
+                params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
+                binary = roce.build()
+                argvs = {h: [str(binary), str(e.save(folder / f"{h}.conf")),
+                             str(folder / f"{h}.json")] for h, e in engines.items()}
+                what = "roce engine"
             dp = fab.dataplane()
             before = qc.fabric_drops(dp)
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
-                procs = {h: fab.start_process(
-                    h, [str(binary), str(e.save(folder / f"{h}.conf")),
-                        str(folder / f"{h}.json")], f"roce engine {h}", folder / f"{h}.log")
-                    for h, e in engines.items()}
-                requesters = {f.src for f in flows}
-                deadline = start_at + exp.timeout_s
-                while time.time() < deadline and not all(
-                        "done" in (folder / f"{h}.log").read_text().split()
-                        for h in requesters):
-                    dead = [h for h, p in procs.items() if p.poll() is not None]
-                    if dead:       # the engines serve until stopped: one that ended failed
-                        fab.stop_processes(list(procs.values()))
-                        log = (folder / f"{dead[0]}.log").read_text().strip()[-500:]
-                        raise TestbedError(f"{label}: the RoCE engine of {dead[0]} ended "
-                                           f"early: {log}")
-                    time.sleep(0.1)
-                timed_out = time.time() >= deadline
-                time.sleep(0.05)               # the last ACKs' way back
-                fab.stop_processes(list(procs.values()))
+                procs = {h: fab.start_process(h, argv, f"{what} {h}", folder / f"{h}.log")
+                         for h, argv in argvs.items()}
+                timed_out = wait_done(fab, procs, folder, {f.src for f in flows},
+                                      start_at + exp.timeout_s, f"{label}: the {what} of")
             drops = {k: v - before[k] for k, v in qc.fabric_drops(dp).items()}
             dp.close()
             pfc = qc.pfc_summary(fab.qos_status_dir, t_ns)
-        results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
-        t0 = min(r.t0_unix for r in results.values())
-        scheme_rows = flow_rows(exp, flows, topo, scheme, results, rtts)
+        if parts.tcp:
+            scheme_rows = tcp_flow_rows(exp, flows, topo, scheme, folder, rtts)
+            if late := max((r["late_us"] for r in scheme_rows if r["late_us"]), default=0):
+                if late > 10_000:
+                    out.warnings.append(f"{label}: a flow started {late / 1e3:.0f} ms late")
+        else:
+            results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
+            t0 = min(r.t0_unix for r in results.values())
+            scheme_rows = flow_rows(exp, flows, topo, scheme, results, rtts)
+            for host in {f.src for f in flows}:   # flow i is QP i + 1
+                res = results[host]
+                rate_rows += [[scheme, qpn - 1, round(res.t0_unix - t0 + t_us / 1e6, 6),
+                               round(rate, 4), round(tx, 4)]
+                              for qpn, t_us, rate, tx in res.samples]
         set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
         rows += scheme_rows
-        for host in {f.src for f in flows}:   # flow i is QP i + 1
-            res = results[host]
-            rate_rows += [[scheme, qpn - 1, round(res.t0_unix - t0 + t_us / 1e6, 6),
-                           round(rate, 4), round(tx, 4)] for qpn, t_us, rate, tx in res.samples]
         done = [r for r in scheme_rows if r["fct_us"] is not None]
         ctx.log(f"  {label}: {len(done)}/{len(scheme_rows)} flows complete, slowdown median "
                 f"{median(r['slowdown'] for r in done)}, {pfc['pauses']} pauses, "
@@ -404,7 +448,8 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             out.warnings.append(f"{label}: flows still running after {exp.timeout_s} s")
     set_ideals(rows)                    # one base round trip per path length, all schemes
     (ctx.out_dir / "rdma_params.json").write_text(json.dumps(params, indent=1))
-    ctx.write_csv("rdma_flows.csv", list(rows[0]), [list(r.values()) for r in rows])
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # TCP's rows have more
+    ctx.write_csv("rdma_flows.csv", columns, [[r.get(k) for k in columns] for r in rows])
     ctx.write_csv("rdma_rates.csv", RATE_HEADER, rate_rows)
     buckets = fct_table(rows)
     if buckets:
@@ -413,6 +458,90 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     out.headline, warnings = analyse(rows, rate_rows if exp.workload is None else None)
     out.warnings += warnings
     return out
+
+
+def wait_done(fab: Phase, procs: dict, folder: Path, requesters: set[str], deadline: float,
+              what: str) -> bool:
+    """Until every requester's process has said "done" in its log (True: the deadline came
+    first), then stops them all; a process that ended by itself failed."""
+    while time.time() < deadline and not all(
+            "done" in (folder / f"{h}.log").read_text().split() for h in requesters):
+        dead = [h for h, p in procs.items() if p.poll() is not None]
+        if dead:       # they serve until stopped: one that ended failed
+            fab.stop_processes(list(procs.values()))
+            log = (folder / f"{dead[0]}.log").read_text().strip()[-500:]
+            raise TestbedError(f"{what} {dead[0]} ended early: {log}")
+        time.sleep(0.1)
+    timed_out = time.time() >= deadline
+    time.sleep(0.05)               # the last ACKs' way back
+    fab.stop_processes(list(procs.values()))
+    return timed_out
+
+
+TCP_PORT = 5400
+
+
+def tcp_processes(exp: Rdma, flows: list[RdmaFlow], topo: Topology, start_at: float,
+                  folder: Path) -> dict[str, list[str]]:
+    """The TCP schemes' workload (testbed/workloads/tcpflows.py): one process per host
+    that sends or receives, each flow a connection of its own; data in the RoCE class,
+    ACKs in the control class, segments of `roce_mtu` bytes."""
+    cfgs: dict[str, dict] = {}
+    for i, f in enumerate(flows):
+        for h in (f.src, f.dst):
+            cfgs.setdefault(h, {"bind": topo.host(h).ip, "port": TCP_PORT,
+                                "start_at_unix": start_at, "dscp": exp.dscp,
+                                "ack_dscp": exp.ctrl_dscp, "mss": exp.roce_mtu, "flows": []})
+        cfgs[f.src]["pace_mbps"] = topo.link_at(f.src, 0).rate_mbps
+        cfgs[f.src]["flows"].append({"id": i, "dst": topo.host(f.dst).ip, "port": TCP_PORT,
+                                     "size": f.size_bytes,
+                                     "start_us": round(f.start_ms * 1000)})
+    argvs = {}
+    for h, cfg in cfgs.items():
+        (folder / f"{h}.conf.json").write_text(json.dumps(cfg))
+        argvs[h] = [sys.executable, "-m", "testbed.workloads.tcpflows",
+                    str(folder / f"{h}.conf.json"), str(folder / f"{h}.json")]
+    return argvs
+
+
+def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
+                  folder: Path, rtts: dict) -> list[dict]:
+    """One row per flow of a TCP scheme, with the RoCE rows' columns (the engines' own
+    counters empty) and the connection's: segments, retransmissions, deliveries with
+    their CE mark echoed."""
+    sent: dict[int, dict] = {}
+    got: dict[int, int] = {}
+    cpu: dict[str, float] = {}
+    for h in {h for f in flows for h in (f.src, f.dst)}:
+        res = json.loads((folder / f"{h}.json").read_text())
+        sent.update({s["id"]: s for s in res["sent"]})
+        got.update({int(k): int(v) for k, v in res["received"]})
+        cpu[h] = res["cpu_s"]
+    rows = []
+    for i, f in enumerate(flows):
+        s = sent.get(i, {})
+        rtt = rtts.get((f.src, f.dst))
+        fct = s.get("fct_us")
+        rows.append({
+            "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
+            "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
+            "headers": TCP_OVERHEAD,
+            "fct_us": fct, "ideal_fct_us": None, "slowdown": None,
+            "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
+            "bottleneck_mbps": bottleneck_mbps(topo, f.src, f.dst),
+            "path_links": len(shortest_paths(topo, f.src, f.dst)[0]) - 1,
+            "ping_rtt_us": None if rtt is None else round(rtt * 1e6),
+            "rtt_min_us": None, "base_rtt_us": None,
+            "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu, TCP_OVERHEAD),
+            "rx_bytes": got.get(i, 0), "tx_pkts": s.get("segs_out"),
+            "retx_pkts": s.get("retx"), "timeouts": None, "naks": None, "ooo_drops": None,
+            "ce_marked": s.get("delivered_ce"), "cnps": None, "rate_cuts": None,
+            "rate_updates": None, "rtt_mean_us": None, "rtt_max_us": None, "int_hops": None,
+            "ooo_kept": None, "engine_cpu_s": round(cpu[f.src], 4),
+            "dst_engine_cpu_s": round(cpu[f.dst], 4),
+            "tcp_cc": s.get("cc"), "tcp_min_rtt_us": s.get("min_rtt_us"),
+            "late_us": s.get("late_us")})
+    return rows
 
 
 RATE_HEADER = ["scheme", "flow", "t_s", "rate_mbps", "tx_mbps"]
@@ -517,6 +646,7 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
         rows.append({
             "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
             "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
+            "headers": ROCE_OVERHEAD,
             "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": None,
             "slowdown": None,
             "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
@@ -551,7 +681,7 @@ def set_ideals(rows: list[dict]) -> None:
     for r in rows:
         rtt_us = base.get(r["path_links"], r["ping_rtt_us"])
         ideal = ideal_fct_us(r["size_bytes"], r["roce_mtu"], r["bottleneck_mbps"],
-                             None if rtt_us is None else rtt_us / 1e6)
+                             None if rtt_us is None else rtt_us / 1e6, r["headers"])
         r["base_rtt_us"] = None if rtt_us is None else round(rtt_us, 1)
         r["ideal_fct_us"] = round(ideal, 1)
         r["slowdown"] = None if r["fct_us"] is None else round(r["fct_us"] / ideal, 4)
@@ -762,7 +892,8 @@ def plot_rates(rows: list[dict], plots: Path) -> Path | None:
 def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load]:
     """For `testbed plan`: the explicit flows at once, and a workload as the rates it
     offers (each host `load` of its link, spread over its destinations), in RoCE-MTU
-    packets, with the engines' CPU per packet."""
+    packets, with the engines' CPU per packet (and, for TCP schemes, the same flows in
+    the hosts' TCP)."""
     fabric = rated(spec, topo)
     pairs = [(f.src, f.dst) for f in exp.flows + (fan_in_flows(exp.fan_in, fabric)
                                                    if exp.fan_in else [])]
@@ -780,8 +911,13 @@ def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load
             offered = w.load * fabric.link_at(src, 0).rate_mbps
             pairs += [(src, d) for d in dsts]
             demands += [offered / len(dsts)] * len(dsts)
-    yield Load("rdma flows", fabric, exp.roce_mtu + ROCE_OVERHEAD, pairs, roce=True,
-               demands_mbps=demands)
+    kinds = {parse_scheme(s).cc == "tcp" for s in exp.schemes}
+    if False in kinds:
+        yield Load("rdma flows", fabric, exp.roce_mtu + ROCE_OVERHEAD, pairs, roce=True,
+                   demands_mbps=demands)
+    if True in kinds:       # the same flows as the hosts' TCP: the kernel's cost per packet
+        yield Load("rdma flows over tcp", fabric, exp.roce_mtu + TCP_OVERHEAD, pairs,
+                   demands_mbps=demands)
 
 
 EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads, plots={"rdma_rates.csv": plot_rates, "rdma_fct.csv": plot_fct})

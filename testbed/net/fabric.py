@@ -463,6 +463,12 @@ class Fabric:
         """A TcpExt counter of one host's namespace."""
         return self.services.netstat(host, key)
 
+    def set_initial_window(self, segments: int) -> None:
+        """Every host's TCP initial window from now on (connections opened later), as
+        hosts.initial_window_pkts sets it at the start."""
+        for host in self.topo.hosts:
+            self.setup.initial_window(host.name, segments)
+
     def ping_rtt_s(self, src: str, dst: str) -> float | None:
         """Median RTT of a few pings (after the first, which may wait for ARP)."""
         return self.services.ping_rtt_s(src, dst)

@@ -93,7 +93,8 @@ class HostSetup:
                    for port in range(host.ports)])])
             if host.relay:
                 self._relay_routes(host, relay_plan)
-            self._initial_window(host.name)
+            if fab.hosts.initial_window_pkts is not None:
+                self.initial_window(host.name, fab.hosts.initial_window_pkts)
             self.host_cc[host.name] = fab.host_run(
                 host.name, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         wrong = {h: cc for h, cc in self.host_cc.items() if cc != fab.hosts.congestion_control}
@@ -108,14 +109,13 @@ class HostSetup:
             fab.root_run(group[0], ["sh", "-c", " && ".join(
                 shlex.join(queues.offload_command(name)) for name in names)])
 
-    def _initial_window(self, host: str) -> None:
-        """hosts.initial_window_pkts on every route of the host (the kernel reads a new
-        connection's window, and the one an idle connection restarts from, off its route)."""
-        n = self.fab.hosts.initial_window_pkts
-        if n is not None:
-            routes = self.fab.host_run(host, ["ip", "-o", "-4", "route", "show"]).stdout
-            self.fab.host_run(host, IP_BATCH, input=batch_input(
-                [route_with_initcwnd(r, n) for r in routes.splitlines() if r.strip()]))
+    def initial_window(self, host: str, n: int) -> None:
+        """A TCP initial window of `n` segments on every route of the host (the kernel reads
+        a new connection's window, and the one an idle connection restarts from, off its
+        route): hosts.initial_window_pkts."""
+        routes = self.fab.host_run(host, ["ip", "-o", "-4", "route", "show"]).stdout
+        self.fab.host_run(host, IP_BATCH, input=batch_input(
+            [route_with_initcwnd(r, n) for r in routes.splitlines() if r.strip()]))
 
     def _relay_routes(self, host, relay_plan) -> None:
         """BCube servers: their address on every port, and a /32 route per destination."""

@@ -1,7 +1,8 @@
 """RDMA through the fabric: the RoCE engine's WRITEs across a leaf-spine's lossless class.
 One flow alone at the line rate completes within 5% of its ideal with every byte once; two
 flows into one uplink under PFC alone lose nothing in the switches (the pauses hold them),
-and under DCQCN the CNPs of marked packets cut their rates. Short flows; tolerances per
+under DCQCN the CNPs of marked packets cut their rates, and the hosts' TCP with DCTCP on the
+same flows gets the marks echoed. Short flows; tolerances per
 assertion."""
 from .helpers import rows, run
 
@@ -31,9 +32,9 @@ def test_one_flow_alone_completes_at_the_line_rate(tmp_path):
 def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
     flows = [{"src": "h1", "dst": "h3", "size_bytes": 8_000_000},
              {"src": "h2", "dst": "h4", "size_bytes": 8_000_000}]
-    out, summary = run(tmp_path, spec("it-rdma-two", flows, ["none", "dcqcn"]))
+    out, summary = run(tmp_path, spec("it-rdma-two", flows, ["none", "dcqcn", "tcp-dctcp"]))
     by = {(r["scheme"], r["flow"]): r for r in rows(out, "rdma_flows.csv")}
-    for scheme in ("none", "dcqcn"):
+    for scheme in ("none", "dcqcn", "tcp-dctcp"):
         for flow in ("0", "1"):
             r = by[(scheme, flow)]
             assert int(r["rx_bytes"]) == 8_000_000, r
@@ -47,8 +48,12 @@ def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
         r = by[("dcqcn", flow)]
         assert 0 < int(r["rate_cuts"]) <= int(r["cnps"]), r   # a CNP can be lost on the way
         assert int(r["cnps"]) <= float(r["fct_us"]) / 20_000 + 1, r
+    # TCP with DCTCP on the same flows, in the same class: the marks come back as echoes
+    for flow in ("0", "1"):
+        r = by[("tcp-dctcp", flow)]
+        assert r["tcp_cc"] == "dctcp" and int(r["ce_marked"]) > 0, r
     # sharing the uplink, neither finishes in less than the two flows' bytes take together
-    for scheme in ("none", "dcqcn"):
+    for scheme in ("none", "dcqcn", "tcp-dctcp"):
         last = max(float(by[(scheme, f)]["fct_us"]) for f in ("0", "1"))
         assert last >= 0.95 * 2 * int(by[(scheme, "0")]["wire_bytes"]) * 8 / 100, scheme
 

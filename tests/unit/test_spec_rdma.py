@@ -44,7 +44,12 @@ BAD_RDMA = [
      "experiments[0].flows[0]: size_bytes >= 1"),
     ({"schemes": ["dcqcn", "swift"]},
      "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, dcqcn_plus, "
-     "timely, hpcc (got 'swift')"),
+     "timely, hpcc or tcp-<algorithm> (got 'swift')"),
+    ({"schemes": ["tcp-dctcp+w"]}, "experiments[0].schemes[0]: tcp-<algorithm> (such as "
+     "tcp-dctcp), then at most +lossy (got 'tcp-dctcp+w')"),
+    ({"schemes": ["tcp-"]}, "experiments[0].schemes[0]: tcp-<algorithm>"),
+    ({"tcp_ecn_k_bytes": 0}, "experiments[0].tcp_ecn_k_bytes: must be > 0"),
+    ({"tcp_initial_window_pkts": 0}, "experiments[0].tcp_initial_window_pkts: must be > 0"),
     ({"schemes": ["dcqcn+x"]}, "experiments[0].schemes[0]: after 'dcqcn', each of w, irn, "
      "lossy at most once (got 'dcqcn+x')"),
     ({"schemes": ["hpcc+w"]}, "experiments[0].schemes[0]: hpcc has its own window"),
@@ -100,6 +105,26 @@ def test_schemes_parse_into_their_parts():
     assert lossy.pfc is None and not any(c.lossless for c in lossy.classes)
     assert lossy.classes[1].ecn is not None          # DCQCN reacts to marks
     assert hpcc.pfc is not None and hpcc.classes[1].lossless and hpcc.classes[1].ecn is None
+
+
+def test_tcp_schemes_run_the_hosts_algorithm_with_their_own_marking():
+    """tcp-<algorithm>: the hosts' TCP on the same flows, in the same lossless class,
+    marked at a step of tcp_ecn_k_bytes (DCTCP's K) when set, else as the RoCE schemes."""
+    assert rdma.parse_scheme("tcp-dctcp") == rdma.Scheme("tcp", False, False, False, "dctcp")
+    assert rdma.parse_scheme("tcp-cubic+lossy").lossy
+    exp = loads(spec(schemes=["dcqcn", "tcp-dctcp"], ecn_k_bytes=5000, ecn_kmax_bytes=200000,
+                     ecn_pmax=0.01, tcp_ecn_k_bytes=10000))[0].experiments[0]
+    roce, tcp = rdma.rdma_qos(exp, "dcqcn"), rdma.rdma_qos(exp, "tcp-dctcp")
+    assert (roce.classes[1].ecn.k, roce.classes[1].ecn.kmax) == (5000, 200000)
+    assert (tcp.classes[1].ecn.k, tcp.classes[1].ecn.kmax) == (10000, None)
+    assert tcp.classes[1].lossless and tcp.pfc is not None
+    same = loads(spec(schemes=["tcp-dctcp"], ecn_k_bytes=7000))[0].experiments[0]
+    assert rdma.rdma_qos(same, "tcp-dctcp").classes[1].ecn.k == 7000
+    # TCP's segments carry 52 B of headers (timestamps on) in the IP MTU
+    data = spec(roce_mtu=4096, schemes=["tcp-dctcp"])
+    data["links"] = {"mtu_bytes": 4140}
+    with pytest.raises(SpecError, match=r"52 B of headers \(TCP, with timestamps\)"):
+        loads(data)
 
 
 def test_timely_hpcc_irn_scale_by_packet_times():
@@ -182,15 +207,19 @@ def test_a_fan_in_is_senders_times_flows_into_one_receiver():
 def test_ideals_take_the_least_round_trip_of_a_path_length():
     """A path length's base round trip is the least any of its flows' packets took (the
     ping's when none was timed), the same for every scheme."""
-    def row(scheme, links, rtt_min, ping, size=4096):
+    def row(scheme, links, rtt_min, ping, size=4096, headers=44):
         return {"scheme": scheme, "size_bytes": size, "roce_mtu": 4096, "fct_us": 1000.0,
+                "headers": headers,
                 "bottleneck_mbps": 100.0, "path_links": links, "ping_rtt_us": ping,
                 "rtt_min_us": rtt_min}
-    rows = [row("a", 4, 420.0, 500), row("b", 4, 400.0, 510), row("a", 2, None, 300)]
+    rows = [row("a", 4, 420.0, 500), row("b", 4, 400.0, 510), row("a", 2, None, 300),
+            row("tcp-dctcp", 4, None, 520, headers=52)]
     rdma.set_ideals(rows)
-    assert [r["base_rtt_us"] for r in rows] == [400.0, 400.0, 300]
+    assert [r["base_rtt_us"] for r in rows] == [400.0, 400.0, 300, 400.0]
     wire_us = (4096 + 58) * 8 / 100
     assert rows[0]["ideal_fct_us"] == pytest.approx(wire_us + 400, abs=0.1)
+    # a TCP flow: the RoCE flows' base round trip, its own headers on the wire
+    assert rows[3]["ideal_fct_us"] == pytest.approx((4096 + 66) * 8 / 100 + 400, abs=0.1)
     assert rows[0]["slowdown"] == pytest.approx(1000 / (wire_us + 400), abs=1e-4)
 
 

@@ -17,21 +17,26 @@ ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows (payload 
 ROCE_OVERHEAD = 20 + 8 + 12 + 4
 # and on the wire, where the switches' rates count it: Ethernet 14 more
 WIRE_OVERHEAD = 14 + ROCE_OVERHEAD
+# TCP's segments of the same payload, compared on the same flows: IPv4 20, TCP 20 and its
+# timestamps option 12 (wire: Ethernet 14 more)
+TCP_OVERHEAD = 20 + 20 + 12
 # HPCC's telemetry room on every data packet (testbed/dataplane/bpf/int_wire.h)
 INT_LEN = 2 + 5 * 8
 
 
-def wire_bytes(size_bytes: int, mtu: int) -> int:
+def wire_bytes(size_bytes: int, mtu: int, headers: int = ROCE_OVERHEAD) -> int:
     """What a WRITE of `size_bytes` puts on each link: its payload and every packet's
-    headers."""
-    return size_bytes + -(-size_bytes // mtu) * WIRE_OVERHEAD
+    headers (`headers` inside the IP MTU, and Ethernet's)."""
+    return size_bytes + -(-size_bytes // mtu) * (14 + headers)
 
 
 def ideal_fct_us(size_bytes: int, mtu: int, bottleneck_mbps: float,
-                 base_rtt_s: float | None) -> float:
+                 base_rtt_s: float | None, headers: int = ROCE_OVERHEAD) -> float:
     """A WRITE's completion time alone on its path: its bytes on the wire at the slowest
-    link, and one base round trip (the last packet out and its ACK back; HPCC's ideal)."""
-    return wire_bytes(size_bytes, mtu) * 8 / bottleneck_mbps + (base_rtt_s or 0.0) * 1e6
+    link, and one base round trip (the last packet out and its ACK back; HPCC's ideal).
+    A TCP flow of the same payload per segment: `headers` TCP_OVERHEAD."""
+    return (wire_bytes(size_bytes, mtu, headers) * 8 / bottleneck_mbps
+            + (base_rtt_s or 0.0) * 1e6)
 
 
 class PaperParams:
