@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from testbed.config.capacity import Capacity
 from testbed.config.loader import SpecError
@@ -48,7 +48,7 @@ from testbed.workloads.model.rdma import (
 )
 from topologies import patterns
 from topologies.graph import shortest_paths
-from topologies.model import Topology
+from topologies.model import Topology, ifname
 
 from . import qos_common as qc
 from .base import Context, Experiment, Outcome, Phase
@@ -209,6 +209,7 @@ class Rdma(ExperimentSpec):
     burst_us: int = 1000
     rto_us: int = 100000            # the engine's retransmission timeout
     sample_us: int = 5000           # each flow's rate, this often
+    queue_sample_hz: float = 100.0  # every switch port's RoCE queue, this often (0: not)
     timeout_s: float = 120.0
     dcqcn: Dcqcn = field(default_factory=Dcqcn)
     timely: Timely = field(default_factory=Timely)
@@ -283,6 +284,9 @@ class Rdma(ExperimentSpec):
         if hpcc and len({link.rate_mbps for link in topo.links}) > INT_RATES:
             raise SpecError(f"{path}.schemes: hpcc's telemetry names at most {INT_RATES} "
                             f"link rates; the topology has more")
+        if not 0 <= self.queue_sample_hz <= 2000:
+            raise SpecError(f"{path}.queue_sample_hz: 0 (none) to 2000 (got "
+                            f"{self.queue_sample_hz})")
         for name in ("dscp", "ctrl_dscp"):
             if not 0 <= getattr(self, name) <= 63 or getattr(self, name) == 0:
                 raise SpecError(f"{path}.{name}: a DSCP in 1..63 (got {getattr(self, name)})")
@@ -368,6 +372,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     flows = exp.all_flows(rated(ctx.spec, ctx.topo))     # at the rates the fabric runs
     rows: list[dict] = []
     rate_rows: list[list] = []
+    queue_rows: list[list] = []
     params: dict[str, dict] = {}
     for scheme in exp.schemes:
         label = f"rdma {scheme}"
@@ -412,12 +417,29 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 what = "roce engine"
             dp = fab.dataplane()
             before = qc.fabric_drops(dp)
+            ports = switch_ports(dp, topo)
+            sampler = ctx.class_sampler(dp, [(p, ROCE_CLASS) for p in ports],
+                                        rate_hz=exp.queue_sample_hz) \
+                if exp.queue_sample_hz else None
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
+                if sampler is not None:
+                    sampler.start()
                 procs = {h: fab.start_process(h, argv, f"{what} {h}", folder / f"{h}.log")
                          for h, argv in argvs.items()}
-                timed_out = wait_done(fab, procs, folder, {f.src for f in flows},
-                                      start_at + exp.timeout_s, f"{label}: the {what} of")
+                try:
+                    timed_out = wait_done(fab, procs, folder, {f.src for f in flows},
+                                          start_at + exp.timeout_s, f"{label}: the {what} of")
+                finally:
+                    if sampler is not None:
+                        sampler.stop()
+            if sampler is not None:
+                queue_rows += port_queue_rows(sampler, ports, scheme, start_at,
+                                              exp.roce_mtu + WIRE_OVERHEAD)
+                if sampler.achieved_rate_hz() < 0.8 * exp.queue_sample_hz:
+                    out.warnings.append(f"{label}: queues sampled at "
+                                        f"{sampler.achieved_rate_hz():.0f} Hz of "
+                                        f"{exp.queue_sample_hz:g}")
             drops = {k: v - before[k] for k, v in qc.fabric_drops(dp).items()}
             dp.close()
             pfc = qc.pfc_summary(fab.qos_status_dir, t_ns)
@@ -454,9 +476,78 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     buckets = fct_table(rows)
     if buckets:
         ctx.write_csv("rdma_fct.csv", FCT_HEADER, buckets)
+    if queue_rows:
+        ctx.write_csv("rdma_queues.csv", QUEUE_HEADER, queue_rows)
     # shares of a bottleneck mean something for a few flows meant to share one
     out.headline, warnings = analyse(rows, rate_rows if exp.workload is None else None)
+    out.headline.update(queue_headline(queue_rows))
     out.warnings += warnings
+    return out
+
+
+ROCE_CLASS = 1      # rdma_qos's classes: data, roce, control
+
+
+def switch_ports(dp: Any, topo: Topology) -> dict[int, str]:
+    """Every switch port of the fabric: its dataplane id -> its interface."""
+    by_name = dp.by_name
+    return {by_name[name]["id"]: name for link in topo.links for node, port in link.ends()
+            if not topo.is_host(node) and (name := ifname(node, port)) in by_name}
+
+
+# a queue's occupancy in whole packets: bins from these lower edges (the last open)
+QUEUE_BINS_PKTS = (0, 1, 2, 4, 8, 16, 32, 64)
+QUEUE_HEADER = ["scheme", "port", "sampled_s", "mean_bytes", "p50_bytes", "p95_bytes",
+                "p99_bytes", "max_bytes",
+                *[f"share_{lo}_pkts" if hi == lo + 1 else f"share_{lo}_{hi - 1}_pkts"
+                  if hi else f"share_{lo}_up_pkts"
+                  for lo, hi in zip(QUEUE_BINS_PKTS, [*QUEUE_BINS_PKTS[1:], 0])]]
+
+
+def queue_stats(segs: list[tuple[float, int, int]], frame_bytes: int) -> list:
+    """One queue's time-weighted occupancy from (duration_s, pkts, bytes) segments: the
+    time sampled, the mean, median, 95th and 99th percentiles and the most (bytes), and
+    the share of the time in each QUEUE_BINS_PKTS bin (packets of `frame_bytes`, the
+    bytes rounded up)."""
+    total = sum(d for d, _, _ in segs)
+    if total <= 0:
+        return [0.0, 0, 0, 0, 0, 0] + [0.0] * len(QUEUE_BINS_PKTS)
+    by_size = sorted(segs, key=lambda x: x[2])
+
+    def quantile(q: float) -> int:
+        acc = 0.0
+        for d, _, b in by_size:
+            acc += d
+            if acc >= q * total - 1e-12:
+                return b
+        return by_size[-1][2]
+
+    shares = [0.0] * len(QUEUE_BINS_PKTS)
+    for d, _, b in segs:
+        pkts = -(-b // frame_bytes)
+        shares[max(i for i, lo in enumerate(QUEUE_BINS_PKTS) if pkts >= lo)] += d / total
+    return [round(total, 3), round(sum(d * b for d, _, b in segs) / total),
+            quantile(0.5), quantile(0.95), quantile(0.99), max(b for _, _, b in segs),
+            *[round(x, 5) for x in shares]]
+
+
+def port_queue_rows(sampler: Any, ports: dict[int, str], scheme: str, start_at: float,
+                    frame_bytes: int) -> list[list]:
+    """Each switch port's RoCE queue from the flows' start to the sampler's stop (a
+    ClassQueueSampler: testbed/measure/queues.py)."""
+    t0, t_end = sampler.t0, sampler.t_end
+    return [[scheme, name, *queue_stats(
+        sampler.time_weighted(p, ROCE_CLASS, start_at - t0, t_end - t0), frame_bytes)]
+            for p, name in sorted(ports.items(), key=lambda kv: kv[1])]
+
+
+def queue_headline(queue_rows: list[list]) -> dict:
+    """Per scheme, the busiest switch port's 99th-percentile and largest RoCE queue."""
+    out: dict = {}
+    for scheme in dict.fromkeys(r[0] for r in queue_rows):
+        mine = [r for r in queue_rows if r[0] == scheme]
+        out[f"{scheme}_queue_p99_bytes"] = max(r[QUEUE_HEADER.index("p99_bytes")] for r in mine)
+        out[f"{scheme}_queue_max_bytes"] = max(r[QUEUE_HEADER.index("max_bytes")] for r in mine)
     return out
 
 
@@ -889,6 +980,30 @@ def plot_rates(rows: list[dict], plots: Path) -> Path | None:
     return save(fig, plots / "rdma_rates.png")
 
 
+def plot_queues(rows: list[dict], plots: Path) -> Path:
+    """Per scheme, the share of all switch ports' time their RoCE queue held each number
+    of packets (the HPCC paper's "queue near empty"), a bar group per bin."""
+    plt = pyplot()
+    bins = [c for c in QUEUE_HEADER if c.startswith("share_")]
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(schemes)
+    for k, scheme in enumerate(schemes):
+        mine = [r for r in rows if r["scheme"] == scheme]
+        time = sum(float(r["sampled_s"]) for r in mine) or 1.0
+        shares = [sum(float(r[b]) * float(r["sampled_s"]) for r in mine) / time for b in bins]
+        ax.bar([i + k * width for i in range(len(bins))], shares, width, label=scheme)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(bins))],
+                  [b[len("share_"):-len("_pkts")].replace("_up", "+").replace("_", "-")
+                   for b in bins], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("RoCE queue at a switch port (packets)")
+    ax.set_ylabel("share of the ports' time")
+    ax.legend(fontsize=7)
+    ax.set_title(title("RDMA", "switch queues", rows), fontsize=10)
+    return save(fig, plots / "rdma_queues.png")
+
+
 def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load]:
     """For `testbed plan`: the explicit flows at once, and a workload as the rates it
     offers (each host `load` of its link, spread over its destinations), in RoCE-MTU
@@ -920,4 +1035,6 @@ def loads(spec: Spec, topo: Topology, exp: Rdma, cap: Capacity) -> Iterator[Load
                    demands_mbps=demands)
 
 
-EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads, plots={"rdma_rates.csv": plot_rates, "rdma_fct.csv": plot_fct})
+EXPERIMENT = Experiment(spec=Rdma, run=run, load=loads,
+                        plots={"rdma_rates.csv": plot_rates, "rdma_fct.csv": plot_fct,
+                               "rdma_queues.csv": plot_queues})
