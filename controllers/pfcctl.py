@@ -31,6 +31,7 @@ from testbed.config.replies import PfcEventName, PfcRecord
 from .qos_policy import PauseAction, pfc_settings
 
 WATCHDOG_S = 0.005  # how often the executor looks for pauses that have expired
+STALL_S = 0.05      # a longer gap between the executor's turns is logged
 SLOW_BATCH_NS = 3_000_000  # a batch acted on later than this after its oldest event: a warning
 TXT_HEADER = "# time_ns node port class event\n"
 

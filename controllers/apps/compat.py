@@ -7,6 +7,8 @@ Ryu is imported is enough for everything the testbed uses (PLATFORM.md).
 """
 from __future__ import annotations
 
+import traceback
+
 import eventlet.wsgi
 
 if not hasattr(eventlet.wsgi, "ALREADY_HANDLED"):
@@ -38,9 +40,20 @@ class BackgroundWriter:
     def write(self, fh, text: str) -> None:
         self._queue.put((fh, text))
 
+    def call(self, fn) -> None:
+        """`fn()` in the writer's thread, in order with the writes (a whole file written
+        and renamed into place, say)."""
+        self._queue.put((None, fn))
+
     def _run(self) -> None:
         while True:
             fh, text = self._queue.get()
+            if fh is None:
+                try:
+                    text()
+                except Exception:  # noqa: BLE001 - the next call may succeed; the log says
+                    traceback.print_exc()
+                continue
             fh.write(text)
             if self._queue.empty():
                 fh.flush()

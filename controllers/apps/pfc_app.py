@@ -70,8 +70,23 @@ class PfcApp(QosApp):
         self.watchdog_resumes = 0
         self.watchdog_pauses = 0
         next_check = time.monotonic() + pfcctl.WATCHDOG_S
+        last = time.monotonic()
+        busy_since = None
         while True:
             wait_readable(self.events.fd, max(0.0, next_check - time.monotonic()))
+            now = time.monotonic()
+            if now - last > pfcctl.STALL_S:     # this green thread did not run: who held it?
+                self.logger.warning("PFC executor stalled: %.1f ms between two turns",
+                                    (now - last) * 1e3)
+            last = now
+            if self.events.head_busy():         # a record reserved and not committed
+                busy_since = busy_since or now
+                if now - busy_since > pfcctl.STALL_S:
+                    self.logger.warning("PFC events held for %.1f ms behind a record the "
+                                        "dataplane has not committed",
+                                        (now - busy_since) * 1e3)
+            else:
+                busy_since = None
             while True:  # until empty: events posted while handling may not wake us
                 events = [dp.decode(r) for r in self.events.drain()]
                 if not events:

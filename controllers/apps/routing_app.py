@@ -26,6 +26,7 @@ from controllers.apps.compat import (
     CONFIG_DISPATCHER,
     MAIN_DISPATCHER,
     OFP_VERSION,
+    BackgroundWriter,
     RyuApp,
     arp,
     hub,
@@ -73,6 +74,7 @@ class FabricRouting(RyuApp):
         self.commands: list[CommandReply] = []  # the runner's commands carried out (or refused)
         self.stats: dict[int, list] = {}  # read_flow_stats: the replies, by dpid
         self.stats_done: set[int] = set()
+        self.state_writer = BackgroundWriter()
         self._write_state()
         hub.spawn(self._state_writer)
         if self.config.commands_jsonl:
@@ -358,13 +360,22 @@ class FabricRouting(RyuApp):
             hub.sleep(0.5)
             self._write_state()
 
-    def _write_state(self) -> None:
-        write_state(ControllerState(
+    def _state(self) -> ControllerState:
+        """A snapshot of the app's state (copies: it is written from another thread)."""
+        return ControllerState(
             pid=os.getpid(), mode=self.mode, started=self.started, time=time.time(),
             switches=len(self.topo.switches),
             connected={str(k): v for k, v in sorted(self.connected.items())},
             ready={str(k): v for k, v in sorted(self.ready.items())},
-            counters={str(k): v for k, v in sorted(self.counters.items())},
+            counters={str(k): dict(v) for k, v in sorted(self.counters.items())},
             ports_down=sorted(ifname(n, p) for n, p in self.down),
-            reroutes=self.reroutes, resync=self.config.resync, resyncs=self.resyncs,
-            plugin_guard=guard.report(), commands=self.commands), self.state_path)
+            reroutes=list(self.reroutes), resync=self.config.resync,
+            resyncs=list(self.resyncs), plugin_guard=guard.report(),
+            commands=list(self.commands))
+
+    def _write_state(self) -> None:
+        """The state file, written from a real thread in the order asked: a write the disk
+        stalls (a busy run's writeback) must not stall the green threads, the PFC
+        executor's among them."""
+        state = self._state()
+        self.state_writer.call(lambda: write_state(state, self.state_path))

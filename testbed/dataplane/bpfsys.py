@@ -116,6 +116,16 @@ class RingBuffer:
             struct.pack_into("Q", self.consumer, 0, cons)
         return out
 
+    def head_busy(self) -> bool:
+        """Whether the oldest unread record is reserved but not committed yet (`drain`
+        stops there)."""
+        cons = struct.unpack_from("Q", self.consumer, 0)[0]
+        prod = struct.unpack_from("Q", self.producer, 0)[0]
+        if cons >= prod:
+            return False
+        off = PAGE + (cons & (self.size - 1))
+        return bool(struct.unpack_from("I", self.producer, off)[0] & self.BUSY)
+
     def close(self) -> None:
         self.consumer.close()
         self.producer.close()

@@ -209,7 +209,7 @@ class Rdma(ExperimentSpec):
     burst_us: int = 1000
     rto_us: int = 100000            # the engine's retransmission timeout
     sample_us: int = 5000           # each flow's rate, this often
-    queue_sample_hz: float = 100.0  # every switch port's RoCE queue, this often (0: not)
+    queue_sample_hz: float = 50.0   # every switch port's RoCE queue, this often (0: not)
     timeout_s: float = 120.0
     dcqcn: Dcqcn = field(default_factory=Dcqcn)
     timely: Timely = field(default_factory=Timely)
