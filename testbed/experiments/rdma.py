@@ -5,6 +5,7 @@ its ideal (the path's base RTT plus its bytes on the wire at the path's slowest 
 the engines' counters, each flow's rate over time, pauses and drops."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -42,6 +43,7 @@ from testbed.workloads.model.rdma import (
     Hpcc,
     Irn,
     Timely,
+    UserCc,
     bdp_packets,
     ideal_fct_us,
     wire_bytes,
@@ -54,7 +56,8 @@ from . import qos_common as qc
 from .base import Context, Experiment, Outcome, Phase
 from .load import Load, rated
 
-RDMA_CCS = ("none", "dcqcn", "dcqcn_plus", "timely", "hpcc")  # none: at the line rate
+# none: at the line rate; user: the spec's user_cc (a C header compiled into the engine)
+RDMA_CCS = ("none", "dcqcn", "dcqcn_plus", "timely", "hpcc", "user")
 # after the congestion control, "+"-joined: w, at most one BDP in flight per QP (the HPCC
 # paper's "+w" variants); irn, IRN's selective recovery instead of go-back-N; lossy, no
 # PFC for this scheme
@@ -216,6 +219,7 @@ class Rdma(ExperimentSpec):
     hpcc: Hpcc = field(default_factory=Hpcc)
     dcqcn_plus: DcqcnPlus = field(default_factory=DcqcnPlus)
     irn: Irn = field(default_factory=Irn)
+    user_cc: UserCc | None = None   # the scheme "user" (and its "+" variants)
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
         """`flows`, the incast's, then the workload's (seeded: the same every time), on
@@ -268,7 +272,11 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.schemes[{j}]: {exc}") from None
             if s in self.schemes[:j]:
                 raise SpecError(f"{path}.schemes[{j}]: {s!r} twice")
-        hpcc = any(parse_scheme(s).cc == "hpcc" for s in self.schemes)
+        hpcc = any(telemetry(self, s) for s in self.schemes)
+        user = [s for s in self.schemes if parse_scheme(s).cc == "user"]
+        if user and self.user_cc is None:
+            raise SpecError(f"{path}.user_cc: the scheme {user[0]!r} needs user_cc.source, "
+                            f"a C header (docs/RDMA.md)")
         if self.roce_mtu not in ROCE_MTUS:
             raise SpecError(f"{path}.roce_mtu: a RoCE MTU, one of "
                             f"{', '.join(map(str, ROCE_MTUS))} (got {self.roce_mtu})")
@@ -306,6 +314,8 @@ class Rdma(ExperimentSpec):
             self.hpcc.check(f"{path}.hpcc")
             self.dcqcn_plus.check(f"{path}.dcqcn_plus")
             self.irn.check(f"{path}.irn")
+            if self.user_cc is not None:
+                self.user_cc.check(f"{path}.user_cc")
         except ValueError as exc:
             raise SpecError(str(exc)) from None
         check_pfc_thresholds(self.xoff_bytes, self.xon_bytes, self.headroom_bytes,
@@ -339,12 +349,21 @@ def check_workload(w: RdmaWorkload, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.incast: size_bytes >= 1 and share in (0, 1)")
 
 
+def telemetry(exp: Rdma, scheme: str) -> bool:
+    """Whether a scheme's data packets collect HPCC's per-hop records."""
+    cc = parse_scheme(scheme).cc
+    return cc == "hpcc" or (cc == "user" and exp.user_cc is not None
+                            and exp.user_cc.telemetry)
+
+
 def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
     """The classes a scheme runs with: the rest (DSCP 0), the RoCE data (lossless when
     `pfc` and the scheme is not lossy, ECN-marked when it reacts to marks) and the control
     packets above both."""
+    marked = reacts_to_ecn(scheme) or (parse_scheme(scheme).cc == "user"
+                                        and exp.user_cc is not None and exp.user_cc.ecn)
     ecn = EcnProfile(k=exp.ecn_k_bytes, kmax=exp.ecn_kmax_bytes, pmax=exp.ecn_pmax,
-                     unit="bytes") if reacts_to_ecn(scheme) else None
+                     unit="bytes") if marked else None
     if parse_scheme(scheme).tcp and exp.tcp_ecn_k_bytes is not None:
         ecn = EcnProfile(k=exp.tcp_ecn_k_bytes, unit="bytes")
     lossless = exp.pfc and not parse_scheme(scheme).lossy
@@ -411,19 +430,20 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 start_at = time.time() + 2.0      # every engine started and bound by then
                 engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
                 params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
-                binary = roce.build()
+                binary = roce.build(exp.user_cc.source if parts.cc == "user"
+                                    and exp.user_cc else None)
                 argvs = {h: [str(binary), str(e.save(folder / f"{h}.conf")),
                              str(folder / f"{h}.json")] for h, e in engines.items()}
                 what = "roce engine"
             dp = fab.dataplane()
             before = qc.fabric_drops(dp)
             ports = switch_ports(dp, topo)
-            sampler = ctx.class_sampler(dp, [(p, ROCE_CLASS) for p in ports],
-                                        rate_hz=exp.queue_sample_hz) \
-                if exp.queue_sample_hz else None
+            sampler = None
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
-                if sampler is not None:
+                if exp.queue_sample_hz:     # its rate counts from here: made, then started
+                    sampler = ctx.class_sampler(dp, [(p, ROCE_CLASS) for p in ports],
+                                                rate_hz=exp.queue_sample_hz)
                     sampler.start()
                 procs = {h: fab.start_process(h, argv, f"{what} {h}", folder / f"{h}.log")
                          for h, argv in argvs.items()}
@@ -657,8 +677,7 @@ def base_rtt(exp: Rdma, flows: list[RdmaFlow], topo: Topology, rtts: dict,
     hop; the emulated links let a lone packet through at once, from their token bucket's
     burst, so a paced flow's packet waits for one transmission, measured.) 0 when no ping
     answered."""
-    packet = exp.roce_mtu + WIRE_OVERHEAD + (INT_LEN if parse_scheme(scheme).cc == "hpcc"
-                                              else 0)
+    packet = exp.roce_mtu + WIRE_OVERHEAD + (INT_LEN if telemetry(exp, scheme) else 0)
     longest = 0.0
     for f in flows:
         rtt = rtts.get((f.src, f.dst))
@@ -680,6 +699,8 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
+    if parts.cc == "user" and exp.user_cc is not None:   # as written: the user's units
+        out["user_cc"] = dataclasses.asdict(exp.user_cc)
     if parts.irn:
         out["irn"] = [exp.irn.record(rate) for rate in rates]
     return out
@@ -693,7 +714,7 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     engines: dict[str, roce.Engine] = {}
     parts = parse_scheme(scheme)
     cc = parts.cc
-    if (cc == "hpcc" or parts.window or parts.irn) and base_rtt_us <= 0:
+    if (cc in ("hpcc", "user") or parts.window or parts.irn) and base_rtt_us <= 0:
         raise TestbedError(f"rdma {scheme}: no base round trip measured (no ping answered)")
 
     def engine(host: str) -> roce.Engine:
@@ -702,15 +723,18 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             engines[host] = roce.Engine(
                 bind=topo.host(host).ip, mtu=exp.roce_mtu, dscp=exp.dscp,
                 ctrl_dscp=exp.ctrl_dscp, rto_us=exp.rto_us, sample_us=exp.sample_us,
+                # a user's control hears CNPs as DCQCN does: one per QP per its interval
+                cnp_interval_us=round(exp.dcqcn.scaled(rate)["cnp_interval_us"]),
                 start_at_unix=start_at, exit_when_done=False, link_mbps=rate,
                 dcqcn=exp.dcqcn if cc == "dcqcn" else None,
                 timely=exp.timely if cc == "timely" else None,
                 hpcc=exp.hpcc if cc == "hpcc" else None,
                 dcqcn_plus=exp.dcqcn_plus if cc == "dcqcn_plus" else None,
+                user_cc=exp.user_cc if cc == "user" else None,
                 base_rtt_us=base_rtt_us, window=parts.window,
                 irn=exp.irn if parts.irn else None,
                 int_rates=int_rate_table([link.rate_mbps for link in topo.links])
-                if cc == "hpcc" else [])
+                if telemetry(exp, scheme) else [])
         return engines[host]
 
     for i, f in enumerate(flows):

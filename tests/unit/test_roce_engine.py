@@ -5,11 +5,21 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from testbed.core.errors import TestbedError
 from testbed.workloads import roce
-from testbed.workloads.model.rdma import WIRE_OVERHEAD, Dcqcn, DcqcnPlus, Hpcc, Irn, Timely
+from testbed.workloads.model.rdma import (
+    WIRE_OVERHEAD,
+    Dcqcn,
+    DcqcnPlus,
+    Hpcc,
+    Irn,
+    Timely,
+    UserCc,
+)
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -59,7 +69,7 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
              **cc):
     """A's QP 7 writes `sizes` to B's QP 9 on loopback; both results. `cc`: more of A's
     Engine settings (its congestion control)."""
-    binary = roce.build()
+    binary = roce.build(cc["user_cc"].source if cc.get("user_cc") else None)
     pa, pb = free_udp_port(), free_udp_port()
     a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
                     dcqcn=dcqcn, link_mbps=line_mbps, **cc)
@@ -232,6 +242,40 @@ def test_dcqcn_on_loopback_cuts_on_cnps_and_recovers(tmp_path):
     rates = [r for _, _, r, _ in a.samples]
     assert min(rates) < 200.0 and any(y > x for x, y in zip(rates, rates[1:]))
     assert qa["rate_updates"] > 0 and 0 < qa["alpha"] <= 1
+
+
+AIMD = Path(__file__).resolve().parents[2] / "examples" / "roce_cc" / "aimd.h"
+
+
+def test_a_users_control_is_compiled_in_and_reacts_to_cnps(tmp_path):
+    """The worked example (examples/roce_cc/aimd.h) compiled into the engine, every 50th
+    packet taken as CE-marked (a CNP each): each CNP halves the rate, at most once per
+    2 ms round trip, each round trip without one adds 2% of the 200 Mb/s line, and every
+    byte arrives once."""
+    user = UserCc(source=str(AIMD), params={"ai": 0.02, "md": 0.5, "min_share": 0.01})
+    a, b = transfer(tmp_path, [1_000_000], ce_every=50, user_cc=user, base_rtt_us=2000.0)
+    qa, qb = a.qps[7], b.qps[9]
+    assert qb["rx_bytes"] == 1_000_000 and a.messages[0].end_us is not None
+    assert qb["cnps_tx"] > 0 and 0 < qa["cnps_rx"] <= qb["cnps_tx"]
+    rates = [r for _, _, r, _ in a.samples]   # every 1 ms: at most one step between two
+    pairs = list(zip(rates, rates[1:]))
+    assert any(y == pytest.approx(x * 0.5) for x, y in pairs if y < x), rates
+    assert any(y - x == pytest.approx(4.0) for x, y in pairs if y > x), rates
+    assert max(rates) <= 200.0 and min(rates) >= 2.0
+
+
+def test_a_users_control_that_does_not_compile_says_why(tmp_path):
+    bad = tmp_path / "bad.h"
+    bad.write_text("struct user_cc { double rate_bps; };\n")   # no window, no hooks
+    with pytest.raises(TestbedError, match=r"does not compile with the congestion control"):
+        roce.build(bad)
+    # an engine built without one refuses a user line
+    eng = roce.Engine(bind="127.0.0.1", port=free_udp_port())
+    conf = eng.save(tmp_path / "e.conf")
+    conf.write_text(conf.read_text() + "user 1000000 0.5\n")
+    proc = subprocess.run([str(roce.build()), str(conf), str(tmp_path / "e.json")],
+                          capture_output=True, text=True, timeout=10)
+    assert proc.returncode != 0 and "built without a user congestion control" in proc.stderr
 
 
 def compile_c(tmp_path, source: str) -> str:
@@ -536,7 +580,7 @@ def test_bad_configs_are_refused():
     e.qp(3, "10.0.0.2", 3, 100)
     with pytest.raises(ValueError, match="twice"):
         e.qp(3, "10.0.0.2", 4, 100)
-    with pytest.raises(ValueError, match="one of dcqcn, dcqcn_plus, timely and hpcc"):
+    with pytest.raises(ValueError, match="one of dcqcn, dcqcn_plus, timely, hpcc and user_cc"):
         roce.Engine(bind="10.0.0.1", dcqcn=Dcqcn(), timely=Timely(), link_mbps=100).text()
     with pytest.raises(ValueError, match="base_rtt_us"):
         roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, int_rates=[100]).text()

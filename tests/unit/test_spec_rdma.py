@@ -2,6 +2,8 @@
 how flows become queue pairs) and its analysis."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from testbed.experiments import rdma
@@ -18,6 +20,7 @@ from testbed.workloads.model.rdma import (
 )
 from topologies import leafspine
 
+AIMD = Path(__file__).resolve().parents[2] / "examples" / "roce_cc" / "aimd.h"
 FLOWS = [{"src": "h1", "dst": "h3", "size_bytes": 1_000_000},
          {"src": "h2", "dst": "h4", "size_bytes": 500_000, "start_ms": 100}]
 
@@ -44,11 +47,17 @@ BAD_RDMA = [
      "experiments[0].flows[0]: size_bytes >= 1"),
     ({"schemes": ["dcqcn", "swift"]},
      "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, dcqcn_plus, "
-     "timely, hpcc or tcp-<algorithm> (got 'swift')"),
+     "timely, hpcc, user or tcp-<algorithm> (got 'swift')"),
     ({"schemes": ["tcp-dctcp+w"]}, "experiments[0].schemes[0]: tcp-<algorithm> (such as "
      "tcp-dctcp), then at most +lossy (got 'tcp-dctcp+w')"),
     ({"schemes": ["tcp-"]}, "experiments[0].schemes[0]: tcp-<algorithm>"),
     ({"tcp_ecn_k_bytes": 0}, "experiments[0].tcp_ecn_k_bytes: must be > 0"),
+    ({"schemes": ["user"]}, "experiments[0].user_cc: the scheme 'user' needs user_cc.source"),
+    ({"schemes": ["user"], "user_cc": {"source": "nowhere.h"}},
+     "experiments[0].user_cc.source: a C header that exists (got 'nowhere.h'"),
+    ({"schemes": ["user"], "user_cc": {"source": str(AIMD), "params": {
+        str(i): i for i in range(9)}}}, "experiments[0].user_cc.params: at most 8 (got 9)"),
+    ({"queue_sample_hz": 5000}, "experiments[0].queue_sample_hz: 0 (none) to 2000"),
     ({"tcp_initial_window_pkts": 0}, "experiments[0].tcp_initial_window_pkts: must be > 0"),
     ({"schemes": ["dcqcn+x"]}, "experiments[0].schemes[0]: after 'dcqcn', each of w, irn, "
      "lossy at most once (got 'dcqcn+x')"),

@@ -10,7 +10,8 @@ emulated path's own (measured, not scaled): it is what its packets take.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 ROCE_MTUS = (256, 512, 1024, 2048, 4096)   # the path MTUs RoCE allows (payload bytes)
 # a RoCEv2 packet's headers inside the IP MTU: IPv4 20, UDP 8, BTH 12, ICRC 4
@@ -222,6 +223,37 @@ class Irn(PaperParams):
         return {"rto_low_us": max(1, round(self.rto_low_us * time)),
                 "rto_high_us": max(1, round(self.rto_high_us * time)), "n": self.n}
 
+
+
+USER_CC_PARAMS = 8      # user_cc_api.h
+
+
+@dataclass(frozen=True)
+class UserCc:
+    """A user's own congestion control for the RoCE engine: a C header (`source`, a path
+    from the working directory) implementing testbed/workloads/roce/user_cc_api.h,
+    compiled into the engine for the run. `params` reach it in their order (at most 8), as
+    written: a control that wants its timers in packet times reads the line rate and the
+    base round trip it is given. `ecn`: the switches mark the RoCE class for it and the
+    receivers send CNPs; `telemetry`: its data packets collect HPCC's per-hop records and
+    its ACKs echo them."""
+    source: str
+    params: dict[str, float] = field(default_factory=dict)
+    ecn: bool = True
+    telemetry: bool = False
+
+    def check(self, path: str = "user_cc") -> None:
+        if not self.source.endswith(".h") or not Path(self.source).is_file():
+            raise ValueError(f"{path}.source: a C header that exists (got {self.source!r}; "
+                             f"paths are relative to the working directory, {Path.cwd()})")
+        if len(self.params) > USER_CC_PARAMS:
+            raise ValueError(f"{path}.params: at most {USER_CC_PARAMS} (got "
+                             f"{len(self.params)})")
+
+    def line(self, base_rtt_us: float) -> str:
+        """The engine's config line: the base round trip, then the parameters."""
+        return " ".join(["user", str(round(base_rtt_us * 1000)),
+                         *(repr(float(v)) for v in self.params.values())])
 
 
 def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:

@@ -29,6 +29,7 @@ from testbed.workloads.model.rdma import (
     Hpcc,
     Irn,
     Timely,
+    UserCc,
     bdp_packets,
     dcqcn_line,
     hpcc_line,
@@ -37,27 +38,33 @@ from testbed.workloads.model.rdma import (
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h", "dcqcn_plus.h", "timely.h", "hpcc.h",
-           "../../dataplane/bpf/int_wire.h")
+           "user_cc_api.h", "../../dataplane/bpf/int_wire.h")
 ROCE_PORT = 4791
 
 
-def build() -> Path:
+def build(user_cc: str | Path | None = None) -> Path:
     """The engine's binary, compiled (clang-14 from the bootstrap) once per content of its
-    sources into the build cache."""
+    sources into the build cache; with `user_cc`, a user's congestion control (a header
+    implementing user_cc_api.h) compiled in."""
     cc = shutil.which("clang-14") or shutil.which("clang") or shutil.which("cc")
     if cc is None:
         raise TestbedError("a C compiler is missing (the RoCE engine needs clang); run "
                            "scripts/bootstrap.sh")
-    digest = hashlib.sha1(b"".join((SOURCE_DIR / s).read_bytes() for s in SOURCES))
-    binary = BUILD_DIR / f"tbroce-{digest.hexdigest()[:12]}"
+    user = Path(user_cc).resolve() if user_cc is not None else None
+    digest = hashlib.sha1(b"".join((SOURCE_DIR / s).read_bytes() for s in SOURCES)
+                          + (user.read_bytes() if user else b""))
+    binary = BUILD_DIR / f"tbroce-{'user-' if user else ''}{digest.hexdigest()[:12]}"
     if not binary.exists():
         BUILD_DIR.mkdir(exist_ok=True)
         tmp = binary.with_suffix(".tmp")
-        proc = run([cc, "-O2", "-Wall", "-Werror", "-o", str(tmp),
+        define = [f'-DUSER_CC_H="{user}"'] if user else []
+        proc = run([cc, "-O2", "-Wall", "-Werror", *define, "-o", str(tmp),
                     str(SOURCE_DIR / "engine.c")], check=False, timeout=120)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise TestbedError(f"the RoCE engine does not compile:\n{proc.stderr[-2000:]}")
+            what = f" with the congestion control {user}" if user else ""
+            raise TestbedError(f"the RoCE engine does not compile{what}:\n"
+                               f"{proc.stderr[-2000:]}")
         tmp.replace(binary)
     return binary
 
@@ -89,6 +96,7 @@ class Engine:
     timely: Timely | None = None
     hpcc: Hpcc | None = None
     dcqcn_plus: DcqcnPlus | None = None
+    user_cc: UserCc | None = None   # a user's: the binary must be built with it (build())
     link_mbps: float = 0.0
     base_rtt_us: float = 0.0    # the longest base round trip: HPCC's T, the window's BDP
     window: bool = False        # at most one BDP (base_rtt_us at link_mbps) in flight per QP
@@ -123,15 +131,15 @@ class Engine:
             values["start_at_unix"] = f"{self.start_at_unix:.6f}"
         values["exit_when_done"] = int(self.exit_when_done)
         lines = [f"bind {self.bind} {self.port}"]
-        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.dcqcn_plus)
+        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.dcqcn_plus, self.user_cc)
                if cc is not None]
         if len(ccs) > 1:
-            raise ValueError("one of dcqcn, dcqcn_plus, timely and hpcc at most")
+            raise ValueError("one of dcqcn, dcqcn_plus, timely, hpcc and user_cc at most")
         if (ccs or self.window) and self.link_mbps <= 0:
             raise ValueError("a congestion control or window needs the host's link_mbps")
-        if (self.hpcc is not None or self.window or self.irn is not None) and (
-                self.base_rtt_us <= 0 or self.link_mbps <= 0):
-            raise ValueError("hpcc, window and irn need base_rtt_us and link_mbps")
+        if (self.hpcc is not None or self.window or self.irn is not None
+                or self.user_cc is not None) and (self.base_rtt_us <= 0 or self.link_mbps <= 0):
+            raise ValueError("hpcc, user_cc, window and irn need base_rtt_us and link_mbps")
         if self.dcqcn is not None:
             self.dcqcn.check()
             scaled = self.dcqcn.scaled(self.link_mbps)
@@ -150,6 +158,13 @@ class Engine:
             lines.append(hpcc_line(self.hpcc.scaled(self.link_mbps),
                                    round(self.base_rtt_us * 1000)))
             lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
+        if self.user_cc is not None:
+            lines.append(self.user_cc.line(self.base_rtt_us))
+            if self.user_cc.telemetry:
+                if not 1 <= len(self.int_rates) <= 8:
+                    raise ValueError("user_cc telemetry: int_rates names the fabric's 1..8 "
+                                     "link rates")
+                lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
         if self.window:
             lines.append(f"window_bytes {round(self.base_rtt_us * self.link_mbps / 8)}")
         if self.irn is not None:

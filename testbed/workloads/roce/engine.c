@@ -28,6 +28,8 @@
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
  *   irn RTO_LOW_US RTO_HIGH_US N BDP_PKTS   (IRN's recovery, on both ends)
+ *   user BASE_RTT_NS [P1 .. P8]       (a user's control, compiled in with -DUSER_CC_H:
+ *                                      user_cc_api.h; its parameters, the spec's units)
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
@@ -38,8 +40,9 @@
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
  * drop_every, ce_every (tests only): the receiver discards, or takes as CE-marked, every
- * Nth data packet it gets. A dcqcn, dcqcn_plus, timely or hpcc line sets every requester
- * QP's congestion control, with parameters already scaled to the link.
+ * Nth data packet it gets. A dcqcn, dcqcn_plus, timely, hpcc or user line sets every
+ * requester QP's congestion control, with parameters already scaled to the link (a
+ * user's: as the user wrote them).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -60,6 +63,10 @@
 #include "roce_wire.h"
 #include "dcqcn.h"
 #include "dcqcn_plus.h"
+#include "user_cc_api.h"
+#ifdef USER_CC_H
+#include USER_CC_H
+#endif
 #include "hpcc.h"
 #include "timely.h"
 
@@ -73,7 +80,7 @@
 #define IRN_WIN 4096             /* IRN: sequences a QP tracks beyond its oldest unacked */
 #define NO_SAMPLE UINT32_MAX
 
-enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC, CC_DCQCNP };
+enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC, CC_DCQCNP, CC_USER };
 
 struct msg {
 	uint32_t qpn;
@@ -119,6 +126,10 @@ struct qp {
 	struct hpcc_params hpar;
 	struct dcqcnp dq;
 	struct dcqcnp_params dqp;
+#ifdef USER_CC_H
+	struct user_cc uc;
+#endif
+	struct cc_env ue;            /* what the user's control is given */
 	/* DCQCN+'s notification point: a mark waits for this QP's turn in the scan */
 	int np_pending, np_listed;
 	uint64_t last_ce_ns;
@@ -146,6 +157,7 @@ static struct dcqcn_params dcp;
 static struct timely_params tlp;
 static struct hpcc_params hpp;
 static struct dcqcnp_params dqp;
+static struct cc_env user_env;       /* a user's control: the base RTT and parameters */
 static uint64_t np_scan_ns, np_min_interval_ns, np_timeout_ns;
 static int np_list[MAX_QPS], np_n, np_at;   /* QPs with marks, visited round-robin */
 static uint64_t np_next_ns;
@@ -263,6 +275,18 @@ static void read_config(const char *path)
 			    !np_scan_ns || !np_timeout_ns)
 				die("bad dcqcn_plus line");
 			cc = CC_DCQCNP;
+		} else if (!strcmp(key, "user")) {
+			double *p = user_env.params;
+			int n = sscanf(line, "%*s %" SCNu64 " %lf %lf %lf %lf %lf %lf %lf %lf",
+				       &user_env.base_rtt_ns, p, p + 1, p + 2, p + 3, p + 4, p + 5,
+				       p + 6, p + 7);
+
+			if (n < 1 || !user_env.base_rtt_ns)
+				die("bad user line");
+#ifndef USER_CC_H
+			die("this engine was built without a user congestion control");
+#endif
+			cc = CC_USER;
 		} else if (!strcmp(key, "irn")) {
 			unsigned long long lo, hi;
 
@@ -470,6 +494,10 @@ static double window_of(const struct qp *q)
 {
 	if (cc == CC_HPCC)
 		return hpcc_window_bytes(&q->hp, &q->hpar);
+#ifdef USER_CC_H
+	if (cc == CC_USER)
+		return q->uc.window_bytes;
+#endif
 	return (double)window_bytes;
 }
 
@@ -618,6 +646,34 @@ static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t 
 		hpcc_on_ack(&q->hp, &q->hpar, acked, q->snd_nxt, hops, echo[1]);
 		q->rate_bps = q->hp.rate;
 	}
+#ifdef USER_CC_H
+	if (cc == CC_USER) {
+		uint64_t hops[INT_MAX_HOPS];
+		struct cc_ack a = { .now_ns = now, .rtt_ns = rtt, .acked = acked,
+				    .snd_nxt = q->snd_nxt, .records = hops };
+
+		if (echo && echo[1] <= INT_MAX_HOPS) {
+			q->int_hops = a.hops = echo[1];
+			for (uint32_t i = 0; i < echo[1]; i++)
+				hops[i] = get_be64(echo + INT_HDR_LEN + i * INT_HOP_LEN);
+		}
+		user_cc_on_ack(&q->uc, &q->ue, &a);
+		q->rate_bps = q->uc.rate_bps;
+	}
+#endif
+}
+
+/* a timeout or a NAK reached q's congestion control (a user's hears of it) */
+static void cc_on_loss(struct qp *q, uint64_t now)
+{
+#ifdef USER_CC_H
+	if (cc == CC_USER && q->msg_lo >= 0) {
+		user_cc_on_loss(&q->uc, &q->ue, now);
+		q->rate_bps = q->uc.rate_bps;
+	}
+#else
+	(void)q, (void)now;
+#endif
 }
 
 static int op_ends_message(uint8_t op)
@@ -735,6 +791,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ && use_irn && q->sacked) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
+			cc_on_loss(q, now);
 			q->progress_ns = now;
 			if (len >= ROCE_BTH_LEN + ROCE_AETH_LEN + 4) {
 				uint32_t s = psn_unwrap(get_be24(buf + ROCE_BTH_LEN + ROCE_AETH_LEN + 1),
@@ -755,6 +812,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		} else if ((syn & 0xe0) == AETH_NAK_PSN_SEQ) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
+			cc_on_loss(q, now);
 			if ((int32_t)(psn - q->snd_una) >= 0 && (int32_t)(q->snd_nxt - psn) > 0)
 				q->snd_nxt = psn;         /* go back to it */
 		} else if ((syn & 0xe0) == 0) {
@@ -766,6 +824,12 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 	} else if (h.opcode == OP_CNP) {
 		q->cnps_rx++;
+#ifdef USER_CC_H
+		if (cc == CC_USER && q->msg_lo >= 0) {
+			user_cc_on_cnp(&q->uc, &q->ue, now);
+			q->rate_bps = q->uc.rate_bps;
+		}
+#endif
 		if (cc == CC_DCQCN && q->msg_lo >= 0) {
 			dcqcn_on_cnp(&q->dc, &q->dp, now);
 			q->rate_bps = q->dc.rc;
@@ -962,6 +1026,16 @@ int main(int argc, char **argv)
 		q->dqp = dqp;
 		q->dqp.line_bps = q->line_bps;
 		dcqcnp_init(&q->dq, &q->dqp);
+		q->ue = user_env;
+		q->ue.line_bps = q->line_bps;
+		q->ue.mtu = mtu;
+		q->ue.wire_bytes = wire_len(mtu);
+#ifdef USER_CC_H
+		if (cc == CC_USER) {
+			user_cc_init(&q->uc, &q->ue);
+			q->rate_bps = q->uc.rate_bps;
+		}
+#endif
 		if (q->msg_lo >= 0) {
 			q->ring_psn = malloc(RTT_RING * sizeof(*q->ring_psn));
 			q->ring_ns = malloc(RTT_RING * sizeof(*q->ring_ns));
@@ -1029,7 +1103,17 @@ int main(int argc, char **argv)
 				q->rate_bps = q->dc.rc;
 				if (dcqcn_next_ns(&q->dc) < wake)
 					wake = dcqcn_next_ns(&q->dc);
-			} else if (cc == CC_DCQCNP && q->msg_lo >= 0) {
+			}
+#ifdef USER_CC_H
+			if (cc == CC_USER && q->msg_lo >= 0) {
+				uint64_t at = user_cc_on_time(&q->uc, &q->ue, now);
+
+				q->rate_bps = q->uc.rate_bps;
+				if (at && at < wake)
+					wake = at;
+			}
+#endif
+			if (cc == CC_DCQCNP && q->msg_lo >= 0) {
 				dcqcnp_on_time(&q->dq, &q->dqp, now);
 				q->rate_bps = q->dq.rc;
 				if (dcqcnp_next_ns(&q->dq) < wake)
@@ -1044,6 +1128,7 @@ int main(int argc, char **argv)
 				irn_rto_high_ns;
 			if (!tx_blocked && q->snd_una != q->snd_nxt && now - q->progress_ns > rto) {
 				q->timeouts++;
+				cc_on_loss(q, now);
 				if (use_irn)
 					irn_recover(q, q->high);
 				else
