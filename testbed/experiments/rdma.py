@@ -850,20 +850,32 @@ def convergence_s(rates: list[list], rows: list[dict], scheme: str, window_s: fl
     return None
 
 
+def shared_rates(rates: list[list], rows: list[dict], scheme: str,
+                 skip: float = 0.0) -> list[float]:
+    """Each flow's mean sending rate (Mb/s) while every flow ran, leaving out the first
+    `skip` share of that time (a control's settling); empty when they never ran
+    together."""
+    together = shared_period(rows, scheme)
+    if together is None:
+        return []
+    mine, join, end, _ = together
+    start = join + skip * (end - join)
+    out = []
+    for r in mine:
+        tx = [x[4] for x in rates if x[0] == scheme and x[1] == r["flow"] and start <= x[2] < end]
+        if not tx:
+            return []
+        out.append(sum(tx) / len(tx))
+    return out
+
+
 def shared_shares(rates: list[list], rows: list[dict], scheme: str) -> list[float]:
     """Each flow's mean sending rate while every flow ran, as a share of an equal split of
     the bottleneck (1.0: its fair share); empty when they never ran together."""
     together = shared_period(rows, scheme)
     if together is None:
         return []
-    mine, join, end, share = together
-    out = []
-    for r in mine:
-        tx = [x[4] for x in rates if x[0] == scheme and x[1] == r["flow"] and join <= x[2] < end]
-        if not tx:
-            return []
-        out.append(round(sum(tx) / len(tx) / share, 3))
-    return out
+    return [round(m / together[3], 3) for m in shared_rates(rates, rows, scheme)]
 
 
 def percentile(values: list[float | None], q: float) -> float | None:
@@ -934,6 +946,11 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
         shares = shared_shares(rates, rows, scheme) if rates is not None else []
         if shares:
             headline[f"{scheme}_share_of_fair"] = shares
+            # in Mb/s, and once settled: the second half of the time they ran together
+            headline[f"{scheme}_together_mbps"] = [
+                round(m, 2) for m in shared_rates(rates or [], rows, scheme)]
+            headline[f"{scheme}_together_second_half_mbps"] = [
+                round(m, 2) for m in shared_rates(rates or [], rows, scheme, skip=0.5)]
         conv = convergence_s(rates, rows, scheme) if rates is not None else None
         if conv is not None:
             # one packet's time at the bottleneck: the time in the units of a scaled fabric

@@ -269,6 +269,10 @@ def test_convergence_and_shares_from_the_rates():
                                       switch_drops=0) for r in rows], rates)
     # 0.3 s at 100 Mb/s in packets of 4096 + 58 bytes: 903 packet times
     assert headline["s_converged_s"] == 0.3 and headline["s_converged_pkt_times"] == 903
+    # in Mb/s: 0.29 s of 58/42 in the 1 s together, then 50/50; settled, 50/50 only
+    assert headline["s_together_mbps"] == [pytest.approx(52.3, abs=0.1),
+                                           pytest.approx(47.7, abs=0.1)]
+    assert headline["s_together_second_half_mbps"] == [50.0, 50.0]
     assert rdma.convergence_s(rates, rows[:1], "s") is None    # one flow: nothing to share
 
 
