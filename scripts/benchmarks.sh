@@ -26,7 +26,7 @@ if ((${#specs[@]} == 0)); then
          quickstart reachability_survey permutation_survey permutation_relay_fair \
          circuits_hybrid \
          ecn_queue priority incast pfc_victim rdma_dcqcn rdma_convergence rdma_incast \
-         rdma_fct rdma_irn \
+         rdma_fct rdma_irn rdma_pfc_victim \
          training_priority training_compression training_consistency training_16_cnn \
          training_link_rate training_ring_vs_ps training_survey \
          hedera_fattree hedera_fattree_20mbps \

@@ -47,6 +47,8 @@ MEASURED_CPU_BOUND = {
     # measured 2026-11-26: no phase flagged (rdma_fct at both loads, rdma_incast's six
     # points, the machine 34-54% busy)
     "rdma_convergence": False, "rdma_incast": False, "rdma_fct": False, "rdma_irn": False,
+    # measured 2026-11-26: no phase flagged (the machine 54-62% busy)
+    "rdma_pfc_victim": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE: dict[str, str] = {}
