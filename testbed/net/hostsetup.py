@@ -138,7 +138,8 @@ class HostSetup:
         changes = host_route_changes(self.relay_plan, new)
         for host, lines in changes.items():
             fab.host_run(host, IP_BATCH, input=batch_input(lines))
-            self._initial_window(host)
+            if fab.hosts.initial_window_pkts is not None:   # the new routes carry it too
+                self.initial_window(host, fab.hosts.initial_window_pkts)
         self.relay_plan = new
         self.relay_reroutes.append({"time": t0, "ports_down": len(fab.ports_down),
                                     "hosts": len(changes),
