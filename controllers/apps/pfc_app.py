@@ -72,21 +72,27 @@ class PfcApp(QosApp):
         next_check = time.monotonic() + pfcctl.WATCHDOG_S
         last = time.monotonic()
         busy_since = None
+        busy_logged = False
         while True:
             wait_readable(self.events.fd, max(0.0, next_check - time.monotonic()))
             now = time.monotonic()
-            if now - last > pfcctl.STALL_S:     # this green thread did not run: who held it?
+            # from the end of one turn to the start of the next: longer than the wait
+            # asked means this green thread was not run (the hub was held)
+            if now - last > pfcctl.STALL_S:
                 self.logger.warning("PFC executor stalled: %.1f ms between two turns",
                                     (now - last) * 1e3)
-            last = now
             if self.events.head_busy():         # a record reserved and not committed
                 busy_since = busy_since or now
-                if now - busy_since > pfcctl.STALL_S:
+                if now - busy_since > pfcctl.STALL_S and not busy_logged:
                     self.logger.warning("PFC events held for %.1f ms behind a record the "
                                         "dataplane has not committed",
                                         (now - busy_since) * 1e3)
-            else:
-                busy_since = None
+                    busy_logged = True
+            elif busy_since is not None:
+                if busy_logged:
+                    self.logger.warning("PFC events held for %.1f ms in all",
+                                        (now - busy_since) * 1e3)
+                busy_since, busy_logged = None, False
             while True:  # until empty: events posted while handling may not wake us
                 events = [dp.decode(r) for r in self.events.drain()]
                 if not events:
@@ -95,6 +101,7 @@ class PfcApp(QosApp):
             if time.monotonic() >= next_check:
                 self._watchdog(dp, cfg)
                 next_check = time.monotonic() + pfcctl.WATCHDOG_S
+            last = time.monotonic()
 
     def _watchdog(self, dp, cfg):
         """Resumes the pauses qos_policy.expired_pauses says have expired, and applies

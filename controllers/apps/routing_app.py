@@ -75,6 +75,7 @@ class FabricRouting(RyuApp):
         self.stats: dict[int, list] = {}  # read_flow_stats: the replies, by dpid
         self.stats_done: set[int] = set()
         self.state_writer = BackgroundWriter()
+        self._state_pending = False
         self._write_state()
         hub.spawn(self._state_writer)
         if self.config.commands_jsonl:
@@ -374,8 +375,15 @@ class FabricRouting(RyuApp):
             commands=list(self.commands))
 
     def _write_state(self) -> None:
-        """The state file, written from a real thread in the order asked: a write the disk
-        stalls (a busy run's writeback) must not stall the green threads, the PFC
-        executor's among them."""
-        state = self._state()
-        self.state_writer.call(lambda: write_state(state, self.state_path))
+        """The state file, written from a real thread: a write the disk stalls (a busy
+        run's writeback) must not stall the green threads, the PFC executor's among them.
+        While a write is pending, a newer state replaces the one it will write."""
+        self._latest_state = self._state()
+        if not self._state_pending:
+            self._state_pending = True
+            self.state_writer.call(self._flush_state)
+
+    def _flush_state(self) -> None:
+        """In the writer's thread: the newest state the app has made."""
+        self._state_pending = False
+        write_state(self._latest_state, self.state_path)

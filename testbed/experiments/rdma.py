@@ -6,6 +6,7 @@ the engines' counters, each flow's rate over time, pauses and drops."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import statistics
@@ -290,7 +291,8 @@ class Rdma(ExperimentSpec):
                             f" do not fit "
                             f"links.mtu_bytes {spec.links.mtu_bytes}")
         if hpcc and len({link.rate_mbps for link in topo.links}) > INT_RATES:
-            raise SpecError(f"{path}.schemes: hpcc's telemetry names at most {INT_RATES} "
+            raise SpecError(f"{path}.schemes: the in-band telemetry (hpcc, user_cc.telemetry) "
+                            f"names at most {INT_RATES} "
                             f"link rates; the topology has more")
         if not 0 <= self.queue_sample_hz <= 2000:
             raise SpecError(f"{path}.queue_sample_hz: 0 (none) to 2000 (got "
@@ -393,14 +395,12 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
     rate_rows: list[list] = []
     queue_rows: list[list] = []
     params: dict[str, dict] = {}
+    binaries = ready_schemes(ctx, exp)      # before any fabric: a bad one stops the run here
     for scheme in exp.schemes:
         label = f"rdma {scheme}"
         parts = parse_scheme(scheme)
         hosts = None
         if parts.tcp:
-            if parts.tcp not in (available := ctx.congestion_controls()):
-                raise TestbedError(f"{label}: congestion control {parts.tcp} is not "
-                                   f"available ({' '.join(available)})")
             hosts = replace(ctx.spec.hosts, ecn=True, congestion_control=parts.tcp)
         with ctx.fabric(ctx.topo, ctx.spec.controller.routing, label, qos=rdma_qos(exp, scheme),
                         hosts=hosts, burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
@@ -411,6 +411,9 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             folder.mkdir(parents=True, exist_ok=True)
             if parts.tcp:
                 base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
+                if not exp.tcp_initial_window_pkts and base_rtt_us <= 0:
+                    raise TestbedError(f"{label}: no base round trip measured (no ping "
+                                       f"answered) for the initial window")
                 window = exp.tcp_initial_window_pkts or bdp_packets(
                     base_rtt_us, max(topo.link_at(f.src, 0).rate_mbps for f in flows),
                     exp.roce_mtu + 14 + TCP_OVERHEAD)
@@ -423,15 +426,15 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                 params[scheme] = {**parts._asdict(), "base_rtt_us": base_rtt_us,
                                   "mss": exp.roce_mtu, "initial_window_pkts": window,
                                   "ecn_k_bytes": exp.tcp_ecn_k_bytes or exp.ecn_k_bytes,
-                                  "paced_at_line_rate": True}
+                                  "paced_mbps": {h: tcp_pace_mbps(exp, topo, h)
+                                                 for h in sorted({f.src for f in flows})}}
                 what = "tcp flows"
             else:
                 base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
                 start_at = time.time() + 2.0      # every engine started and bound by then
                 engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
                 params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
-                binary = roce.build(exp.user_cc.source if parts.cc == "user"
-                                    and exp.user_cc else None)
+                binary = binaries[parts.cc == "user"]
                 argvs = {h: [str(binary), str(e.save(folder / f"{h}.conf")),
                              str(folder / f"{h}.json")] for h, e in engines.items()}
                 what = "roce engine"
@@ -454,8 +457,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                     if sampler is not None:
                         sampler.stop()
             if sampler is not None:
-                queue_rows += port_queue_rows(sampler, ports, scheme, start_at,
-                                              exp.roce_mtu + WIRE_OVERHEAD)
+                queue_rows += port_queue_rows(sampler, ports, scheme, start_at)
                 if sampler.achieved_rate_hz() < 0.8 * exp.queue_sample_hz:
                     out.warnings.append(f"{label}: queues sampled at "
                                         f"{sampler.achieved_rate_hz():.0f} Hz of "
@@ -468,6 +470,9 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             if late := max((r["late_us"] for r in scheme_rows if r["late_us"]), default=0):
                 if late > 10_000:
                     out.warnings.append(f"{label}: a flow started {late / 1e3:.0f} ms late")
+            if failed := [r for r in scheme_rows if r["tcp_error"]]:
+                out.warnings.append(f"{label}: {len(failed)} connections failed (flow "
+                                    f"{failed[0]['flow']}: {failed[0]['tcp_error']})")
         else:
             results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
             t0 = min(r.t0_unix for r in results.values())
@@ -524,11 +529,10 @@ QUEUE_HEADER = ["scheme", "port", "sampled_s", "mean_bytes", "p50_bytes", "p95_b
                   for lo, hi in zip(QUEUE_BINS_PKTS, [*QUEUE_BINS_PKTS[1:], 0])]]
 
 
-def queue_stats(segs: list[tuple[float, int, int]], frame_bytes: int) -> list:
+def queue_stats(segs: list[tuple[float, int, int]]) -> list:
     """One queue's time-weighted occupancy from (duration_s, pkts, bytes) segments: the
     time sampled, the mean, median, 95th and 99th percentiles and the most (bytes), and
-    the share of the time in each QUEUE_BINS_PKTS bin (packets of `frame_bytes`, the
-    bytes rounded up)."""
+    the share of the time in each QUEUE_BINS_PKTS bin (the packets it held)."""
     total = sum(d for d, _, _ in segs)
     if total <= 0:
         return [0.0, 0, 0, 0, 0, 0] + [0.0] * len(QUEUE_BINS_PKTS)
@@ -543,21 +547,20 @@ def queue_stats(segs: list[tuple[float, int, int]], frame_bytes: int) -> list:
         return by_size[-1][2]
 
     shares = [0.0] * len(QUEUE_BINS_PKTS)
-    for d, _, b in segs:
-        pkts = -(-b // frame_bytes)
+    for d, pkts, _ in segs:
         shares[max(i for i, lo in enumerate(QUEUE_BINS_PKTS) if pkts >= lo)] += d / total
     return [round(total, 3), round(sum(d * b for d, _, b in segs) / total),
             quantile(0.5), quantile(0.95), quantile(0.99), max(b for _, _, b in segs),
             *[round(x, 5) for x in shares]]
 
 
-def port_queue_rows(sampler: Any, ports: dict[int, str], scheme: str, start_at: float,
-                    frame_bytes: int) -> list[list]:
+def port_queue_rows(sampler: Any, ports: dict[int, str], scheme: str,
+                    start_at: float) -> list[list]:
     """Each switch port's RoCE queue from the flows' start to the sampler's stop (a
     ClassQueueSampler: testbed/measure/queues.py)."""
     t0, t_end = sampler.t0, sampler.t_end
     return [[scheme, name, *queue_stats(
-        sampler.time_weighted(p, ROCE_CLASS, start_at - t0, t_end - t0), frame_bytes)]
+        sampler.time_weighted(p, ROCE_CLASS, start_at - t0, t_end - t0))]
             for p, name in sorted(ports.items(), key=lambda kv: kv[1])]
 
 
@@ -569,6 +572,35 @@ def queue_headline(queue_rows: list[list]) -> dict:
         out[f"{scheme}_queue_p99_bytes"] = max(r[QUEUE_HEADER.index("p99_bytes")] for r in mine)
         out[f"{scheme}_queue_max_bytes"] = max(r[QUEUE_HEADER.index("max_bytes")] for r in mine)
     return out
+
+
+def ready_schemes(ctx: Context, exp: Rdma) -> dict[bool, Path]:
+    """Before any fabric: every TCP scheme's algorithm available, and the engines the
+    schemes need built (keyed by whether it carries the user's control; a header that does
+    not compile stops the run here, with the compiler's message)."""
+    from testbed.workloads import roce
+
+    out: dict[bool, Path] = {}
+    for j, scheme in enumerate(exp.schemes):
+        parts = parse_scheme(scheme)
+        if parts.tcp:
+            if parts.tcp not in (available := ctx.congestion_controls()):
+                raise TestbedError(f"rdma: schemes[{j}] {scheme!r}: congestion control "
+                                   f"{parts.tcp} is not available here "
+                                   f"({' '.join(available)})")
+            continue
+        user = parts.cc == "user"
+        if user not in out:
+            out[user] = roce.build(exp.user_cc.source if user and exp.user_cc else None)
+    return out
+
+
+def tcp_pace_mbps(exp: Rdma, topo: Topology, host: str) -> float:
+    """The rate a host's TCP connections are paced at: its line rate on the wire. The
+    kernel paces the segments' payload, so the payload's share of a full segment's wire
+    bytes."""
+    mtu = exp.roce_mtu
+    return topo.link_at(host, 0).rate_mbps * mtu / (mtu + 14 + TCP_OVERHEAD)
 
 
 def wait_done(fab: Phase, procs: dict, folder: Path, requesters: set[str], deadline: float,
@@ -603,7 +635,7 @@ def tcp_processes(exp: Rdma, flows: list[RdmaFlow], topo: Topology, start_at: fl
             cfgs.setdefault(h, {"bind": topo.host(h).ip, "port": TCP_PORT,
                                 "start_at_unix": start_at, "dscp": exp.dscp,
                                 "ack_dscp": exp.ctrl_dscp, "mss": exp.roce_mtu, "flows": []})
-        cfgs[f.src]["pace_mbps"] = topo.link_at(f.src, 0).rate_mbps
+        cfgs[f.src]["pace_mbps"] = tcp_pace_mbps(exp, topo, f.src)
         cfgs[f.src]["flows"].append({"id": i, "dst": topo.host(f.dst).ip, "port": TCP_PORT,
                                      "size": f.size_bytes,
                                      "start_us": round(f.start_ms * 1000)})
@@ -651,7 +683,7 @@ def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "ooo_kept": None, "engine_cpu_s": round(cpu[f.src], 4),
             "dst_engine_cpu_s": round(cpu[f.dst], 4),
             "tcp_cc": s.get("cc"), "tcp_min_rtt_us": s.get("min_rtt_us"),
-            "late_us": s.get("late_us")})
+            "late_us": s.get("late_us"), "tcp_error": s.get("error")})
     return rows
 
 
@@ -700,7 +732,8 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
     if parts.cc == "user" and exp.user_cc is not None:   # as written: the user's units
-        out["user_cc"] = dataclasses.asdict(exp.user_cc)
+        out["user_cc"] = {**dataclasses.asdict(exp.user_cc), "sha1": hashlib.sha1(
+            Path(exp.user_cc.source).read_bytes()).hexdigest()}
     if parts.irn:
         out["irn"] = [exp.irn.record(rate) for rate in rates]
     return out
@@ -752,6 +785,7 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     """One row per flow: its completion and both ends' counters (its ideal and slowdown:
     `set_ideals`)."""
     rows = []
+    scheme_cc = parse_scheme(scheme).cc
     for i, f in enumerate(flows):
         res = results[f.src]
         sent, got = res.qps[i + 1], results[f.dst].qps[i + 1]
@@ -774,8 +808,10 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "rx_bytes": got["rx_bytes"], "tx_pkts": sent["tx_pkts"],
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
             "naks": got["naks_tx"], "ooo_drops": got["ooo_drops"], "ce_marked": got["ce_rx"],
-            "cnps": got["cnps_tx"], "rate_cuts": sent["rate_cuts"],
-            "rate_updates": sent["rate_updates"], "rtt_mean_us": sent["rtt_mean_us"],
+            "cnps": got["cnps_tx"],
+            # a user's control: the engine cannot tell what counts as a cut or an update
+            "rate_cuts": None if scheme_cc == "user" else sent["rate_cuts"],
+            "rate_updates": None if scheme_cc == "user" else sent["rate_updates"], "rtt_mean_us": sent["rtt_mean_us"],
             "rtt_max_us": sent["rtt_max_us"], "int_hops": sent["int_hops"],
             "ooo_kept": got["ooo_kept"],
             "engine_cpu_s": round(res.cpu_s, 4),

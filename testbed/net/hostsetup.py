@@ -35,6 +35,8 @@ class HostSetup:
         self.fab = fab
         self.host_cc: dict[str, str] = {}
         self.relay_plan: Any = None  # BCube: the relay routes the servers have now
+        # the hosts' TCP initial window now (hosts.initial_window_pkts, or a phase's own)
+        self.window_pkts: int | None = fab.hosts.initial_window_pkts
         self.relay_reroutes: list[dict] = []
 
     # ---- queues ------------------------------------------------------------------
@@ -113,6 +115,7 @@ class HostSetup:
         """A TCP initial window of `n` segments on every route of the host (the kernel reads
         a new connection's window, and the one an idle connection restarts from, off its
         route): hosts.initial_window_pkts."""
+        self.window_pkts = n
         routes = self.fab.host_run(host, ["ip", "-o", "-4", "route", "show"]).stdout
         self.fab.host_run(host, IP_BATCH, input=batch_input(
             [route_with_initcwnd(r, n) for r in routes.splitlines() if r.strip()]))
@@ -138,8 +141,8 @@ class HostSetup:
         changes = host_route_changes(self.relay_plan, new)
         for host, lines in changes.items():
             fab.host_run(host, IP_BATCH, input=batch_input(lines))
-            if fab.hosts.initial_window_pkts is not None:   # the new routes carry it too
-                self.initial_window(host, fab.hosts.initial_window_pkts)
+            if self.window_pkts is not None:   # the new routes carry it too
+                self.initial_window(host, self.window_pkts)
         self.relay_plan = new
         self.relay_reroutes.append({"time": t0, "ports_down": len(fab.ports_down),
                                     "hosts": len(changes),

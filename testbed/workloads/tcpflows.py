@@ -28,6 +28,7 @@ the host's FIFO.
 from __future__ import annotations
 
 import json
+import resource
 import selectors
 import signal
 import socket
@@ -62,6 +63,11 @@ class Outgoing:
     t_start: float = 0.0
     fct_us: float | None = None
     info: dict | None = None
+    error: str | None = None    # the connection failed: the flow did not complete
+
+    @property
+    def over(self) -> bool:
+        return self.fct_us is not None or self.error is not None
 
 
 @dataclass
@@ -104,7 +110,7 @@ def connect(dst: str, port: int, dscp: int, mss: int, pace_mbps: float,
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss + TIMESTAMP_OPTION)
         try:
             s.connect((dst, port))
-        except ConnectionRefusedError:
+        except OSError:         # refused (not listening yet), unreachable (ARP): again
             s.close()
             if time.time() > deadline:
                 raise
@@ -162,8 +168,16 @@ class Flows:
                 n = f.sock.send(chunk)
             except BlockingIOError:
                 return
+            except OSError as exc:          # reset: this flow failed, the others go on
+                self.fail(f, exc)
+                return
             f.sent += n
         self.sel.modify(f.sock, selectors.EVENT_READ, f)   # now for the answer
+
+    def fail(self, f: Outgoing, exc: OSError | str) -> None:
+        f.error = str(exc)
+        self.sel.unregister(f.sock)
+        f.sock.close()
 
     def readable(self, key: selectors.SelectorKey) -> None:
         obj = key.data
@@ -171,13 +185,23 @@ class Flows:
             self.accept()
             return
         if isinstance(obj, Outgoing):
-            if obj.sock.recv(1) == ANSWER:
-                obj.fct_us = (time.time() - obj.t_start) * 1e6
-                obj.info = tcp_info(obj.sock)
+            try:
+                answer = obj.sock.recv(1)
+            except OSError as exc:
+                self.fail(obj, exc)
+                return
+            if answer != ANSWER:
+                self.fail(obj, "closed by the receiver without an answer")
+                return
+            obj.fct_us = (time.time() - obj.t_start) * 1e6
+            obj.info = tcp_info(obj.sock)
             self.sel.unregister(obj.sock)
             obj.sock.close()
             return
-        n = obj.sock.recv_into(self.buf)
+        try:
+            n = obj.sock.recv_into(self.buf)
+        except OSError:
+            n = 0                   # reset by the sender: what arrived is counted
         if n == 0:
             self.sel.unregister(obj.sock)
             obj.sock.close()
@@ -194,7 +218,10 @@ class Flows:
         obj.left -= len(data)
         self.received[obj.id] = obj.got
         if obj.left == 0:
-            obj.sock.send(ANSWER)
+            try:
+                obj.sock.send(ANSWER)
+            except OSError:
+                pass                # the sender is gone: its flow records the failure
 
     def serve(self) -> None:
         due = sorted(self.out, key=lambda f: f.at)
@@ -204,7 +231,7 @@ class Flows:
             now = time.time()
             while i < len(due) and due[i].at <= now:
                 f = due[i]
-                f.t_start = now
+                f.t_start = time.time()     # its own: an earlier flow's send took time
                 self.sel.register(f.sock, selectors.EVENT_WRITE, f)
                 self.send(f)
                 i += 1
@@ -214,7 +241,7 @@ class Flows:
                     self.send(key.data)
                 elif events & selectors.EVENT_READ:
                     self.readable(key)
-            if not done_said and i == len(due) and all(f.fct_us is not None for f in due):
+            if not done_said and i == len(due) and all(f.over for f in due):
                 print("done", flush=True)
                 done_said = True
 
@@ -223,7 +250,7 @@ class Flows:
                 "sent": [{"id": f.id, "size": f.size, "late_us": round((f.t_start - f.at) * 1e6)
                           if f.t_start else None,
                           "fct_us": None if f.fct_us is None else round(f.fct_us, 1),
-                          **(f.info or {})} for f in self.out],
+                          "error": f.error, **(f.info or {})} for f in self.out],
                 "received": [[k, v] for k, v in sorted(self.received.items())]}
 
 
@@ -235,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = json.loads(Path(args[0]).read_text())
     t0 = time.time()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)   # a connection per flow
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     flows = Flows(cfg)
 
     def stop(*_: object) -> None:

@@ -269,6 +269,18 @@ def test_a_users_control_that_does_not_compile_says_why(tmp_path):
     bad.write_text("struct user_cc { double rate_bps; };\n")   # no window, no hooks
     with pytest.raises(TestbedError, match=r"does not compile with the congestion control"):
         roce.build(bad)
+    # a control that sets no usable rate ends the engine, naming the hook
+    zero = tmp_path / "zero.h"
+    zero.write_text(AIMD.read_text().replace("s->rate_bps = e->line_bps;",
+                                             "s->rate_bps = 0;"))
+    eng = roce.Engine(bind="127.0.0.1", port=free_udp_port(), link_mbps=100.0,
+                      base_rtt_us=1000.0, user_cc=UserCc(source=str(zero)))
+    eng.qp(1, peer="127.0.0.2", peer_port=free_udp_port(), peer_qpn=1, line_mbps=100.0)
+    eng.write(1, start_us=0, nbytes=10_000)
+    proc = subprocess.run([str(roce.build(zero)), str(eng.save(tmp_path / "z.conf")),
+                           str(tmp_path / "z.json")], capture_output=True, text=True,
+                          timeout=10)
+    assert proc.returncode != 0 and "user_cc: after user_cc_init, rate_bps 0" in proc.stderr
     # an engine built without one refuses a user line
     eng = roce.Engine(bind="127.0.0.1", port=free_udp_port())
     conf = eng.save(tmp_path / "e.conf")

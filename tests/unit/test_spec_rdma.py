@@ -277,20 +277,19 @@ def test_convergence_and_shares_from_the_rates():
 
 
 def test_queue_stats_are_time_weighted_and_binned_in_packets():
-    """A queue empty 90% of the time, at 1.5 packets 8.5% and at 10 packets 1.5%: its
-    median is empty, its 95th percentile 1.5 packets, its 99th and its most 10 packets."""
-    frame = 1000
+    """A queue empty 90% of the time, at 2 packets (1500 B) 8.5% and at 10 packets 1.5%:
+    its median is empty, its 95th percentile 1500 B, its 99th and its most 10,000 B."""
     segs = [(0.9, 0, 0), (0.085, 2, 1500), (0.015, 10, 10_000)]
-    sampled, mean, p50, p95, p99, most, *shares = rdma.queue_stats(segs, frame)
+    sampled, mean, p50, p95, p99, most, *shares = rdma.queue_stats(segs)
     assert sampled == 1.0 and mean == round(0.085 * 1500 + 0.015 * 10_000)
     assert (p50, p95, p99, most) == (0, 1500, 10_000, 10_000)
-    # bins 0 | 1 | 2-3 | 4-7 | 8-15 | ...: 1500 B is 2 packets, 10000 B is 10
+    # bins by the packets held, 0 | 1 | 2-3 | 4-7 | 8-15 | ...
     assert shares == [0.9, 0.0, 0.085, 0.0, 0.015, 0.0, 0.0, 0.0]
     assert len(rdma.QUEUE_HEADER) == 8 + len(shares)
     assert rdma.QUEUE_HEADER[8:10] == ["share_0_pkts", "share_1_pkts"]
     assert rdma.QUEUE_HEADER[-2:] == ["share_32_63_pkts", "share_64_up_pkts"]
-    assert rdma.queue_stats([], frame)[0] == 0.0
-    rows = [["hpcc", "s1-eth1", *rdma.queue_stats(segs, frame)],
-            ["hpcc", "s1-eth2", *rdma.queue_stats([(1.0, 0, 0)], frame)]]
+    assert rdma.queue_stats([])[0] == 0.0
+    rows = [["hpcc", "s1-eth1", *rdma.queue_stats(segs)],
+            ["hpcc", "s1-eth2", *rdma.queue_stats([(1.0, 0, 0)])]]
     assert rdma.queue_headline(rows) == {"hpcc_queue_p99_bytes": 10_000,
                                          "hpcc_queue_max_bytes": 10_000}

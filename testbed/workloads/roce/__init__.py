@@ -59,7 +59,7 @@ def build(user_cc: str | Path | None = None) -> Path:
         tmp = binary.with_suffix(".tmp")
         define = [f'-DUSER_CC_H="{user}"'] if user else []
         proc = run([cc, "-O2", "-Wall", "-Werror", *define, "-o", str(tmp),
-                    str(SOURCE_DIR / "engine.c")], check=False, timeout=120)
+                    str(SOURCE_DIR / "engine.c"), "-lm"], check=False, timeout=120)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             what = f" with the congestion control {user}" if user else ""

@@ -495,8 +495,9 @@ static double window_of(const struct qp *q)
 	if (cc == CC_HPCC)
 		return hpcc_window_bytes(&q->hp, &q->hpar);
 #ifdef USER_CC_H
-	if (cc == CC_USER)
-		return q->uc.window_bytes;
+	if (cc == CC_USER && q->uc.window_bytes > 0)   /* with "+w": the smaller of the two */
+		return window_bytes && (double)window_bytes < q->uc.window_bytes ?
+		       (double)window_bytes : q->uc.window_bytes;
 #endif
 	return (double)window_bytes;
 }
@@ -618,6 +619,22 @@ static uint64_t get_be64(const uint8_t *p)
 	return v;
 }
 
+#ifdef USER_CC_H
+/* what a user's control set after one of its hooks: a pacing rate that is a positive
+ * number (no more than the line) and a window that is not negative */
+static void user_take(struct qp *q, const char *hook)
+{
+	double r = q->uc.rate_bps, w = q->uc.window_bytes;
+
+	if (!(r > 0) || r != r || r > 1e15 || !(w >= 0) || w > 1e15) {
+		fprintf(stderr, "user_cc: after %s, rate_bps %g and window_bytes %g: the rate "
+			"must be a positive number, the window 0 (none) or more\n", hook, r, w);
+		exit(1);
+	}
+	q->rate_bps = r < q->line_bps ? r : q->line_bps;
+}
+#endif
+
 /* a positive ACK of sequence `acked` reached q's congestion control: its RTT when q
  * remembers sending it, the telemetry it echoes (`echo`, NULL: none) */
 static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t *echo)
@@ -658,7 +675,7 @@ static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t 
 				hops[i] = get_be64(echo + INT_HDR_LEN + i * INT_HOP_LEN);
 		}
 		user_cc_on_ack(&q->uc, &q->ue, &a);
-		q->rate_bps = q->uc.rate_bps;
+		user_take(q, "user_cc_on_ack");
 	}
 #endif
 }
@@ -669,7 +686,7 @@ static void cc_on_loss(struct qp *q, uint64_t now)
 #ifdef USER_CC_H
 	if (cc == CC_USER && q->msg_lo >= 0) {
 		user_cc_on_loss(&q->uc, &q->ue, now);
-		q->rate_bps = q->uc.rate_bps;
+		user_take(q, "user_cc_on_loss");
 	}
 #else
 	(void)q, (void)now;
@@ -827,7 +844,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 #ifdef USER_CC_H
 		if (cc == CC_USER && q->msg_lo >= 0) {
 			user_cc_on_cnp(&q->uc, &q->ue, now);
-			q->rate_bps = q->uc.rate_bps;
+			user_take(q, "user_cc_on_cnp");
 		}
 #endif
 		if (cc == CC_DCQCN && q->msg_lo >= 0) {
@@ -1033,7 +1050,7 @@ int main(int argc, char **argv)
 #ifdef USER_CC_H
 		if (cc == CC_USER) {
 			user_cc_init(&q->uc, &q->ue);
-			q->rate_bps = q->uc.rate_bps;
+			user_take(q, "user_cc_init");
 		}
 #endif
 		if (q->msg_lo >= 0) {
@@ -1108,7 +1125,7 @@ int main(int argc, char **argv)
 			if (cc == CC_USER && q->msg_lo >= 0) {
 				uint64_t at = user_cc_on_time(&q->uc, &q->ue, now);
 
-				q->rate_bps = q->uc.rate_bps;
+				user_take(q, "user_cc_on_time");
 				if (at && at < wake)
 					wake = at;
 			}

@@ -9,9 +9,11 @@
  *   void user_cc_on_loss(struct user_cc *, const struct cc_env *, uint64_t now_ns);
  *   uint64_t user_cc_on_time(struct user_cc *, const struct cc_env *, uint64_t now_ns);
  *
- * The engine paces the queue pair at rate_bps (bits per second on the wire) and, when
- * window_bytes > 0, keeps at most that many bytes in flight; it reads both after every
- * hook. on_ack runs for every positive ACK of the requester (with the acknowledged
+ * The engine paces the queue pair at rate_bps (bits per second on the wire, held to the
+ * line rate) and, when window_bytes > 0, keeps at most that many bytes in flight (with
+ * "+w", the smaller of that and one BDP); it reads both after every hook, and a rate that
+ * is not a positive number, or a negative window, ends the engine with a message naming
+ * the hook. on_ack runs for every positive ACK of the requester (with the acknowledged
  * packet's round trip when it was sent once, and the echoed telemetry when the spec asks
  * for it), on_cnp for every CNP, on_loss for a retransmission timeout or a NAK, on_time
  * on every pass of the engine's loop: it returns when it next wants to run (0: no wish),
