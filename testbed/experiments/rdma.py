@@ -101,10 +101,6 @@ def parse_scheme(name: str) -> Scheme:
     return Scheme(cc, "w" in mods, "irn" in mods, "lossy" in mods)
 
 
-def reacts_to_ecn(scheme: str) -> bool:
-    return parse_scheme(scheme).cc in ("dcqcn", "dcqcn_plus", "tcp")
-
-
 @dataclass(frozen=True, kw_only=True)
 class RdmaFlow:
     """One RDMA WRITE of `size_bytes` from `src` to `dst`, posted `start_ms` after the
@@ -351,6 +347,14 @@ def check_workload(w: RdmaWorkload, path: str, topo: Topology) -> None:
             raise SpecError(f"{path}.incast: size_bytes >= 1 and share in (0, 1)")
 
 
+def reacts_to_ecn(exp: Rdma, scheme: str) -> bool:
+    """Whether the switches mark a scheme's packets: DCQCN(+), TCP, and a user's control
+    that asks for it."""
+    cc = parse_scheme(scheme).cc
+    return cc in ("dcqcn", "dcqcn_plus", "tcp") or (
+        cc == "user" and exp.user_cc is not None and exp.user_cc.ecn)
+
+
 def telemetry(exp: Rdma, scheme: str) -> bool:
     """Whether a scheme's data packets collect HPCC's per-hop records."""
     cc = parse_scheme(scheme).cc
@@ -362,10 +366,8 @@ def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
     """The classes a scheme runs with: the rest (DSCP 0), the RoCE data (lossless when
     `pfc` and the scheme is not lossy, ECN-marked when it reacts to marks) and the control
     packets above both."""
-    marked = reacts_to_ecn(scheme) or (parse_scheme(scheme).cc == "user"
-                                        and exp.user_cc is not None and exp.user_cc.ecn)
     ecn = EcnProfile(k=exp.ecn_k_bytes, kmax=exp.ecn_kmax_bytes, pmax=exp.ecn_pmax,
-                     unit="bytes") if marked else None
+                     unit="bytes") if reacts_to_ecn(exp, scheme) else None
     if parse_scheme(scheme).tcp and exp.tcp_ecn_k_bytes is not None:
         ecn = EcnProfile(k=exp.tcp_ecn_k_bytes, unit="bytes")
     lossless = exp.pfc and not parse_scheme(scheme).lossy
@@ -409,8 +411,8 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             rtts = path_rtts(fab, topo, flows)
             folder = ctx.out_dir / "flows" / ctx.raw_name(f"rdma-{scheme}")
             folder.mkdir(parents=True, exist_ok=True)
+            base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
             if parts.tcp:
-                base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
                 if not exp.tcp_initial_window_pkts and base_rtt_us <= 0:
                     raise TestbedError(f"{label}: no base round trip measured (no ping "
                                        f"answered) for the initial window")
@@ -430,7 +432,6 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                                                  for h in sorted({f.src for f in flows})}}
                 what = "tcp flows"
             else:
-                base_rtt_us = base_rtt(exp, flows, topo, rtts, scheme)
                 start_at = time.time() + 2.0      # every engine started and bound by then
                 engines = engines_for(exp, flows, topo, scheme, start_at, base_rtt_us)
                 params[scheme] = scheme_record(exp, flows, topo, scheme, base_rtt_us)
