@@ -383,7 +383,10 @@ def rdma_qos(exp: Rdma, scheme: str) -> QosConfig:
 def bottleneck_mbps(topo: Topology, src: str, dst: str) -> float:
     """The slowest link on the first shortest path (equal-cost paths of these fabrics have
     equal rates)."""
-    path = shortest_paths(topo, src, dst)[0]
+    return path_bottleneck_mbps(topo, shortest_paths(topo, src, dst)[0])
+
+
+def path_bottleneck_mbps(topo: Topology, path: list[str]) -> float:
     return min(link.rate_mbps for a, b in zip(path, path[1:])
                if (link := topo.link_between(a, b)) is not None)
 
@@ -664,19 +667,8 @@ def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     rows = []
     for i, f in enumerate(flows):
         s = sent.get(i, {})
-        rtt = rtts.get((f.src, f.dst))
-        fct = s.get("fct_us")
         rows.append({
-            "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
-            "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
-            "headers": TCP_OVERHEAD,
-            "fct_us": fct, "ideal_fct_us": None, "slowdown": None,
-            "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
-            "bottleneck_mbps": bottleneck_mbps(topo, f.src, f.dst),
-            "path_links": len(shortest_paths(topo, f.src, f.dst)[0]) - 1,
-            "ping_rtt_us": None if rtt is None else round(rtt * 1e6),
-            "rtt_min_us": None, "base_rtt_us": None,
-            "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu, TCP_OVERHEAD),
+            **flow_row(exp, scheme, i, f, topo, rtts, s.get("fct_us"), TCP_OVERHEAD, None),
             "rx_bytes": got.get(i, 0), "tx_pkts": s.get("segs_out"),
             "retx_pkts": s.get("retx"), "timeouts": None, "naks": None, "ooo_drops": None,
             "ce_marked": s.get("delivered_ce"), "cnps": None, "rate_cuts": None,
@@ -781,6 +773,24 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     return engines
 
 
+def flow_row(exp: Rdma, scheme: str, i: int, f: RdmaFlow, topo: Topology, rtts: dict,
+             fct_us: float | None, headers: int, rtt_min_us: float | None) -> dict:
+    """A flow's columns every scheme's row starts with: the flow, its path (one shortest
+    path: its slowest link and its length), its completion (ideal and slowdown:
+    `set_ideals`), its bytes on the wire with `headers` per packet."""
+    path = shortest_paths(topo, f.src, f.dst)[0]
+    rtt = rtts.get((f.src, f.dst))
+    return {
+        "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
+        "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
+        "headers": headers, "fct_us": fct_us, "ideal_fct_us": None, "slowdown": None,
+        "goodput_mbps": None if not fct_us else round(f.size_bytes * 8 / fct_us, 3),
+        "bottleneck_mbps": path_bottleneck_mbps(topo, path), "path_links": len(path) - 1,
+        "ping_rtt_us": None if rtt is None else round(rtt * 1e6),
+        "rtt_min_us": rtt_min_us, "base_rtt_us": None,
+        "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu, headers)}
+
+
 def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
               results: dict, rtts: dict) -> list[dict]:
     """One row per flow: its completion and both ends' counters (its ideal and slowdown:
@@ -790,30 +800,18 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     for i, f in enumerate(flows):
         res = results[f.src]
         sent, got = res.qps[i + 1], results[f.dst].qps[i + 1]
-        msg = next(m for m in res.messages if m.qpn == i + 1)
-        rtt = rtts.get((f.src, f.dst))
-        fct = msg.fct_us
+        fct = next(m for m in res.messages if m.qpn == i + 1).fct_us
         rows.append({
-            "scheme": scheme, "flow": i, "src": f.src, "dst": f.dst, "incast": f.incast,
-            "size_bytes": f.size_bytes, "start_ms": f.start_ms, "roce_mtu": exp.roce_mtu,
-            "headers": ROCE_OVERHEAD,
-            "fct_us": None if fct is None else round(fct, 1), "ideal_fct_us": None,
-            "slowdown": None,
-            "goodput_mbps": None if not fct else round(f.size_bytes * 8 / fct, 3),
-            "bottleneck_mbps": bottleneck_mbps(topo, f.src, f.dst),
-            "path_links": len(shortest_paths(topo, f.src, f.dst)[0]) - 1,
-            "ping_rtt_us": None if rtt is None else round(rtt * 1e6),
-            "rtt_min_us": sent["rtt_min_us"] if sent["rtt_samples"] else None,
-            "base_rtt_us": None,
-            "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu),
+            **flow_row(exp, scheme, i, f, topo, rtts, None if fct is None else round(fct, 1),
+                       ROCE_OVERHEAD, sent["rtt_min_us"] if sent["rtt_samples"] else None),
             "rx_bytes": got["rx_bytes"], "tx_pkts": sent["tx_pkts"],
             "retx_pkts": sent["retx_pkts"], "timeouts": sent["timeouts"],
             "naks": got["naks_tx"], "ooo_drops": got["ooo_drops"], "ce_marked": got["ce_rx"],
             "cnps": got["cnps_tx"],
             # a user's control: the engine cannot tell what counts as a cut or an update
             "rate_cuts": None if scheme_cc == "user" else sent["rate_cuts"],
-            "rate_updates": None if scheme_cc == "user" else sent["rate_updates"], "rtt_mean_us": sent["rtt_mean_us"],
-            "rtt_max_us": sent["rtt_max_us"], "int_hops": sent["int_hops"],
+            "rate_updates": None if scheme_cc == "user" else sent["rate_updates"],
+            "rtt_mean_us": sent["rtt_mean_us"], "rtt_max_us": sent["rtt_max_us"], "int_hops": sent["int_hops"],
             "ooo_kept": got["ooo_kept"],
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
