@@ -27,6 +27,7 @@ from topologies.graph import distances_to
 from topologies.model import Topology
 
 from . import routing
+from .plans import hash_udp
 from .routing import (
     ETH_TYPE_IP,
     PRIORITY_DETECT,
@@ -39,12 +40,15 @@ from .routing import (
 
 
 def plan(topo: Topology, mode: str = "ecmp", fast_failover: bool = False,
-         **plan_args: object) -> RoutePlan:
-    """`routing.plan`, protected by fast-failover groups when asked (what the controller
-    installs and replans)."""
+         udp_hash: bool = False, **plan_args: object) -> RoutePlan:
+    """`routing.plan`, with UDP's ports hashed at every ECMP choice (`plans.hash_udp`) and
+    protected by fast-failover groups, when asked (what the controller installs and
+    replans)."""
     if fast_failover and topo.relays:
         raise ValueError("fast failover needs a switched fabric (not BCube's server relays)")
     base = routing.plan(topo, mode, **plan_args)  # type: ignore[arg-type]
+    if udp_hash:
+        base = hash_udp(topo, base)
     return protect(topo, base) if fast_failover else base
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from topologies.graph import distances_to, next_hops
 from topologies.model import Topology
 
 PRIORITY_ROUTE = 100
+PRIORITY_UDP_HASH = 101  # UDP to a host with several next hops: chosen by a hash with its ports
 PRIORITY_DETOUR = 105   # fast failover: a detour's second hop, for packets from its first
 PRIORITY_DETECT = 110   # hedera: new TCP flows from a host port -> controller
 PRIORITY_FLOW = 120     # hedera: one flow's counting entry at its ingress edge switch
@@ -27,6 +28,10 @@ PRIORITY_MISS = 0
 ETH_TYPE_IP = 0x0800
 ETH_TYPE_ARP = 0x0806
 IP_PROTO_TCP = 6
+IP_PROTO_UDP = 17
+# OVS's bundle action hashes these: IP addresses, protocol, TCP and UDP ports (nicira-ext.h
+# NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP; a select group's default hash leaves UDP ports out)
+HASH_FIELDS_L3L4_UDP = 3
 
 
 FlowKey = tuple  # (ip_src, ip_dst, ip_proto, src_port, dst_port)
@@ -56,8 +61,10 @@ class Group:
 @dataclass(frozen=True, kw_only=True)
 class Rule:
     """A flow entry. `match` is a sorted tuple of OXM field/value pairs (Ryu's names);
-    one of `out_port` or `group_id` forwards, `to_controller` alone sends to the controller,
-    with one of them sends a copy there; none of them drops."""
+    one of `out_port`, `group_id` or `hash_ports` forwards, `to_controller` alone sends to
+    the controller, with one of them sends a copy there; none of them drops. `hash_ports`:
+    one of these ports, those up, chosen per flow by a hash of its addresses, protocol and
+    TCP or UDP ports seeded with `hash_basis` (OVS's bundle action, highest random weight)."""
     dpid: int
     priority: int
     match: tuple[tuple[str, object], ...]
@@ -66,10 +73,13 @@ class Rule:
     to_controller: bool = False
     idle_timeout: int = 0  # seconds without a packet before the switch removes it (0: never)
     set_dscp: int | None = None  # re-mark the packet's DSCP before forwarding
+    hash_ports: tuple[int, ...] = ()
+    hash_basis: int = 0
 
     @property
     def is_drop(self) -> bool:
-        return self.out_port is None and self.group_id is None and not self.to_controller
+        return (self.out_port is None and self.group_id is None and not self.hash_ports
+                and not self.to_controller)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +142,29 @@ def decorrelated_buckets(ports: tuple[int, ...], multiplier: int) -> tuple[int, 
     if multiplier <= 1 or n * multiplier > MAX_BUCKETS:
         return ports
     return tuple(ports[(i // multiplier) % n] for i in range(n * multiplier))
+
+
+def hash_udp(topo: Topology, plan: RoutePlan) -> RoutePlan:
+    """`plan` with UDP hashed on its ports too, as a switch's ECMP hashes RoCEv2's source
+    port: beside every route through a select group, an entry for UDP to the same host that
+    picks among the group's ports by a hash of addresses, protocol and ports, seeded by the
+    switch's hashing stage so that successive stages choose independently. (OVS hashes a
+    select group's packets on addresses and TCP ports only; UDP's ports are left out, so
+    every queue pair between two hosts would take one path.)"""
+    stage = hash_stages(topo)
+    select = {(g.dpid, g.group_id): g for g in plan.groups if g.kind == "select"}
+    extra = []
+    for r in plan.rules:
+        group = (select.get((r.dpid, r.group_id))
+                 if r.priority == PRIORITY_ROUTE and r.group_id is not None else None)
+        sw = topo.switch_by_dpid(r.dpid)
+        if group is None or sw is None:
+            continue
+        extra.append(Rule(dpid=r.dpid, priority=PRIORITY_UDP_HASH,
+                          match=tuple(sorted((*r.match, ("ip_proto", IP_PROTO_UDP)))),
+                          hash_ports=group.ports, hash_basis=stage[sw.name],
+                          set_dscp=r.set_dscp))
+    return replace(plan, rules=plan.rules + tuple(extra), _by_dpid={})
 
 
 def switched_plan(topo: Topology, mode: str,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from topologies.model import Topology
 
-from .plans import IN_PORT, RoutePlan, Rule, arp_reply
+from .plans import IN_PORT, IP_PROTO_TCP, RoutePlan, Rule, arp_reply
 
 Path = tuple[str, ...]
 MAX_HOPS = 64
@@ -26,17 +26,19 @@ class TraceError(AssertionError):
     left the destination unreachable)."""
 
 
-def paths(topo: Topology, plan: RoutePlan, src: str, dst: str) -> dict[Path, float]:
-    """Every path (host, node, ..., host) a packet from `src` to `dst` can take, with the
-    share of flows on it (the shares add up to 1)."""
-    tracer = _Tracer(topo, plan, dst)
+def paths(topo: Topology, plan: RoutePlan, src: str, dst: str,
+          ip_proto: int = IP_PROTO_TCP) -> dict[Path, float]:
+    """Every path (host, node, ..., host) a packet of `ip_proto` from `src` to `dst` can
+    take, with the share of flows on it (the shares add up to 1)."""
+    tracer = _Tracer(topo, plan, dst, ip_proto)
     tracer.host_send(src, (src,), 1.0)
     return tracer.done
 
 
 def matching_rule(plan: RoutePlan, dpid: int, in_port: int, eth_dst: str | None,
-                  ipv4_dst: str) -> Rule | None:
-    """The entry a switch applies to an IPv4 packet (None: nothing matches)."""
+                  ipv4_dst: str, ip_proto: int = IP_PROTO_TCP) -> Rule | None:
+    """The entry a switch applies to an IPv4 packet of `ip_proto` (None: nothing
+    matches)."""
     found = []
     for r in plan.for_switch(dpid)[1]:
         m = dict(r.match)
@@ -45,6 +47,8 @@ def matching_rule(plan: RoutePlan, dpid: int, in_port: int, eth_dst: str | None,
         if m.get("ipv4_dst", ipv4_dst) != ipv4_dst or m.get("in_port", in_port) != in_port:
             continue
         if "eth_dst" in m and m["eth_dst"] != eth_dst:
+            continue
+        if m.get("ip_proto", ip_proto) != ip_proto:
             continue
         found.append(r)
     if not found:
@@ -57,8 +61,8 @@ def matching_rule(plan: RoutePlan, dpid: int, in_port: int, eth_dst: str | None,
 
 
 class _Tracer:
-    def __init__(self, topo: Topology, plan: RoutePlan, dst: str):
-        self.topo, self.plan, self.dst = topo, plan, dst
+    def __init__(self, topo: Topology, plan: RoutePlan, dst: str, ip_proto: int):
+        self.topo, self.plan, self.dst, self.ip_proto = topo, plan, dst, ip_proto
         self.dst_ip = topo.host(dst).ip
         self.routes = {(r.host, r.dst_ip): r.via for r in plan.host_routes}
         self.groups = {(g.dpid, g.group_id): g.buckets for g in plan.groups}
@@ -104,11 +108,15 @@ class _Tracer:
         passes one aggregation switch twice, on different ports)."""
         if len(path) > MAX_HOPS:
             raise TraceError(f"loop: {path}")
-        rule = matching_rule(self.plan, self.topo.switch(sw).dpid, in_port, mac, self.dst_ip)
-        if rule is None or rule.is_drop or (rule.out_port is None and rule.group_id is None):
+        rule = matching_rule(self.plan, self.topo.switch(sw).dpid, in_port, mac, self.dst_ip,
+                             self.ip_proto)
+        if rule is None or rule.is_drop or (rule.out_port is None and rule.group_id is None
+                                            and not rule.hash_ports):
             raise TraceError(f"{sw} drops traffic to {self.dst} (path {path})")
         if rule.group_id is not None:
             buckets = self.groups[(self.topo.switch(sw).dpid, rule.group_id)]
+        elif rule.hash_ports:   # a hash of every flow's own: flows spread evenly
+            buckets = rule.hash_ports
         else:
             buckets = (rule.out_port,)  # type: ignore[assignment]
         for bucket in dict.fromkeys(buckets):

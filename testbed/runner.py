@@ -252,11 +252,12 @@ class RunContext:
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
                hedera: dict[str, Any] | None = None, jobs: bool = False,
-               circuits: dict[str, Any] | None = None,
+               circuits: dict[str, Any] | None = None, udp_hash: bool = False,
                **link_overrides: Any) -> Iterator[Fabric]:
         """A fabric for one phase; `qos` and `hosts` replace the spec's for this phase,
         `hedera` and `circuits` change some of Hedera's or c-Through's settings, `jobs`
-        loads the cross-job policies' app (it needs `qos`)."""
+        loads the cross-job policies' app (it needs `qos`), `udp_hash` has every ECMP
+        choice hash UDP's ports too (RoCE's per-QP ports)."""
         routing = own_routing(topo.kind, routing)
         if hosts is not None:  # a phase's own hosts may select one of the testbed's BPF
             hosts = replace(hosts, congestion_control=self.host_congestion().resolve(
@@ -279,7 +280,8 @@ class RunContext:
                            hosts=hosts or self.spec.hosts, qos=qos,
                            hedera=replace(self.spec.controller.hedera, **(hedera or {})),
                            circuits=replace(self.spec.controller.circuits, **(circuits or {})),
-                           jobs=jobs, out_dir=self.out_dir, record=self.record,
+                           jobs=jobs, udp_hash=udp_hash, out_dir=self.out_dir,
+                           record=self.record,
                            topology_json=self.out_dir / "topologies" / f"{phase}.json",
                            log=self.log, flow_tag_prefix=self.raw_name(""))
         self.log(f"[{label}] starting {topo.kind} ({len(topo.hosts)} hosts, "
@@ -341,7 +343,7 @@ def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
                  hosts: HostConfig, qos: QosConfig | None, hedera: HederaSpec,
                  circuits: CircuitSpec, jobs: bool, out_dir: Path, record: RunRecord,
                  topology_json: Path, log: Callable[[str], None],
-                 flow_tag_prefix: str) -> Fabric:
+                 flow_tag_prefix: str, udp_hash: bool = False) -> Fabric:
     """A phase's fabric, not started: the phase's topology, routing, links, hosts, classes
     and Hedera and c-Through settings, the spec's other controller settings and datapath;
     its nodes here, or across the servers of the spec's `cluster` (the cluster's executor,
@@ -354,7 +356,7 @@ def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
                   executor=executor, out_dir=out_dir, record=record,
                   plugins=tuple(spec.controller.plugins), hedera=hedera,
                   flow_priority=spec.controller.flow_priority, circuits=circuits,
-                  fast_failover=spec.controller.fast_failover,
+                  fast_failover=spec.controller.fast_failover, udp_hash=udp_hash,
                   on_death=spec.controller.on_death, datapath_setting=spec.datapath,
                   jobs=jobs, topology_json=topology_json, log=log,
                   flow_tag_prefix=flow_tag_prefix)

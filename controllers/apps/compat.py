@@ -22,7 +22,7 @@ from ryu.controller.controller import Datapath  # noqa: E402
 from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from ryu.lib import hub  # noqa: E402
 from ryu.lib.packet import arp, ethernet, ipv4, packet, tcp  # noqa: E402
-from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
+from ryu.ofproto import nicira_ext, ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
 RyuApp = app_manager.RyuApp
 
@@ -71,6 +71,7 @@ def wait_readable(fd: int, timeout: float | None = None) -> bool:
 OFP_VERSION = ofproto_v1_3.OFP_VERSION
 
 __all__ = ["CONFIG_DISPATCHER", "Datapath", "MAIN_DISPATCHER", "OFP_VERSION", "RyuApp", "arp", "ethernet",
-           "hub", "ipv4", "manager", "ofp_event", "ofproto_v1_3", "ofproto_v1_3_parser",
+           "hub", "ipv4", "manager", "nicira_ext", "ofp_event", "ofproto_v1_3",
+           "ofproto_v1_3_parser",
            "packet", "set_ev_cls", "tcp",
            "wait_readable", "BackgroundWriter"]

@@ -2,7 +2,8 @@
 valve_of). They take a Ryu datapath only for its ofproto/parser and never send anything."""
 from __future__ import annotations
 
-from controllers.apps.compat import arp, ethernet, packet
+from controllers.apps.compat import arp, ethernet, nicira_ext, packet
+from controllers.plans import HASH_FIELDS_L3L4_UDP
 from controllers.plugin_guard import COOKIE_BAND
 from controllers.routing import Group, Rule
 
@@ -77,6 +78,11 @@ def actions(dp, rule: Rule) -> list:
         acts.append(parser.OFPActionGroup(rule.group_id))
     elif rule.out_port is not None:
         acts.append(parser.OFPActionOutput(rule.out_port))
+    elif rule.hash_ports:
+        acts.append(parser.NXActionBundle(
+            algorithm=nicira_ext.NX_BD_ALG_HRW, fields=HASH_FIELDS_L3L4_UDP,
+            basis=rule.hash_basis, slave_type=nicira_ext.NXM_OF_IN_PORT,
+            n_slaves=len(rule.hash_ports), ofs_nbits=0, dst=0, slaves=list(rule.hash_ports)))
     return acts
 
 
@@ -93,9 +99,13 @@ def read_rule(dp, stat) -> Rule:
     ofp = dp.ofproto
     out_port = group_id = set_dscp = None
     to_controller = False
+    hash_ports: tuple[int, ...] = ()
+    hash_basis = 0
     for inst in stat.instructions:
         for act in getattr(inst, "actions", []):
-            if act.cls_action_type == ofp.OFPAT_OUTPUT:
+            if isinstance(act, dp.ofproto_parser.NXActionBundle):
+                hash_ports, hash_basis = tuple(act.slaves), act.basis
+            elif act.cls_action_type == ofp.OFPAT_OUTPUT:
                 if act.port == ofp.OFPP_CONTROLLER:
                     to_controller = True
                 else:
@@ -106,7 +116,8 @@ def read_rule(dp, stat) -> Rule:
                 set_dscp = act.value
     return Rule(dpid=dp.id, priority=stat.priority, match=tuple(sorted(stat.match.items())),
                 out_port=out_port, group_id=group_id, to_controller=to_controller,
-                idle_timeout=stat.idle_timeout, set_dscp=set_dscp)
+                idle_timeout=stat.idle_timeout, set_dscp=set_dscp, hash_ports=hash_ports,
+                hash_basis=hash_basis)
 
 
 def read_group(dp, desc) -> Group:

@@ -300,6 +300,7 @@ class ControllerConfig:
     fast_failover: bool = False
     jobs_dir: str | None = None
     commands_jsonl: str | None = None  # what the runner asks while the phase runs (below)
+    udp_hash: bool = False  # UDP's ports hashed at every ECMP choice (RoCE's per-QP ports)
 
     @property
     def per_flow(self) -> bool:
@@ -309,7 +310,8 @@ class ControllerConfig:
     @property
     def plan_args(self) -> dict[str, Any]:
         """What `controllers.routing.plan` is given besides the topology and the mode."""
-        args: dict[str, Any] = {"fast_failover": self.fast_failover}
+        args: dict[str, Any] = {"fast_failover": self.fast_failover,
+                                "udp_hash": self.udp_hash}
         if self.per_flow:
             args.update(base=self.hedera.base, track=True)
         return args

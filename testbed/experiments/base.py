@@ -89,7 +89,7 @@ class Context(Protocol):
     def fabric(self, topo: Topology, routing: str, label: str, *,
                qos: QosConfig | None = None, hosts: HostConfig | None = None,
                hedera: dict[str, Any] | None = None, jobs: bool = False,
-               circuits: dict[str, Any] | None = None,
+               circuits: dict[str, Any] | None = None, udp_hash: bool = False,
                **link_overrides: Any) -> AbstractContextManager[Phase]: ...
 
     def traffic_phase(self, fab: Phase, outcome: Outcome,

@@ -217,6 +217,10 @@ class Rdma(ExperimentSpec):
     dcqcn_plus: DcqcnPlus = field(default_factory=DcqcnPlus)
     irn: Irn = field(default_factory=Irn)
     user_cc: UserCc | None = None   # the scheme "user" (and its "+" variants)
+    # RoCE engines' UDP source port: fixed, every queue pair from 4791 (a host pair's
+    # queue pairs share one ECMP path); per_qp, from each connection's own port as a NIC
+    # derives it from the QP numbers, so ECMP can spread them
+    source_port: Literal["fixed", "per_qp"] = "fixed"
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
         """`flows`, the incast's, then the workload's (seeded: the same every time), on
@@ -409,7 +413,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             hosts = replace(ctx.spec.hosts, ecn=True, congestion_control=parts.tcp)
         with ctx.fabric(ctx.topo, ctx.spec.controller.routing, label, qos=rdma_qos(exp, scheme),
                         hosts=hosts, burst_us=exp.burst_us, buffer_pkts=exp.buffer_pkts,
-                        buffer_bytes=None) as fab:
+                        buffer_bytes=None, udp_hash=exp.source_port == "per_qp") as fab:
             topo = fab.topo
             rtts = path_rtts(fab, topo, flows)
             folder = ctx.out_dir / "flows" / ctx.raw_name(f"rdma-{scheme}")
@@ -445,6 +449,7 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             dp = fab.dataplane()
             before = qc.fabric_drops(dp)
             ports = switch_ports(dp, topo)
+            enq = {p: dp.queue(p, ROCE_CLASS).enq_bytes for p in ports}
             sampler = None
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:
@@ -461,7 +466,8 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                     if sampler is not None:
                         sampler.stop()
             if sampler is not None:
-                queue_rows += port_queue_rows(sampler, ports, scheme, start_at)
+                queue_rows += port_queue_rows(sampler, ports, scheme, start_at, {
+                    p: dp.queue(p, ROCE_CLASS).enq_bytes - enq[p] for p in ports})
                 if sampler.achieved_rate_hz() < 0.8 * exp.queue_sample_hz:
                     out.warnings.append(f"{label}: queues sampled at "
                                         f"{sampler.achieved_rate_hz():.0f} Hz of "
@@ -526,7 +532,7 @@ def switch_ports(dp: Any, topo: Topology) -> dict[int, str]:
 
 # a queue's occupancy in whole packets: bins from these lower edges (the last open)
 QUEUE_BINS_PKTS = (0, 1, 2, 4, 8, 16, 32, 64)
-QUEUE_HEADER = ["scheme", "port", "sampled_s", "mean_bytes", "p50_bytes", "p95_bytes",
+QUEUE_HEADER = ["scheme", "port", "sent_bytes", "sampled_s", "mean_bytes", "p50_bytes", "p95_bytes",
                 "p99_bytes", "max_bytes",
                 *[f"share_{lo}_pkts" if hi == lo + 1 else f"share_{lo}_{hi - 1}_pkts"
                   if hi else f"share_{lo}_up_pkts"
@@ -559,11 +565,11 @@ def queue_stats(segs: list[tuple[float, int, int]]) -> list:
 
 
 def port_queue_rows(sampler: Any, ports: dict[int, str], scheme: str,
-                    start_at: float) -> list[list]:
-    """Each switch port's RoCE queue from the flows' start to the sampler's stop (a
-    ClassQueueSampler: testbed/measure/queues.py)."""
+                    start_at: float, sent: dict[int, int]) -> list[list]:
+    """Each switch port's RoCE bytes sent in the phase (`sent`) and its RoCE queue from the
+    flows' start to the sampler's stop (a ClassQueueSampler: testbed/measure/queues.py)."""
     t0, t_end = sampler.t0, sampler.t_end
-    return [[scheme, name, *queue_stats(
+    return [[scheme, name, sent[p], *queue_stats(
         sampler.time_weighted(p, ROCE_CLASS, start_at - t0, t_end - t0))]
             for p, name in sorted(ports.items(), key=lambda kv: kv[1])]
 
@@ -721,7 +727,8 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
         "dcqcn_plus": exp.dcqcn_plus}
     cc = ccs.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
-    out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict()}
+    out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict(),
+                 "source_port": exp.source_port}
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
     if parts.cc == "user" and exp.user_cc is not None:   # as written: the user's units
@@ -765,10 +772,11 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
 
     for i, f in enumerate(flows):
         src, dst = engine(f.src), engine(f.dst)
+        sport = roce.qp_source_port(i + 1, i + 1) if exp.source_port == "per_qp" else 0
         src.qp(i + 1, peer=topo.host(f.dst).ip, peer_qpn=i + 1,
-               line_mbps=topo.link_at(f.src, 0).rate_mbps)
+               line_mbps=topo.link_at(f.src, 0).rate_mbps, sport=sport)
         dst.qp(i + 1, peer=topo.host(f.src).ip, peer_qpn=i + 1,
-               line_mbps=topo.link_at(f.dst, 0).rate_mbps)
+               line_mbps=topo.link_at(f.dst, 0).rate_mbps, sport=sport)
         src.write(i + 1, start_us=round(f.start_ms * 1000), nbytes=f.size_bytes)
     return engines
 

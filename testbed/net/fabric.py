@@ -64,6 +64,7 @@ class Fabric:
     flow_priority: FlowPriority = field(default_factory=FlowPriority)
     circuits: CircuitSpec = field(default_factory=CircuitSpec)  # for routing cthrough
     fast_failover: bool = False
+    udp_hash: bool = False  # every ECMP choice hashes UDP's ports too (plans.hash_udp)
     on_death: str = "warn"  # the spec's controller.on_death: warn | fail | restart
     topology_json: Path | None = None  # where this fabric's topology is written for the controller
     log: Callable[[str], None] = print
@@ -165,7 +166,7 @@ class Fabric:
             flow_priority=self.flow_priority, hedera_dir=str(self.hedera_dir),
             circuits=self.circuits, circuits_log=str(self.circuits_log)
             if self.routing == "cthrough" else None,
-            fast_failover=self.fast_failover,
+            fast_failover=self.fast_failover, udp_hash=self.udp_hash,
             dataplane_json=str(self.qos_plane.description) if self.qos_plane else None,
             status_dir=str(self.qos_status_dir) if self.qos_plane else None,
             jobs_dir=str(self.jobs_dir) if self.jobs else None,

@@ -58,6 +58,29 @@ def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
         assert last >= 0.95 * 2 * int(by[(scheme, "0")]["wire_bytes"]) * 8 / 100, scheme
 
 
+def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
+    """Eight QPs from one host to another across two spines: from one UDP port they all
+    hash onto one spine; from each QP's own port (as a NIC sends), with the switches
+    hashing UDP ports, both spines carry some, and the bytes are the same."""
+    two_spines = {**LEAFSPINE, "params": {**LEAFSPINE["params"], "spines": 2}}
+    flows = [{"src": "h1", "dst": "h3", "size_bytes": 500_000}] * 8
+    data = {"name": "it-rdma-entropy", "topology": two_spines, "links": {"mtu_bytes": 9000},
+            "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": ["dcqcn"],
+                             "flows": flows, "timeout_s": 60, "source_port": port}
+                            for port in ("fixed", "per_qp")]}
+    out, summary = run(tmp_path, data)
+    assert all(int(r["rx_bytes"]) == 500_000 and r["cpu_bound"] == "False"
+               for r in rows(out, "rdma_flows.csv"))
+    spines: dict[str, list[int]] = {"0": [], "1": []}   # experiment -> bytes down each spine
+    for r in rows(out, "rdma_queues.csv"):
+        if r["port"].startswith("sp") and r["port"].endswith("eth2"):   # towards leaf 2
+            spines[r["experiment"]].append(int(r["sent_bytes"]))
+    fixed, per_qp = sorted(spines["0"]), sorted(spines["1"])
+    assert fixed[0] == 0 and fixed[1] > 8 * 500_000, fixed
+    assert per_qp[0] >= 500_000, per_qp                    # at least one QP each
+    assert abs(sum(per_qp) - sum(fixed)) <= 0.01 * sum(fixed), (fixed, per_qp)
+
+
 def test_hpcc_reads_every_switch_and_irn_recovers_without_pfc(tmp_path):
     """HPCC: every data packet crossing the leaf-spine collects a telemetry record at each
     of its three switch egresses, the ACKs bring them back and the senders cut from them

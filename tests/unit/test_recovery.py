@@ -187,12 +187,13 @@ def wire(msg):  # serialise, then parse back what a switch's reply would carry
 
 dp = DP()
 topo = fattree(4)
-p = failover.plan(topo, "hedera", fast_failover=True, track=True)
+p = failover.plan(topo, "hedera", fast_failover=True, track=True, udp_hash=True)
 a1 = topo.switch("a1").dpid  # select and fast-failover groups, detours matching in_port
 dp.id = a1
 groups, rules = p.for_switch(a1)
 assert {g.kind for g in groups} == {"select", "ff"}
 assert any("in_port" in dict(r.match) for r in rules)
+assert any(r.hash_ports for r in rules)  # UDP hashed on its ports (OVS's bundle action)
 marked = routing.Rule(dpid=a1, priority=routing.PRIORITY_FLOW, set_dscp=46, group_id=1,
                       idle_timeout=10, match=routing.flow_match(("10.0.0.1", "10.0.0.9", 6,
                                                                  40000, 5201)))

@@ -600,6 +600,23 @@ def test_bad_configs_are_refused():
         roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, base_rtt_us=100).text()
     with pytest.raises(ValueError, match="t_low_us"):
         roce.Engine(bind="10.0.0.1", timely=Timely(t_low_us=600), link_mbps=100).text()
+    with pytest.raises(ValueError, match="source port 70000 is not a port"):
+        e.qp(4, "10.0.0.2", 4, 100, sport=70000)
+
+
+def test_a_queue_pairs_source_port_is_a_nics():
+    # Linux's rdma_get_udp_sport: the flow label of the two QP numbers folded into
+    # 0xC000..0xFFFF, the same at both ends of a connection
+    assert roce.qp_source_port(1, 1) == 0xC001
+    assert roce.qp_source_port(0x11, 0x22) == roce.qp_source_port(0x22, 0x11) == 0xC242
+    assert roce.qp_source_port(0xABCDE, 0x12345) == 0xC2B9   # folded above 20 bits
+    ports = {roce.qp_source_port(n, n) for n in range(1, 257)}   # 14 bits: a few collide
+    assert len(ports) >= 250 and min(ports) >= 0xC000 and max(ports) <= 0xFFFF
+    e = roce.Engine(bind="10.0.0.1")
+    e.qp(1, "10.0.0.2", 1, 100)
+    e.qp(2, "10.0.0.2", 2, 100, sport=0xC004)
+    lines = [line for line in e.text().splitlines() if line.startswith("qp ")]
+    assert lines == ["qp 1 10.0.0.2 4791 1 100 0", "qp 2 10.0.0.2 4791 2 100 49156"]
 
 
 if __name__ == "__main__":

@@ -107,6 +107,32 @@ def test_hash_stages_and_bucket_decorrelation():
     assert len(decorrelated_buckets(tuple(range(8)), 16)) == 8  # over 64 buckets: left alone
 
 
+def test_udp_hashed_on_its_ports_takes_the_same_paths_as_ecmp():
+    # every select-group route gets a UDP twin choosing among the same ports by a hash
+    # seeded per stage; UDP then spreads exactly as TCP does over the shortest paths
+    from controllers import failover
+    from controllers.plans import IP_PROTO_UDP, PRIORITY_ROUTE, PRIORITY_UDP_HASH
+    topo = fattree(4)
+    base, hashed = plan(topo, "ecmp"), failover.plan(topo, "ecmp", udp_hash=True)
+    select = {(g.dpid, g.group_id): g for g in base.groups}
+    twins = [r for r in hashed.rules if r.priority == PRIORITY_UDP_HASH]
+    routes = [r for r in base.rules if r.priority == PRIORITY_ROUTE and r.group_id]
+    assert len(twins) == len(routes) > 0
+    stage = hash_stages(topo)
+    for route, twin in zip(routes, twins):
+        assert dict(twin.match) == {**dict(route.match), "ip_proto": IP_PROTO_UDP}
+        assert twin.hash_ports == select[(route.dpid, route.group_id)].ports
+        assert twin.hash_basis == stage[topo.switch_by_dpid(twin.dpid).name]
+        assert not twin.is_drop
+    for src, dst in (("h1", "h16"), ("h1", "h2"), ("h5", "h9")):
+        tcp = trace.paths(topo, hashed, src, dst)
+        assert trace.paths(topo, hashed, src, dst, ip_proto=IP_PROTO_UDP) == tcp
+        assert tcp == trace.paths(topo, base, src, dst)
+    # single-path routes have nothing to hash
+    single = failover.plan(topo, "single", udp_hash=True)
+    assert not any(r.priority == PRIORITY_UDP_HASH for r in single.rules)
+
+
 def test_unknown_mode():
     with pytest.raises(ValueError, match="routing mode"):
         plan(fattree(2), "valiant")

@@ -285,11 +285,11 @@ def test_queue_stats_are_time_weighted_and_binned_in_packets():
     assert (p50, p95, p99, most) == (0, 1500, 10_000, 10_000)
     # bins by the packets held, 0 | 1 | 2-3 | 4-7 | 8-15 | ...
     assert shares == [0.9, 0.0, 0.085, 0.0, 0.015, 0.0, 0.0, 0.0]
-    assert len(rdma.QUEUE_HEADER) == 8 + len(shares)
-    assert rdma.QUEUE_HEADER[8:10] == ["share_0_pkts", "share_1_pkts"]
+    assert len(rdma.QUEUE_HEADER) == 9 + len(shares)
+    assert rdma.QUEUE_HEADER[9:11] == ["share_0_pkts", "share_1_pkts"]
     assert rdma.QUEUE_HEADER[-2:] == ["share_32_63_pkts", "share_64_up_pkts"]
     assert rdma.queue_stats([])[0] == 0.0
-    rows = [["hpcc", "s1-eth1", *rdma.queue_stats(segs)],
-            ["hpcc", "s1-eth2", *rdma.queue_stats([(1.0, 0, 0)])]]
+    rows = [["hpcc", "s1-eth1", 4_000_000, *rdma.queue_stats(segs)],     # bytes sent, queue
+            ["hpcc", "s1-eth2", 0, *rdma.queue_stats([(1.0, 0, 0)])]]
     assert rdma.queue_headline(rows) == {"hpcc_queue_p99_bytes": 10_000,
                                          "hpcc_queue_max_bytes": 10_000}

@@ -69,6 +69,18 @@ def build(user_cc: str | Path | None = None) -> Path:
     return binary
 
 
+def qp_source_port(qpn: int, peer_qpn: int) -> int:
+    """The UDP source port a RoCEv2 NIC sends a connection's packets from, as Linux derives
+    it from the two QP numbers (rdma_calc_flow_label, rdma_flow_label_to_udp_sport): the
+    same at both ends, in 0xC000..0xFFFF, different for most pairs, so ECMP can hash a host
+    pair's queue pairs onto different paths."""
+    v = qpn * peer_qpn
+    v ^= v >> 20
+    v ^= v >> 40
+    label = v & 0xFFFFF
+    return ((label & 0x3FFF) ^ (label >> 14)) | 0xC000
+
+
 @dataclass
 class Engine:
     """One host's engine: its address, the queue pairs it holds and the WRITEs it posts.
@@ -104,14 +116,19 @@ class Engine:
     # IRN's selective recovery (both ends), its in-flight cap one BDP (base_rtt_us at
     # link_mbps); None: go-back-N
     irn: Irn | None = None
-    qps: list[tuple[int, str, int, int, float]] = field(default_factory=list)
+    # (qpn, peer, peer's port, peer's qpn, line Mb/s, source port: 0 the bound one)
+    qps: list[tuple[int, str, int, int, float, int]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
     def qp(self, qpn: int, peer: str, peer_qpn: int, line_mbps: float,
-           peer_port: int = ROCE_PORT) -> None:
+           peer_port: int = ROCE_PORT, sport: int = 0) -> None:
+        """A queue pair; `sport` the UDP source port it sends from (0: the bound port;
+        any other sends through a raw socket, so the engine needs root)."""
         if any(q[0] == qpn for q in self.qps):
             raise ValueError(f"queue pair {qpn} twice")
-        self.qps.append((qpn, peer, peer_port, peer_qpn, line_mbps))
+        if not 0 <= sport <= 65535:
+            raise ValueError(f"queue pair {qpn}: source port {sport} is not a port")
+        self.qps.append((qpn, peer, peer_port, peer_qpn, line_mbps, sport))
 
     def write(self, qpn: int, start_us: int, nbytes: int) -> None:
         """An RDMA WRITE of `nbytes` on `qpn`, posted `start_us` after the engine starts;
@@ -173,8 +190,8 @@ class Engine:
             bdp = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
             lines.append(f"irn {s['rto_low_us']} {s['rto_high_us']} {s['n']} {bdp}")
         lines += [f"{key} {value}" for key, value in values.items()]
-        lines += [f"qp {qpn} {peer} {port} {pq} {mbps}" for qpn, peer, port, pq, mbps
-                  in self.qps]
+        lines += [f"qp {qpn} {peer} {port} {pq} {mbps} {sport}"
+                  for qpn, peer, port, pq, mbps, sport in self.qps]
         # a QP's WRITEs consecutive, in the order given
         order = {qpn: i for i, (qpn, *_) in enumerate(self.qps)}
         for qpn, start, nbytes in sorted(self.writes, key=lambda w: order[w[0]]):

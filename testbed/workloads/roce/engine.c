@@ -57,6 +57,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <linux/filter.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +102,7 @@ struct sample {
 struct qp {
 	uint32_t qpn, peer_qpn;
 	struct sockaddr_in peer;
+	uint16_t sport;              /* UDP source port it sends from (0: the bound port) */
 	double line_bps, rate_bps;
 	/* requester */
 	uint32_t snd_una, snd_nxt, snd_end, high;  /* high: one past the highest ever sent */
@@ -173,6 +175,9 @@ static double start_at_unix;
 static int exit_when_done = 1;       /* 0: run until told, saying "done" when done */
 static uint64_t eagain;
 static int tx_blocked;               /* the host's queue refused a send: wait for POLLOUT */
+/* a raw UDP socket that sends every packet when a QP has a source port of its own (a
+ * RoCE NIC's per-QP entropy); -1: the bound socket sends them all */
+static int raw_fd = -1;
 static uint64_t unblocked_ns;        /* when it last took sends again */
 static volatile sig_atomic_t stop;
 
@@ -192,7 +197,7 @@ static void on_signal(int sig)
 
 static void die(const char *what)
 {
-	fprintf(stderr, "tbroce: %s\n", what);
+	fprintf(stderr, "tbroce: %s%s%s\n", what, errno ? ": " : "", errno ? strerror(errno) : "");
 	exit(2);
 }
 
@@ -209,7 +214,8 @@ static void read_config(const char *path)
 	char line[512], key[32], ip[64];
 	FILE *f = fopen(path, "r");
 	unsigned long long a, b, c;
-	unsigned qpn, peer_qpn, port;
+	unsigned qpn, peer_qpn, port, sport;
+	int n;
 	double mbps;
 
 	if (!f)
@@ -230,9 +236,12 @@ static void read_config(const char *path)
 			if (nqps == MAX_QPS)
 				die("too many queue pairs");
 			q = &qps[nqps++];
-			if (sscanf(line, "%*s %u %63s %u %u %lf", &qpn, ip, &port, &peer_qpn,
-				   &mbps) != 5 || mbps <= 0)
+			sport = 0;
+			n = sscanf(line, "%*s %u %63s %u %u %lf %u", &qpn, ip, &port, &peer_qpn,
+				   &mbps, &sport);
+			if (n < 5 || mbps <= 0 || sport > 65535)
 				die("bad qp line");
+			q->sport = (uint16_t)sport;
 			q->qpn = qpn;
 			q->peer_qpn = peer_qpn;
 			q->peer.sin_family = AF_INET;
@@ -401,10 +410,15 @@ static struct msg *msg_of(const struct qp *q, uint32_t seq)
 static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, int data)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	/* through the raw socket, the UDP header is ours: the QP's source port, no checksum */
+	uint16_t udp[4] = { htons(q->sport ? q->sport : ntohs(bind_addr.sin_port)),
+			    q->peer.sin_port, htons((uint16_t)(len + sizeof(udp))), 0 };
+	struct iovec iov[2] = { { .iov_base = udp, .iov_len = sizeof(udp) },
+				{ .iov_base = (void *)buf, .iov_len = len } };
+	int raw = raw_fd >= 0;
 	struct msghdr mh = {
 		.msg_name = (void *)&q->peer, .msg_namelen = sizeof(q->peer),
-		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_iov = raw ? iov : iov + 1, .msg_iovlen = raw ? 2 : 1,
 		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
 	};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
@@ -415,8 +429,9 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 	cm->cmsg_type = IP_TOS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &tos, sizeof(int));
-	if (sendmsg(fd, &mh, MSG_DONTWAIT) < 0) {
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+	if (sendmsg(raw ? raw_fd : fd, &mh, MSG_DONTWAIT) < 0) {
+		/* a raw socket says a full send buffer with ENOBUFS */
+		if (errno == EAGAIN || errno == EWOULDBLOCK || (raw && errno == ENOBUFS)) {
 			eagain++;
 			tx_blocked = 1;
 			return -1;
@@ -988,6 +1003,35 @@ static void np_scan(int fd, uint64_t now)
 	}
 }
 
+/* A raw UDP socket for sending, when a QP has its own source port: one socket, so the
+ * host's send buffer (the NIC's ring) stays one, as with the bound socket `fd`. A raw
+ * socket takes up to twice its buffer before it refuses (ENOBUFS, not EAGAIN: the kernel
+ * has no transport header of its own to wait on), so it gets half of fd's. It receives a
+ * copy of every UDP packet the host gets; a filter drops them all at once. */
+static void open_raw(int fd)
+{
+	struct sock_filter none = BPF_STMT(BPF_RET | BPF_K, 0);
+	struct sock_fprog prog = { .len = 1, .filter = &none };
+	struct sockaddr_in src = bind_addr;
+	int any = 0, sndbuf = 0;
+	socklen_t n = sizeof(sndbuf);
+
+	for (int i = 0; i < nqps; i++)
+		any |= qps[i].sport != 0;
+	if (!any)
+		return;
+	src.sin_port = 0;
+	raw_fd = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
+	if (raw_fd < 0 || setsockopt(raw_fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) ||
+	    bind(raw_fd, (struct sockaddr *)&src, sizeof(src)))
+		die("cannot open a raw socket for per-QP source ports (root needed)");
+	/* the kernel keeps twice what is set: fd's buffer over 4 leaves the raw one half */
+	getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &n);
+	sndbuf /= 4;
+	if (setsockopt(raw_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)))
+		die("cannot size the raw socket's send buffer");
+}
+
 int main(int argc, char **argv)
 {
 	struct timespec wall;
@@ -1010,6 +1054,7 @@ int main(int argc, char **argv)
 	 * records are written only into packets without one */
 	if (setsockopt(fd, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)))
 		die("cannot turn the UDP checksum off");
+	open_raw(fd);
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -1073,7 +1118,7 @@ int main(int argc, char **argv)
 		uint64_t now = now_ns(), wake = now + 100000000ull;
 		int busy = 0, pending = 0;
 		struct timespec ts;
-		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = raw_fd } };
 
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
@@ -1205,8 +1250,9 @@ int main(int argc, char **argv)
 		ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
 		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
 		if (tx_blocked)
-			p.events |= POLLOUT;
-		if (ppoll(&p, 1, &ts, NULL) > 0 && (p.revents & POLLOUT)) {
+			p[raw_fd >= 0].events |= POLLOUT;
+		if (ppoll(p, raw_fd >= 0 ? 2 : 1, &ts, NULL) > 0 &&
+		    (p[raw_fd >= 0].revents & POLLOUT)) {
 			tx_blocked = 0;
 			unblocked_ns = now_ns();
 		}
