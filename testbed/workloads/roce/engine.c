@@ -197,7 +197,14 @@ static void on_signal(int sig)
 
 static void die(const char *what)
 {
-	fprintf(stderr, "tbroce: %s%s%s\n", what, errno ? ": " : "", errno ? strerror(errno) : "");
+	fprintf(stderr, "tbroce: %s\n", what);
+	exit(2);
+}
+
+/* a system call failed: say which error */
+static void die_errno(const char *what)
+{
+	fprintf(stderr, "tbroce: %s: %s\n", what, strerror(errno));
 	exit(2);
 }
 
@@ -438,7 +445,7 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 		}
 		if (!data)
 			return -1;
-		die("sendmsg failed");
+		die_errno("sendmsg failed");
 	}
 	return 0;
 }
@@ -1024,12 +1031,12 @@ static void open_raw(int fd)
 	raw_fd = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
 	if (raw_fd < 0 || setsockopt(raw_fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) ||
 	    bind(raw_fd, (struct sockaddr *)&src, sizeof(src)))
-		die("cannot open a raw socket for per-QP source ports (root needed)");
+		die_errno("cannot open a raw socket for per-QP source ports (root needed)");
 	/* the kernel keeps twice what is set: fd's buffer over 4 leaves the raw one half */
 	getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &n);
 	sndbuf /= 4;
 	if (setsockopt(raw_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)))
-		die("cannot size the raw socket's send buffer");
+		die_errno("cannot size the raw socket's send buffer");
 }
 
 int main(int argc, char **argv)
@@ -1045,7 +1052,7 @@ int main(int argc, char **argv)
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
 	if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
 	    bind(fd, (struct sockaddr *)&bind_addr, sizeof(bind_addr)))
-		die("cannot bind the RoCE port");
+		die_errno("cannot bind the RoCE port");
 	/* the socket buffers are the NIC's rings: deep enough that the host's scheduler, not
 	 * the engine, is what a loaded machine shows (forced beyond rmem_max as root) */
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize)))
@@ -1053,7 +1060,7 @@ int main(int argc, char **argv)
 	/* no UDP checksum, as RoCEv2 sends (its ICRC covers the packet); the switches' telemetry
 	 * records are written only into packets without one */
 	if (setsockopt(fd, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)))
-		die("cannot turn the UDP checksum off");
+		die_errno("cannot turn the UDP checksum off");
 	open_raw(fd);
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
 	signal(SIGTERM, on_signal);
