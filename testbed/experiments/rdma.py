@@ -221,6 +221,9 @@ class Rdma(ExperimentSpec):
     # queue pairs share one ECMP path); per_qp, from each connection's own port as a NIC
     # derives it from the QP numbers, so ECMP can spread them
     source_port: Literal["fixed", "per_qp"] = "fixed"
+    # queue pairs a flow is carried on (NCCL's channels, the multi-QP connections of RoCE
+    # fabrics): its bytes split evenly, all posted at its start; it completes with the last
+    qps_per_flow: int = 1
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
         """`flows`, the incast's, then the workload's (seeded: the same every time), on
@@ -250,9 +253,13 @@ class Rdma(ExperimentSpec):
             for h in (f.src, f.dst):
                 per_host[h] = per_host.get(h, 0) + 1
         busiest = max(per_host.items(), key=lambda kv: kv[1], default=("", 0))
-        if busiest[1] > MAX_QPS:
-            raise SpecError(f"{path}: {busiest[0]} would hold {busiest[1]} queue pairs (a "
-                            f"flow is one at each end); its engine holds {MAX_QPS}")
+        if not 1 <= self.qps_per_flow <= MAX_QPS_PER_FLOW:
+            raise SpecError(f"{path}.qps_per_flow: 1..{MAX_QPS_PER_FLOW} (got "
+                            f"{self.qps_per_flow})")
+        if busiest[1] * self.qps_per_flow > MAX_QPS:
+            raise SpecError(f"{path}: {busiest[0]} would hold "
+                            f"{busiest[1] * self.qps_per_flow} queue pairs (a flow is "
+                            f"qps_per_flow at each end); its engine holds {MAX_QPS}")
         hosts = {h.name for h in topo.hosts}
         for i, f in enumerate(flows):
             for end in ("src", "dst"):
@@ -273,6 +280,10 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.schemes[{j}]: {exc}") from None
             if s in self.schemes[:j]:
                 raise SpecError(f"{path}.schemes[{j}]: {s!r} twice")
+        tcp_schemes = [s for s in self.schemes if parse_scheme(s).tcp]
+        if self.qps_per_flow > 1 and tcp_schemes:
+            raise SpecError(f"{path}.qps_per_flow: a TCP scheme ({tcp_schemes[0]}) carries "
+                            f"each flow on one connection; run it with qps_per_flow 1")
         hpcc = any(telemetry(self, s) for s in self.schemes)
         user = [s for s in self.schemes if parse_scheme(s).cc == "user"]
         if user and self.user_cc is None:
@@ -327,6 +338,7 @@ class Rdma(ExperimentSpec):
 
 
 MAX_QPS = 4096        # an engine's queue pairs (engine.c)
+MAX_QPS_PER_FLOW = 64
 
 
 def check_workload(w: RdmaWorkload, path: str, topo: Topology) -> None:
@@ -487,11 +499,12 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             results = {h: roce.read_result(folder / f"{h}.json") for h in engines}
             t0 = min(r.t0_unix for r in results.values())
             scheme_rows = flow_rows(exp, flows, topo, scheme, results, rtts)
-            for host in {f.src for f in flows}:   # flow i is QP i + 1
+            for host in {f.src for f in flows}:
                 res = results[host]
-                rate_rows += [[scheme, qpn - 1, round(res.t0_unix - t0 + t_us / 1e6, 6),
+                rate_rows += [[scheme, flow, round(res.t0_unix - t0 + t_us / 1e6, 6),
                                round(rate, 4), round(tx, 4)]
-                              for qpn, t_us, rate, tx in res.samples]
+                              for flow, t_us, rate, tx in flow_samples(res.samples,
+                                                                       exp.qps_per_flow)]
         set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
@@ -728,7 +741,7 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     cc = ccs.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict(),
-                 "source_port": exp.source_port}
+                 "source_port": exp.source_port, "qps_per_flow": exp.qps_per_flow}
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
     if parts.cc == "user" and exp.user_cc is not None:   # as written: the user's units
@@ -739,9 +752,20 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     return out
 
 
+def flow_qpns(i: int, per_flow: int) -> range:
+    """The queue pairs of flow i (the same numbers at both ends)."""
+    return range(i * per_flow + 1, (i + 1) * per_flow + 1)
+
+
+def split_bytes(nbytes: int, parts: int) -> list[int]:
+    """`nbytes` in `parts` as even as whole bytes go (the first ones a byte more)."""
+    return [nbytes // parts + (k < nbytes % parts) for k in range(parts)]
+
+
 def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
                 start_at: float, base_rtt_us: float = 0.0) -> dict:
-    """One engine per host that sends or receives: flow i is queue pair i+1 at both ends."""
+    """One engine per host that sends or receives: flow i is queue pairs `flow_qpns` at
+    both ends, its bytes split among them (those given none post nothing)."""
     from testbed.workloads import roce
 
     engines: dict[str, roce.Engine] = {}
@@ -772,12 +796,15 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
 
     for i, f in enumerate(flows):
         src, dst = engine(f.src), engine(f.dst)
-        sport = roce.qp_source_port(i + 1, i + 1) if exp.source_port == "per_qp" else 0
-        src.qp(i + 1, peer=topo.host(f.dst).ip, peer_qpn=i + 1,
-               line_mbps=topo.link_at(f.src, 0).rate_mbps, sport=sport)
-        dst.qp(i + 1, peer=topo.host(f.src).ip, peer_qpn=i + 1,
-               line_mbps=topo.link_at(f.dst, 0).rate_mbps, sport=sport)
-        src.write(i + 1, start_us=round(f.start_ms * 1000), nbytes=f.size_bytes)
+        sizes = split_bytes(f.size_bytes, exp.qps_per_flow)
+        for qpn, nbytes in zip(flow_qpns(i, exp.qps_per_flow), sizes):
+            sport = roce.qp_source_port(qpn, qpn) if exp.source_port == "per_qp" else 0
+            src.qp(qpn, peer=topo.host(f.dst).ip, peer_qpn=qpn,
+                   line_mbps=topo.link_at(f.src, 0).rate_mbps, sport=sport)
+            dst.qp(qpn, peer=topo.host(f.src).ip, peer_qpn=qpn,
+                   line_mbps=topo.link_at(f.dst, 0).rate_mbps, sport=sport)
+            if nbytes:
+                src.write(qpn, start_us=round(f.start_ms * 1000), nbytes=nbytes)
     return engines
 
 
@@ -799,6 +826,45 @@ def flow_row(exp: Rdma, scheme: str, i: int, f: RdmaFlow, topo: Topology, rtts: 
         "wire_bytes": wire_bytes(f.size_bytes, exp.roce_mtu, headers)}
 
 
+def flow_samples(samples: list[tuple[int, float, float, float]],
+                 per_flow: int) -> list[tuple[int, float, float, float]]:
+    """An engine's (qpn, t_us, rate, sent) samples as (flow, t_us, rate, sent): a flow's
+    queue pairs summed at each sampling time (`flow_qpns`)."""
+    acc: dict[tuple[int, float], list[float]] = {}
+    for qpn, t_us, rate, tx in samples:
+        both = acc.setdefault(((qpn - 1) // per_flow, t_us), [0.0, 0.0])
+        both[0] += rate
+        both[1] += tx
+    return [(flow, t_us, rate, tx) for (flow, t_us), (rate, tx) in acc.items()]
+
+
+QP_SUMMED = ("rx_bytes", "tx_pkts", "retx_pkts", "timeouts", "naks_tx", "ooo_drops",
+             "ce_rx", "cnps_tx", "rate_cuts", "rate_updates", "ooo_kept", "rtt_samples")
+
+
+def merged(qps: list[dict]) -> dict:
+    """A flow's counters over its queue pairs (an engine's, per QP): counts summed, round
+    trips over every sample, the most telemetry hops."""
+    if len(qps) == 1:
+        return qps[0]
+    out: dict = {k: sum(q[k] for q in qps) for k in QP_SUMMED}
+    timed = [q for q in qps if q["rtt_samples"]]
+    out["rtt_min_us"] = min((q["rtt_min_us"] for q in timed), default=0.0)
+    out["rtt_max_us"] = max((q["rtt_max_us"] for q in timed), default=0.0)
+    out["rtt_mean_us"] = (sum(q["rtt_mean_us"] * q["rtt_samples"] for q in timed)
+                          / out["rtt_samples"] if timed else 0.0)
+    out["int_hops"] = max(q["int_hops"] for q in qps)
+    return out
+
+
+def flow_fct_us(messages: list) -> float | None:
+    """A flow's completion over its queue pairs' WRITEs: from the first posted to the last
+    acknowledged (None: one never was)."""
+    if any(m.end_us is None for m in messages):
+        return None
+    return max(m.end_us for m in messages) - min(m.start_us for m in messages)
+
+
 def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
               results: dict, rtts: dict) -> list[dict]:
     """One row per flow: its completion and both ends' counters (its ideal and slowdown:
@@ -807,8 +873,10 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     scheme_cc = parse_scheme(scheme).cc
     for i, f in enumerate(flows):
         res = results[f.src]
-        sent, got = res.qps[i + 1], results[f.dst].qps[i + 1]
-        fct = next(m for m in res.messages if m.qpn == i + 1).fct_us
+        qpns = flow_qpns(i, exp.qps_per_flow)
+        sent = merged([res.qps[q] for q in qpns])
+        got = merged([results[f.dst].qps[q] for q in qpns])
+        fct = flow_fct_us([m for m in res.messages if m.qpn in qpns])
         rows.append({
             **flow_row(exp, scheme, i, f, topo, rtts, None if fct is None else round(fct, 1),
                        ROCE_OVERHEAD, sent["rtt_min_us"] if sent["rtt_samples"] else None),

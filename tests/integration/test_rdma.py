@@ -61,24 +61,31 @@ def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):
 def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
     """Eight QPs from one host to another across two spines: from one UDP port they all
     hash onto one spine; from each QP's own port (as a NIC sends), with the switches
-    hashing UDP ports, both spines carry some, and the bytes are the same."""
+    hashing UDP ports, both spines carry some, and the bytes are the same. One flow on
+    eight QPs (channels) spreads the same way and arrives whole."""
     two_spines = {**LEAFSPINE, "params": {**LEAFSPINE["params"], "spines": 2}}
-    flows = [{"src": "h1", "dst": "h3", "size_bytes": 500_000}] * 8
+    eight = [{"src": "h1", "dst": "h3", "size_bytes": 500_000}] * 8
+    one = [{"src": "h1", "dst": "h3", "size_bytes": 4_000_000}]
     data = {"name": "it-rdma-entropy", "topology": two_spines, "links": {"mtu_bytes": 9000},
             "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": ["dcqcn"],
-                             "flows": flows, "timeout_s": 60, "source_port": port}
-                            for port in ("fixed", "per_qp")]}
+                             "flows": flows, "timeout_s": 60, "source_port": port,
+                             "qps_per_flow": qps}
+                            for port, flows, qps in (("fixed", eight, 1), ("per_qp", eight, 1),
+                                                     ("per_qp", one, 8))]}
     out, summary = run(tmp_path, data)
-    assert all(int(r["rx_bytes"]) == 500_000 and r["cpu_bound"] == "False"
-               for r in rows(out, "rdma_flows.csv"))
-    spines: dict[str, list[int]] = {"0": [], "1": []}   # experiment -> bytes down each spine
+    got = rows(out, "rdma_flows.csv")
+    assert len(got) == 17 and all(r["rx_bytes"] == r["size_bytes"] for r in got), got
+    assert all(r["cpu_bound"] == "False" and r["fct_us"] for r in got), got
+    spines: dict[str, list[int]] = {"0": [], "1": [], "2": []}  # bytes down each spine
     for r in rows(out, "rdma_queues.csv"):
         if r["port"].startswith("sp") and r["port"].endswith("eth2"):   # towards leaf 2
             spines[r["experiment"]].append(int(r["sent_bytes"]))
-    fixed, per_qp = sorted(spines["0"]), sorted(spines["1"])
+    fixed, per_qp, channels = (sorted(spines[e]) for e in ("0", "1", "2"))
     assert fixed[0] == 0 and fixed[1] > 8 * 500_000, fixed
     assert per_qp[0] >= 500_000, per_qp                    # at least one QP each
-    assert abs(sum(per_qp) - sum(fixed)) <= 0.01 * sum(fixed), (fixed, per_qp)
+    assert channels[0] >= 500_000, channels
+    for spread in (per_qp, channels):
+        assert abs(sum(spread) - sum(fixed)) <= 0.01 * sum(fixed), (fixed, spread)
 
 
 def test_hpcc_reads_every_switch_and_irn_recovers_without_pfc(tmp_path):

@@ -18,6 +18,7 @@ from testbed.workloads.model.rdma import (
     ideal_fct_us,
     wire_bytes,
 )
+from testbed.workloads.roce import Message
 from topologies import leafspine
 
 AIMD = Path(__file__).resolve().parents[2] / "examples" / "roce_cc" / "aimd.h"
@@ -77,6 +78,14 @@ BAD_RDMA = [
     ({"dcqcn": {"f": 0}}, "experiments[0].dcqcn: byte_counter_bytes >= 0 and f >= 1"),
     ({"xon_bytes": 50000}, "experiments[0].xon_bytes: must be below xoff_bytes"),
     ({"schemes": []}, "experiments[0].schemes: at least one, such as none, dcqcn"),
+    ({"qps_per_flow": 0}, "experiments[0].qps_per_flow: 1..64 (got 0)"),
+    ({"qps_per_flow": 2, "schemes": ["dcqcn", "tcp-dctcp"]},
+     "experiments[0].qps_per_flow: a TCP scheme (tcp-dctcp) carries each flow on one "
+     "connection"),
+    ({"qps_per_flow": 64, "fan_in": {"senders": 3, "size_bytes": 10,
+                                     "flows_per_sender": 30}},
+     "queue pairs (a flow is qps_per_flow at each end); its engine holds 4096"),
+    ({"source_port": "random"}, "experiments[0].source_port"),
     ({"dcqcn": {"byte_counter_bytes": 10}},
      "experiments[0].dcqcn.byte_counter_bytes: 0 (none) or at least 1024"),
 ]
@@ -191,6 +200,40 @@ def test_flows_become_queue_pairs_at_both_ends():
     # the path's slowest link: a 50 Mb/s uplink between 100 Mb/s hosts
     assert rdma.bottleneck_mbps(topo, "h1", "h3") == 50
     assert rdma.bottleneck_mbps(topo, "h1", "h2") == 100
+
+
+def test_a_flow_on_several_queue_pairs_is_one_flow_in_the_results():
+    exp = loads(spec(qps_per_flow=3, source_port="per_qp"))[0].experiments[0]
+    topo = leafspine(spines=1, leaves=2, hosts_per_leaf=2, host_rate=100, uplink_rate=50)
+    flows = exp.all_flows(topo)
+    assert list(rdma.flow_qpns(1, 3)) == [4, 5, 6]
+    assert rdma.split_bytes(1_000_000, 3) == [333_334, 333_333, 333_333]
+    assert rdma.split_bytes(2, 3) == [1, 1, 0]
+    h1 = rdma.engines_for(exp, flows, topo, "dcqcn", 0)["h1"].text()
+    qps = [line.split() for line in h1.splitlines() if line.startswith("qp ")]
+    assert [q[1] for q in qps] == ["1", "2", "3"]                  # flow 0's three
+    assert len({q[6] for q in qps}) == 3 and all(int(q[6]) >= 0xC000 for q in qps)
+    assert [line for line in h1.splitlines() if line.startswith("msg ")] == [
+        "msg 1 0 333334", "msg 2 0 333333", "msg 3 0 333333"]
+    # counters summed, round trips over every sample; the flow done with its last QP
+    a = {k: 1 for k in rdma.QP_SUMMED} | {"rtt_samples": 1, "rtt_min_us": 100.0,
+                                           "rtt_mean_us": 200.0, "rtt_max_us": 300.0,
+                                           "int_hops": 0}
+    b = a | {"rtt_samples": 3, "rtt_min_us": 50.0, "rtt_mean_us": 400.0, "rtt_max_us": 900.0}
+    m = rdma.merged([a, b])
+    assert m["tx_pkts"] == 2 and m["rtt_samples"] == 4
+    assert (m["rtt_min_us"], m["rtt_mean_us"], m["rtt_max_us"]) == (50.0, 350.0, 900.0)
+    assert rdma.merged([a]) is a
+    assert rdma.flow_fct_us([Message(1, 10, 100.0, 900.0), Message(2, 10, 100.0, 1500.0)]) \
+        == 1400.0
+    assert rdma.flow_fct_us([Message(1, 10, 100.0, 900.0), Message(2, 10, 100.0, None)]) \
+        is None
+    # rates: a flow's queue pairs summed at each sampling time
+    samples = [(1, 5000.0, 10.0, 9.0), (2, 5000.0, 20.0, 19.0), (4, 5000.0, 7.0, 7.0),
+               (1, 10000.0, 11.0, 10.0)]
+    assert rdma.flow_samples(samples, 3) == [(0, 5000.0, 30.0, 28.0), (1, 5000.0, 7.0, 7.0),
+                                             (0, 10000.0, 11.0, 10.0)]
+    assert rdma.flow_samples(samples, 1)[0] == (0, 5000.0, 10.0, 9.0)
 
 
 def test_analyse_warns_of_lost_bytes():
