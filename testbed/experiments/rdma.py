@@ -224,6 +224,12 @@ class Rdma(ExperimentSpec):
     # queue pairs a flow is carried on (NCCL's channels, the multi-QP connections of RoCE
     # fabrics): its bytes split evenly, all posted at its start; it completes with the last
     qps_per_flow: int = 1
+    # packet spraying (UEC's way: the sender varies the source port per packet, the fabric's
+    # ECMP hashes it): each data packet from one of this many ports of its QP in turn (0:
+    # off); needs source_port per_qp and IRN (+irn) on every RoCE scheme, whose loss
+    # detection then waits for spray_reorder_pkts acknowledged beyond a hole
+    spray_entropies: int = 0
+    spray_reorder_pkts: int = 8
 
     def all_flows(self, topo: Topology) -> list[RdmaFlow]:
         """`flows`, the incast's, then the workload's (seeded: the same every time), on
@@ -280,6 +286,20 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.schemes[{j}]: {exc}") from None
             if s in self.schemes[:j]:
                 raise SpecError(f"{path}.schemes[{j}]: {s!r} twice")
+        if not 0 <= self.spray_entropies <= 256:
+            raise SpecError(f"{path}.spray_entropies: 0 (off) to 256 (got "
+                            f"{self.spray_entropies})")
+        if not 0 <= self.spray_reorder_pkts < 4096:
+            raise SpecError(f"{path}.spray_reorder_pkts: 0..4095 (got "
+                            f"{self.spray_reorder_pkts})")
+        if self.spray_entropies and self.source_port != "per_qp":
+            raise SpecError(f"{path}.spray_entropies: spraying varies each QP's own source "
+                            f"port: set source_port: per_qp")
+        no_irn = [s for s in self.schemes
+                  if not parse_scheme(s).tcp and not parse_scheme(s).irn]
+        if self.spray_entropies and no_irn:
+            raise SpecError(f"{path}.spray_entropies: sprayed packets arrive out of order, "
+                            f"which go-back-N drops: add +irn to {no_irn[0]!r}")
         tcp_schemes = [s for s in self.schemes if parse_scheme(s).tcp]
         if self.qps_per_flow > 1 and tcp_schemes:
             raise SpecError(f"{path}.qps_per_flow: a TCP scheme ({tcp_schemes[0]}) carries "
@@ -692,7 +712,8 @@ def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "retx_pkts": s.get("retx"), "timeouts": None, "naks": None, "ooo_drops": None,
             "ce_marked": s.get("delivered_ce"), "cnps": None, "rate_cuts": None,
             "rate_updates": None, "rtt_mean_us": None, "rtt_max_us": None, "int_hops": None,
-            "ooo_kept": None, "engine_cpu_s": round(cpu[f.src], 4),
+            "ooo_kept": None, "reordered": None, "reorder_max": None,
+            "engine_cpu_s": round(cpu[f.src], 4),
             "dst_engine_cpu_s": round(cpu[f.dst], 4),
             "tcp_cc": s.get("cc"), "tcp_min_rtt_us": s.get("min_rtt_us"),
             "late_us": s.get("late_us"), "tcp_error": s.get("error")})
@@ -741,7 +762,9 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     cc = ccs.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
     out: dict = {"base_rtt_us": base_rtt_us, **parts._asdict(),
-                 "source_port": exp.source_port, "qps_per_flow": exp.qps_per_flow}
+                 "source_port": exp.source_port, "qps_per_flow": exp.qps_per_flow,
+                 "spray_entropies": exp.spray_entropies,
+                 "spray_reorder_pkts": exp.spray_reorder_pkts}
     if cc is not None:
         out["params"] = [cc.record(rate) for rate in rates]
     if parts.cc == "user" and exp.user_cc is not None:   # as written: the user's units
@@ -790,6 +813,7 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
                 user_cc=exp.user_cc if cc == "user" else None,
                 base_rtt_us=base_rtt_us, window=parts.window,
                 irn=exp.irn if parts.irn else None,
+                spray_entropies=exp.spray_entropies, reorder_pkts=exp.spray_reorder_pkts,
                 int_rates=int_rate_table([link.rate_mbps for link in topo.links])
                 if telemetry(exp, scheme) else [])
         return engines[host]
@@ -839,7 +863,8 @@ def flow_samples(samples: list[tuple[int, float, float, float]],
 
 
 QP_SUMMED = ("rx_bytes", "tx_pkts", "retx_pkts", "timeouts", "naks_tx", "ooo_drops",
-             "ce_rx", "cnps_tx", "rate_cuts", "rate_updates", "ooo_kept", "rtt_samples")
+             "ce_rx", "cnps_tx", "rate_cuts", "rate_updates", "ooo_kept", "rtt_samples",
+             "reordered")
 
 
 def merged(qps: list[dict]) -> dict:
@@ -854,6 +879,7 @@ def merged(qps: list[dict]) -> dict:
     out["rtt_mean_us"] = (sum(q["rtt_mean_us"] * q["rtt_samples"] for q in timed)
                           / out["rtt_samples"] if timed else 0.0)
     out["int_hops"] = max(q["int_hops"] for q in qps)
+    out["reorder_max"] = max(q["reorder_max"] for q in qps)
     return out
 
 
@@ -889,6 +915,8 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "rate_updates": None if scheme_cc == "user" else sent["rate_updates"],
             "rtt_mean_us": sent["rtt_mean_us"], "rtt_max_us": sent["rtt_max_us"], "int_hops": sent["int_hops"],
             "ooo_kept": got["ooo_kept"],
+            # arrivals behind a higher PSN (reordered by spraying, or resent) and how far
+            "reordered": got["reordered"], "reorder_max": got["reorder_max"],
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
@@ -1046,6 +1074,8 @@ def analyse(rows: list[dict], rates: list[list] | None = None) -> tuple[dict, li
         headline[f"{scheme}_slowdown_max"] = max((r["slowdown"] for r in done), default=None)
         headline[f"{scheme}_pauses"] = mine[0]["pauses"]
         headline[f"{scheme}_switch_drops"] = mine[0]["switch_drops"]
+        if reorder := [r["reorder_max"] for r in mine if r.get("reorder_max")]:
+            headline[f"{scheme}_reorder_max"] = max(reorder)
         if len(mine) >= 20:
             slow = slowdowns(mine)             # the unfinished count as slowest
             cut = sorted(int(r["size_bytes"]) for r in mine)[

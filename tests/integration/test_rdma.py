@@ -62,30 +62,39 @@ def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
     """Eight QPs from one host to another across two spines: from one UDP port they all
     hash onto one spine; from each QP's own port (as a NIC sends), with the switches
     hashing UDP ports, both spines carry some, and the bytes are the same. One flow on
-    eight QPs (channels) spreads the same way and arrives whole."""
+    eight QPs (channels) spreads the same way and arrives whole; one QP sprayed over 16
+    source ports uses both spines, and its IRN receiver takes the reordering without a
+    resend."""
     two_spines = {**LEAFSPINE, "params": {**LEAFSPINE["params"], "spines": 2}}
     eight = [{"src": "h1", "dst": "h3", "size_bytes": 500_000}] * 8
     one = [{"src": "h1", "dst": "h3", "size_bytes": 4_000_000}]
     data = {"name": "it-rdma-entropy", "topology": two_spines, "links": {"mtu_bytes": 9000},
-            "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": ["dcqcn"],
+            "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": [scheme],
                              "flows": flows, "timeout_s": 60, "source_port": port,
-                             "qps_per_flow": qps}
-                            for port, flows, qps in (("fixed", eight, 1), ("per_qp", eight, 1),
-                                                     ("per_qp", one, 8))]}
+                             "qps_per_flow": qps, "spray_entropies": spray}
+                            for port, flows, qps, scheme, spray in (
+                                ("fixed", eight, 1, "dcqcn", 0),
+                                ("per_qp", eight, 1, "dcqcn", 0),
+                                ("per_qp", one, 8, "dcqcn", 0),
+                                ("per_qp", one, 1, "dcqcn+irn", 16))]}
     out, summary = run(tmp_path, data)
     got = rows(out, "rdma_flows.csv")
-    assert len(got) == 17 and all(r["rx_bytes"] == r["size_bytes"] for r in got), got
+    assert len(got) == 18 and all(r["rx_bytes"] == r["size_bytes"] for r in got), got
     assert all(r["cpu_bound"] == "False" and r["fct_us"] for r in got), got
-    spines: dict[str, list[int]] = {"0": [], "1": [], "2": []}  # bytes down each spine
+    spines: dict[str, list[int]] = {"0": [], "1": [], "2": [], "3": []}  # bytes per spine
     for r in rows(out, "rdma_queues.csv"):
         if r["port"].startswith("sp") and r["port"].endswith("eth2"):   # towards leaf 2
             spines[r["experiment"]].append(int(r["sent_bytes"]))
-    fixed, per_qp, channels = (sorted(spines[e]) for e in ("0", "1", "2"))
+    fixed, per_qp, channels, sprayed = (sorted(spines[e]) for e in ("0", "1", "2", "3"))
     assert fixed[0] == 0 and fixed[1] > 8 * 500_000, fixed
     assert per_qp[0] >= 500_000, per_qp                    # at least one QP each
     assert channels[0] >= 500_000, channels
-    for spread in (per_qp, channels):
+    assert sprayed[0] >= 0.2 * sum(sprayed), sprayed        # one QP over both spines
+    for spread in (per_qp, channels, sprayed):
         assert abs(sum(spread) - sum(fixed)) <= 0.01 * sum(fixed), (fixed, spread)
+    (spray,) = [r for r in got if r["experiment"] == "3"]
+    assert int(spray["reordered"]) > 0 and int(spray["reorder_max"]) >= 1, spray
+    assert int(spray["retx_pkts"]) == 0 and int(spray["switch_drops"]) == 0, spray
 
 
 def test_hpcc_reads_every_switch_and_irn_recovers_without_pfc(tmp_path):

@@ -617,6 +617,18 @@ def test_a_queue_pairs_source_port_is_a_nics():
     e.qp(2, "10.0.0.2", 2, 100, sport=0xC004)
     lines = [line for line in e.text().splitlines() if line.startswith("qp ")]
     assert lines == ["qp 1 10.0.0.2 4791 1 100 0", "qp 2 10.0.0.2 4791 2 100 49156"]
+    # spraying varies each QP's own port per packet, and its receiver must keep reordered
+    # packets (IRN)
+    e.spray_entropies, e.reorder_pkts = 16, 8
+    with pytest.raises(ValueError, match="spraying needs irn and every queue pair's own"):
+        e.text()
+    e.irn, e.link_mbps, e.base_rtt_us = Irn(), 100, 500
+    with pytest.raises(ValueError, match="spraying needs irn and every queue pair's own"):
+        e.text()                                    # QP 1 sends from the bound port
+    sprayed = roce.Engine(bind="10.0.0.1", irn=Irn(), link_mbps=100, base_rtt_us=500,
+                          spray_entropies=16, reorder_pkts=8)
+    sprayed.qp(1, "10.0.0.2", 1, 100, sport=0xC001)
+    assert "spray 16 8" in sprayed.text().splitlines()
 
 
 if __name__ == "__main__":

@@ -86,6 +86,14 @@ BAD_RDMA = [
                                      "flows_per_sender": 30}},
      "queue pairs (a flow is qps_per_flow at each end); its engine holds 4096"),
     ({"source_port": "random"}, "experiments[0].source_port"),
+    ({"spray_entropies": 16, "schemes": ["dcqcn+irn"]},
+     "experiments[0].spray_entropies: spraying varies each QP's own source port: set "
+     "source_port: per_qp"),
+    ({"spray_entropies": 16, "source_port": "per_qp", "schemes": ["dcqcn+irn", "hpcc"]},
+     "experiments[0].spray_entropies: sprayed packets arrive out of order, which go-back-N "
+     "drops: add +irn to 'hpcc'"),
+    ({"spray_entropies": 300}, "experiments[0].spray_entropies: 0 (off) to 256 (got 300)"),
+    ({"spray_reorder_pkts": -1}, "experiments[0].spray_reorder_pkts: 0..4095 (got -1)"),
     ({"dcqcn": {"byte_counter_bytes": 10}},
      "experiments[0].dcqcn.byte_counter_bytes: 0 (none) or at least 1024"),
 ]
@@ -218,10 +226,12 @@ def test_a_flow_on_several_queue_pairs_is_one_flow_in_the_results():
     # counters summed, round trips over every sample; the flow done with its last QP
     a = {k: 1 for k in rdma.QP_SUMMED} | {"rtt_samples": 1, "rtt_min_us": 100.0,
                                            "rtt_mean_us": 200.0, "rtt_max_us": 300.0,
-                                           "int_hops": 0}
-    b = a | {"rtt_samples": 3, "rtt_min_us": 50.0, "rtt_mean_us": 400.0, "rtt_max_us": 900.0}
+                                           "int_hops": 0, "reorder_max": 2}
+    b = a | {"rtt_samples": 3, "rtt_min_us": 50.0, "rtt_mean_us": 400.0, "rtt_max_us": 900.0,
+             "reorder_max": 7}
     m = rdma.merged([a, b])
     assert m["tx_pkts"] == 2 and m["rtt_samples"] == 4
+    assert m["reordered"] == 2 and m["reorder_max"] == 7
     assert (m["rtt_min_us"], m["rtt_mean_us"], m["rtt_max_us"]) == (50.0, 350.0, 900.0)
     assert rdma.merged([a]) is a
     assert rdma.flow_fct_us([Message(1, 10, 100.0, 900.0), Message(2, 10, 100.0, 1500.0)]) \

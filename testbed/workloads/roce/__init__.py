@@ -116,6 +116,11 @@ class Engine:
     # IRN's selective recovery (both ends), its in-flight cap one BDP (base_rtt_us at
     # link_mbps); None: go-back-N
     irn: Irn | None = None
+    # packet spraying (with IRN, and QPs with their own source ports): each data packet
+    # from one of `spray_entropies` source ports of its QP in turn; a hole is lost once
+    # `reorder_pkts` beyond it are acknowledged (before, it may be on a slower path)
+    spray_entropies: int = 0
+    reorder_pkts: int = 0
     # (qpn, peer, peer's port, peer's qpn, line Mb/s, source port: 0 the bound one)
     qps: list[tuple[int, str, int, int, float, int]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
@@ -189,6 +194,12 @@ class Engine:
             s = self.irn.scaled(self.link_mbps)
             bdp = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
             lines.append(f"irn {s['rto_low_us']} {s['rto_high_us']} {s['n']} {bdp}")
+        if self.spray_entropies:
+            if self.irn is None or not all(q[5] for q in self.qps):
+                raise ValueError("spraying needs irn and every queue pair's own source port")
+            if not 1 <= self.spray_entropies <= 256 or not 0 <= self.reorder_pkts < 4096:
+                raise ValueError("spray_entropies in 1..256, reorder_pkts in 0..4095")
+            lines.append(f"spray {self.spray_entropies} {self.reorder_pkts}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps} {sport}"
                   for qpn, peer, port, pq, mbps, sport in self.qps]

@@ -28,12 +28,15 @@
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
  *   irn RTO_LOW_US RTO_HIGH_US N BDP_PKTS   (IRN's recovery, on both ends)
+ *   spray ENTROPIES REORDER_PKTS      (packet spraying: each data packet from one of the QP's
+ *                                      ENTROPIES source ports in turn; IRN declares a loss
+ *                                      only once REORDER_PKTS beyond a hole are acknowledged)
  *   user BASE_RTT_NS [P1 .. P8]       (a user's control, compiled in with -DUSER_CC_H:
  *                                      user_cc_api.h; its parameters, the spec's units)
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
- *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS
+ *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS [SOURCE_PORT]
  *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start;
  *                                      after the mtu line and its qp line, a QP's in order)
  * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
@@ -143,6 +146,10 @@ struct qp {
 	uint32_t sack_high, rtx_ptr, recovery_end, lost_high;
 	int in_recovery;
 	uint64_t ooo_kept, sacks_rx;
+	/* responder: one past the highest PSN received; packets that came after a higher one,
+	 * and by how many PSNs at most (the reordering a sprayed QP sees) */
+	uint32_t rx_high;
+	uint64_t reordered, reorder_max;
 };
 
 static struct qp qps[MAX_QPS];
@@ -166,6 +173,7 @@ static uint64_t np_next_ns;
 static int use_int;                  /* data packets carry room for telemetry */
 static uint64_t window_bytes;        /* a fixed window per QP; 0: none */
 static int use_irn;
+static uint32_t spray_evs, spray_reorder;   /* packet spraying (spray line); 0: off */
 static uint64_t irn_rto_low_ns, irn_rto_high_ns;
 static uint32_t irn_n, irn_bdp_pkts;
 static int dscp = 26, ctrl_dscp = 48;
@@ -312,6 +320,10 @@ static void read_config(const char *path)
 			irn_rto_low_ns = lo * 1000;
 			irn_rto_high_ns = hi * 1000;
 			use_irn = 1;
+		} else if (!strcmp(key, "spray")) {
+			if (sscanf(line, "%*s %u %u", &spray_evs, &spray_reorder) != 2 || !spray_evs ||
+			    spray_evs > 256 || spray_reorder >= IRN_WIN)
+				die("bad spray line");
 		} else if (!strcmp(key, "int_rates")) {
 			char *rest = line + strlen("int_rates");
 			int n = 0, used;
@@ -414,11 +426,24 @@ static struct msg *msg_of(const struct qp *q, uint32_t seq)
 	return &msgs[lo];
 }
 
-static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, int data)
+/* The source port of data packet `seq` of q: a sprayed QP's entropy values in turn, spread
+ * over 0xC000..0xFFFF from its own port (UEC's packet spraying); else its port. */
+static uint16_t data_sport(const struct qp *q, uint32_t seq)
+{
+	if (!spray_evs || !q->sport)
+		return q->sport;
+	return (uint16_t)(0xC000 | ((q->sport + (seq % spray_evs) * 1031u) & 0x3FFF));
+}
+
+/* `sport`: the UDP source port (0: the QP's) */
+static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, int data,
+		    uint16_t sport)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
 	/* through the raw socket, the UDP header is ours: the QP's source port, no checksum */
-	uint16_t udp[4] = { htons(q->sport ? q->sport : ntohs(bind_addr.sin_port)),
+	if (!sport)
+		sport = q->sport ? q->sport : ntohs(bind_addr.sin_port);
+	uint16_t udp[4] = { htons(sport),
 			    q->peer.sin_port, htons((uint16_t)(len + sizeof(udp))), 0 };
 	struct iovec iov[2] = { { .iov_base = udp, .iov_len = sizeof(udp) },
 				{ .iov_base = (void *)buf, .iov_len = len } };
@@ -496,7 +521,7 @@ static int send_ctrl_sack(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome
 		}
 		len += ROCE_ICRC_LEN;
 	}
-	return send_pkt(fd, q, buf, len, 0);
+	return send_pkt(fd, q, buf, len, 0, 0);
 }
 
 static int send_ctrl(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome, uint32_t psn,
@@ -573,7 +598,7 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	bth_put(buf, &h);
 	if (use_int)
 		memset(buf + ROCE_BTH_LEN, 0, INT_LEN);      /* no hop filled yet */
-	if (send_pkt(fd, q, buf, len, 1) < 0)
+	if (send_pkt(fd, q, buf, len, 1, data_sport(q, seq)) < 0)
 		return -1;
 	q->tx_pkts++;
 	q->tx_bytes += payload;
@@ -755,6 +780,13 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 		if (ce_every && q->seen % ce_every == 0)
 			tos |= 0x3;          /* tests: as if the switch had marked it */
+		if (d >= 0 && (int32_t)(psn - q->rx_high) < 0 && !(use_irn && bit(q->kept, psn))) {
+			q->reordered++;      /* a higher PSN came first: reordered, or resent */
+			if (q->rx_high - 1 - psn > q->reorder_max)
+				q->reorder_max = q->rx_high - 1 - psn;
+		}
+		if ((int32_t)(psn + 1 - q->rx_high) > 0)
+			q->rx_high = psn + 1;
 		if ((tos & 0x3) == 0x3 && cc == CC_DCQCNP) {
 			q->ce_rx++;
 			q->last_ce_ns = now;
@@ -830,7 +862,8 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ && use_irn && q->sacked) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
-			cc_on_loss(q, now);
+			if (!spray_evs)
+				cc_on_loss(q, now);
 			q->progress_ns = now;
 			if (len >= ROCE_BTH_LEN + ROCE_AETH_LEN + 4) {
 				uint32_t s = psn_unwrap(get_be24(buf + ROCE_BTH_LEN + ROCE_AETH_LEN + 1),
@@ -846,8 +879,14 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 						q->sack_high = s + 1;
 				}
 			}
-			if (!q->in_recovery)
+			/* sprayed: a hole is lost once REORDER_PKTS beyond it are acknowledged;
+			 * before, it may only be on a slower path */
+			if (!q->in_recovery && (!spray_evs ||
+			    (int32_t)(q->sack_high - q->snd_una) > (int32_t)spray_reorder)) {
+				if (spray_evs)
+					cc_on_loss(q, now);
 				irn_recover(q, q->snd_una);
+			}
 		} else if ((syn & 0xe0) == AETH_NAK_PSN_SEQ) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
@@ -914,7 +953,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"test_drops\": %llu, \"rate_cuts\": %llu, \"rate_updates\": %llu, "
 			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
 			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
-			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu}",
+			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu, "
+			"\"reordered\": %llu, \"reorder_max\": %llu}",
 			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
@@ -931,7 +971,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			(unsigned long long)q->rtt_samples, q->rtt_min_ns / 1e3,
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
 			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
-			(unsigned long long)q->sacks_rx);
+			(unsigned long long)q->sacks_rx, (unsigned long long)q->reordered,
+			(unsigned long long)q->reorder_max);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int j = 0; j < nmsgs; j++) {
