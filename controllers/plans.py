@@ -17,7 +17,10 @@ from topologies.graph import distances_to, next_hops
 from topologies.model import Topology
 
 PRIORITY_ROUTE = 100
-PRIORITY_UDP_HASH = 101  # UDP to a host with several next hops: chosen by a hash with its ports
+# UDP to a host with several next hops, chosen by a hash with its ports (hash_udp); above
+# the routes, below fast failover's detours (the survey fabrics' own 101-103 do not meet
+# it: only ecmp, single and hedera hash UDP)
+PRIORITY_UDP_HASH = 104
 PRIORITY_DETOUR = 105   # fast failover: a detour's second hop, for packets from its first
 PRIORITY_DETECT = 110   # hedera: new TCP flows from a host port -> controller
 PRIORITY_FLOW = 120     # hedera: one flow's counting entry at its ingress edge switch

@@ -47,10 +47,12 @@ from testbed.workloads.model.rdma import (
     UserCc,
     bdp_packets,
     ideal_fct_us,
+    spray_reorder,
     wire_bytes,
 )
 from topologies import patterns
 from topologies.graph import shortest_paths
+from topologies.kinds import own_routing
 from topologies.model import Topology, ifname
 
 from . import qos_common as qc
@@ -292,6 +294,10 @@ class Rdma(ExperimentSpec):
         if not 0 <= self.spray_reorder_pkts < 4096:
             raise SpecError(f"{path}.spray_reorder_pkts: 0..4095 (got "
                             f"{self.spray_reorder_pkts})")
+        mode = own_routing(topo.kind, spec.controller.routing)
+        if self.source_port == "per_qp" and mode not in ("ecmp", "single", "hedera"):
+            raise SpecError(f"{path}.source_port: per_qp has the switches hash UDP ports, "
+                            f"which routing ecmp, single and hedera do ({mode} does not)")
         if self.spray_entropies and self.source_port != "per_qp":
             raise SpecError(f"{path}.spray_entropies: spraying varies each QP's own source "
                             f"port: set source_port: per_qp")
@@ -565,8 +571,8 @@ def switch_ports(dp: Any, topo: Topology) -> dict[int, str]:
 
 # a queue's occupancy in whole packets: bins from these lower edges (the last open)
 QUEUE_BINS_PKTS = (0, 1, 2, 4, 8, 16, 32, 64)
-QUEUE_HEADER = ["scheme", "port", "sent_bytes", "sampled_s", "mean_bytes", "p50_bytes", "p95_bytes",
-                "p99_bytes", "max_bytes",
+QUEUE_HEADER = ["scheme", "port", "sent_bytes", "sampled_s", "mean_bytes", "p50_bytes",
+                "p95_bytes", "p99_bytes", "max_bytes",
                 *[f"share_{lo}_pkts" if hi == lo + 1 else f"share_{lo}_{hi - 1}_pkts"
                   if hi else f"share_{lo}_up_pkts"
                   for lo, hi in zip(QUEUE_BINS_PKTS, [*QUEUE_BINS_PKTS[1:], 0])]]
@@ -772,6 +778,9 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             Path(exp.user_cc.source).read_bytes()).hexdigest()}
     if parts.irn:
         out["irn"] = [exp.irn.record(rate) for rate in rates]
+    if exp.spray_entropies and parts.irn:     # the reordering IRN waits out, per host rate
+        out["spray_reorder_pkts_used"] = [spray_reorder(exp.spray_reorder_pkts, bdp_packets(
+            base_rtt_us, rate, exp.roce_mtu + WIRE_OVERHEAD)) for rate in rates]
     return out
 
 

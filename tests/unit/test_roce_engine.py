@@ -625,10 +625,13 @@ def test_a_queue_pairs_source_port_is_a_nics():
     e.irn, e.link_mbps, e.base_rtt_us = Irn(), 100, 500
     with pytest.raises(ValueError, match="spraying needs irn and every queue pair's own"):
         e.text()                                    # QP 1 sends from the bound port
-    sprayed = roce.Engine(bind="10.0.0.1", irn=Irn(), link_mbps=100, base_rtt_us=500,
+    sprayed = roce.Engine(bind="10.0.0.1", irn=Irn(), link_mbps=100, base_rtt_us=1000,
                           spray_entropies=16, reorder_pkts=8)
     sprayed.qp(1, "10.0.0.2", 1, 100, sport=0xC001)
+    # IRN's cap: 1 ms at 100 Mb/s is 12 packets of 1 KB; the threshold stays below it
     assert "spray 16 8" in sprayed.text().splitlines()
+    sprayed.base_rtt_us = 500                     # 6 packets: a threshold of 8 could never
+    assert "spray 16 5" in sprayed.text().splitlines()   # be met, so it is held at 5
 
 
 if __name__ == "__main__":

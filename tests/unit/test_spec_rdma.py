@@ -16,6 +16,7 @@ from testbed.workloads.model.rdma import (
     Timely,
     bdp_packets,
     ideal_fct_us,
+    spray_reorder,
     wire_bytes,
 )
 from testbed.workloads.roce import Message
@@ -164,6 +165,8 @@ def test_timely_hpcc_irn_scale_by_packet_times():
     assert h["rai_bps"] == pytest.approx(40e3) and h["eta"] == 0.95
     assert Irn().scaled(100.0) == {"rto_low_us": 40_000, "rto_high_us": 128_000, "n": 3}
     assert bdp_packets(1000.0, 100.0, 4154) == 4     # 12.5 KB: three and a bit packets
+    # a sprayed QP's reorder threshold: below IRN's in-flight cap, or it is never met
+    assert spray_reorder(8, 12) == 8 and spray_reorder(8, 4) == 3 and spray_reorder(8, 1) == 0
 
 
 def test_ideal_fct_is_the_wire_bytes_at_the_bottleneck_and_one_rtt():
@@ -208,6 +211,18 @@ def test_flows_become_queue_pairs_at_both_ends():
     # the path's slowest link: a 50 Mb/s uplink between 100 Mb/s hosts
     assert rdma.bottleneck_mbps(topo, "h1", "h3") == 50
     assert rdma.bottleneck_mbps(topo, "h1", "h2") == 100
+
+
+def test_per_qp_ports_need_a_routing_that_hashes_udp():
+    data = {"name": "t", "topology": {"kind": "vl2", "params": {"da": 4, "di": 4,
+                                                                "hosts_per_tor": 2}},
+            "controller": {"routing": "vlb"},
+            "experiments": [{"type": "rdma", "source_port": "per_qp",
+                             "flows": [{"src": "h1", "dst": "h2", "size_bytes": 10}]}]}
+    with pytest.raises(SpecError, match=r"experiments\[0\]\.source_port: per_qp has the "
+                       r"switches hash UDP ports, which routing ecmp, single and hedera do "
+                       r"\(vlb does not\)"):
+        loads(data)
 
 
 def test_a_flow_on_several_queue_pairs_is_one_flow_in_the_results():

@@ -261,6 +261,14 @@ def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
     return max(1, -(-round(base_rtt_us * link_mbps / 8) // packet_bytes))
 
 
+def spray_reorder(reorder_pkts: int, bdp_pkts: int) -> int:
+    """The reordering a sprayed QP's IRN waits out before it takes a hole as lost: the
+    spec's, but below IRN's in-flight cap of `bdp_pkts` (nothing is acknowledged further
+    beyond a hole than the cap reaches, so a larger threshold would leave every loss to
+    the timer)."""
+    return min(reorder_pkts, bdp_pkts - 1)
+
+
 @dataclass(frozen=True)
 class DcqcnPlus(PaperParams):
     """DCQCN+ (Gao et al., ICNP'18) as a third-party reimplementation in the HPCC code base

@@ -33,6 +33,7 @@ from testbed.workloads.model.rdma import (
     bdp_packets,
     dcqcn_line,
     hpcc_line,
+    spray_reorder,
     timely_line,
 )
 
@@ -199,7 +200,9 @@ class Engine:
                 raise ValueError("spraying needs irn and every queue pair's own source port")
             if not 1 <= self.spray_entropies <= 256 or not 0 <= self.reorder_pkts < 4096:
                 raise ValueError("spray_entropies in 1..256, reorder_pkts in 0..4095")
-            lines.append(f"spray {self.spray_entropies} {self.reorder_pkts}")
+            cap = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
+            lines.append(f"spray {self.spray_entropies} "
+                         f"{spray_reorder(self.reorder_pkts, cap)}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps} {sport}"
                   for qpn, peer, port, pq, mbps, sport in self.qps]

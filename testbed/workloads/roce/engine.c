@@ -28,9 +28,10 @@
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
  *   irn RTO_LOW_US RTO_HIGH_US N BDP_PKTS   (IRN's recovery, on both ends)
- *   spray ENTROPIES REORDER_PKTS      (packet spraying: each data packet from one of the QP's
- *                                      ENTROPIES source ports in turn; IRN declares a loss
- *                                      only once REORDER_PKTS beyond a hole are acknowledged)
+ *   spray ENTROPIES REORDER_PKTS      (packet spraying, with irn: each data packet from one of
+ *                                      the QP's ENTROPIES source ports in turn; IRN takes a
+ *                                      hole as lost once a packet REORDER_PKTS beyond it is
+ *                                      acknowledged; below irn's BDP_PKTS)
  *   user BASE_RTT_NS [P1 .. P8]       (a user's control, compiled in with -DUSER_CC_H:
  *                                      user_cc_api.h; its parameters, the spec's units)
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
@@ -403,6 +404,8 @@ static void read_config(const char *path)
 		}
 	}
 	fclose(f);
+	if (spray_evs && (!use_irn || spray_reorder >= irn_bdp_pkts))
+		die("spray needs irn, and REORDER_PKTS below its BDP_PKTS");
 	if (mtu < 256 || mtu + ROCE_BTH_LEN + ROCE_ICRC_LEN > MAX_PKT || !ack_every ||
 	    dscp > 63 || ctrl_dscp > 63 || !sample_ns)
 		die("config out of range");
@@ -566,8 +569,10 @@ static int64_t next_seq(struct qp *q)
 	if (!use_irn)
 		return q->snd_nxt != q->snd_end && window_open(q) ? (int64_t)q->snd_nxt : -1;
 	if (q->in_recovery) {
-		uint32_t end = (int32_t)(q->sack_high - q->lost_high) > 0 ? q->sack_high :
-			q->lost_high;
+		/* sprayed: a hole counts as lost once a packet spray_reorder beyond it is
+		 * acknowledged; nearer the newest, it may only be on a slower path */
+		uint32_t sacked = q->sack_high - spray_reorder;
+		uint32_t end = (int32_t)(sacked - q->lost_high) > 0 ? sacked : q->lost_high;
 
 		if ((int32_t)(q->rtx_ptr - q->snd_una) < 0)
 			q->rtx_ptr = q->snd_una;
@@ -598,7 +603,9 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	bth_put(buf, &h);
 	if (use_int)
 		memset(buf + ROCE_BTH_LEN, 0, INT_LEN);      /* no hop filled yet */
-	if (send_pkt(fd, q, buf, len, 1, data_sport(q, seq)) < 0)
+	/* a resend sprayed onto another path than the packet it replaces */
+	if (send_pkt(fd, q, buf, len, 1,
+		     data_sport(q, retx ? seq + 1 + (uint32_t)q->retx_pkts : seq)) < 0)
 		return -1;
 	q->tx_pkts++;
 	q->tx_bytes += payload;
@@ -1054,8 +1061,9 @@ static void np_scan(int fd, uint64_t now)
 /* A raw UDP socket for sending, when a QP has its own source port: one socket, so the
  * host's send buffer (the NIC's ring) stays one, as with the bound socket `fd`. A raw
  * socket takes up to twice its buffer before it refuses (ENOBUFS, not EAGAIN: the kernel
- * has no transport header of its own to wait on), so it gets half of fd's. It receives a
- * copy of every UDP packet the host gets; a filter drops them all at once. */
+ * has no transport header of its own to wait on), so it gets half of fd's: it refuses at
+ * the same fill, and says it has room again at a quarter of it where fd says so at half.
+ * It receives a copy of every UDP packet the host gets; a filter drops them all at once. */
 static void open_raw(int fd)
 {
 	struct sock_filter none = BPF_STMT(BPF_RET | BPF_K, 0);
@@ -1074,7 +1082,8 @@ static void open_raw(int fd)
 	    bind(raw_fd, (struct sockaddr *)&src, sizeof(src)))
 		die_errno("cannot open a raw socket for per-QP source ports (root needed)");
 	/* the kernel keeps twice what is set: fd's buffer over 4 leaves the raw one half */
-	getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &n);
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &n))
+		die_errno("cannot read the RoCE socket's send buffer");
 	sndbuf /= 4;
 	if (setsockopt(raw_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)))
 		die_errno("cannot size the raw socket's send buffer");
