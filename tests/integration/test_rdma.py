@@ -135,19 +135,13 @@ def test_a_sprayed_queue_pair_recovers_a_loss_by_nak_within_its_in_flight_cap(tm
     spec's reorder threshold of 8, which is therefore held at 3: most holes are resent
     once 3 packets past them are acknowledged, not after a timeout, and only the
     dropped packets are resent (and, on a loaded machine, what a timeout resends)."""
-    import socket
-    import subprocess
-
     from testbed.workloads import roce
     from testbed.workloads.model.rdma import Irn
 
-    def free_port() -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from ..roce_pair import free_udp_port, run_pair
 
     binary = roce.build(None)
-    pa, pb = free_port(), free_port()
+    pa, pb = free_udp_port(), free_udp_port()
     # 173 us at 200 Mb/s: 4 packets of 1 KB in flight at most
     common = dict(link_mbps=200.0, irn=Irn(), base_rtt_us=173.0, spray_entropies=16,
                   reorder_pkts=8, end_after_ms=20000)
@@ -157,18 +151,8 @@ def test_a_sprayed_queue_pair_recovers_a_loss_by_nak_within_its_in_flight_cap(tm
     b = roce.Engine(bind="127.0.0.2", port=pb, drop_every=40, **common)
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=200.0, sport=0xC007)
     assert "spray 16 3" in a.text().splitlines()
-    rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
-                           str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert rb.stdout.readline().strip() == "ready"
-        subprocess.run([str(binary), str(a.save(tmp_path / "a.conf")),
-                        str(tmp_path / "a.json")], check=True, timeout=60,
-                       stdout=subprocess.DEVNULL)
-    finally:
-        rb.terminate()
-        rb.wait(timeout=10)
-    qa = roce.read_result(tmp_path / "a.json").qps[7]
-    qb = roce.read_result(tmp_path / "b.json").qps[9]
+    ra, rb = run_pair(tmp_path, binary, a, b, timeout=60)
+    qa, qb = ra.qps[7], rb.qps[9]
     assert qb["rx_bytes"] == 400_000 and qb["test_drops"] >= 9, qb
     assert qa["timeouts"] < qb["test_drops"] / 2, (qa, qb)     # most by NAK
     assert qb["test_drops"] <= qa["retx_pkts"] <= qb["test_drops"] + 4 * qa["timeouts"], qa

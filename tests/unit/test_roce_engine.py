@@ -2,7 +2,6 @@
 wire format against the layout rxe uses, a transfer paced at its line rate, and go-back-N
 recovering every packet a receiver discards."""
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from testbed.workloads.model.rdma import (
     Timely,
     UserCc,
 )
+
+from ..roce_pair import free_udp_port, run_pair
 
 WIRE_TEST = r"""
 #include <stdio.h>
@@ -59,12 +60,6 @@ def test_wire_format_is_rocev2s(tmp_path):
     assert out[11:] == ["10", "6", "7", "8"]       # ONLY, FIRST, MIDDLE, LAST
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=None,
              **cc):
     """A's QP 7 writes `sizes` to B's QP 9 on loopback; both results. `cc`: more of A's
@@ -81,17 +76,7 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
                     irn=cc.get("irn"), base_rtt_us=cc.get("base_rtt_us", 0.0),
                     dcqcn_plus=cc.get("dcqcn_plus"))
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=line_mbps)
-    rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
-                           str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert rb.stdout.readline().strip() == "ready"
-        subprocess.run([str(binary), str(a.save(tmp_path / "a.conf")),
-                        str(tmp_path / "a.json")], check=True, timeout=30,
-                       stdout=subprocess.DEVNULL)
-    finally:
-        rb.terminate()
-        rb.wait(timeout=10)
-    return roce.read_result(tmp_path / "a.json"), roce.read_result(tmp_path / "b.json")
+    return run_pair(tmp_path, binary, a, b)
 
 
 def test_a_transfer_is_paced_at_the_line_rate_and_complete(tmp_path):
