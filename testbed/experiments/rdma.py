@@ -35,6 +35,8 @@ from testbed.results.plots import pyplot, save, several_experiments, title
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
+    IRN_WIN,
+    MAX_SPRAY_ENTROPIES,
     ROCE_MTUS,
     ROCE_OVERHEAD,
     TCP_OVERHEAD,
@@ -288,11 +290,11 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.schemes[{j}]: {exc}") from None
             if s in self.schemes[:j]:
                 raise SpecError(f"{path}.schemes[{j}]: {s!r} twice")
-        if not 0 <= self.spray_entropies <= 256:
-            raise SpecError(f"{path}.spray_entropies: 0 (off) to 256 (got "
+        if not 0 <= self.spray_entropies <= MAX_SPRAY_ENTROPIES:
+            raise SpecError(f"{path}.spray_entropies: 0 (off) to {MAX_SPRAY_ENTROPIES} (got "
                             f"{self.spray_entropies})")
-        if not 0 <= self.spray_reorder_pkts < 4096:
-            raise SpecError(f"{path}.spray_reorder_pkts: 0..4095 (got "
+        if not 0 <= self.spray_reorder_pkts < IRN_WIN:
+            raise SpecError(f"{path}.spray_reorder_pkts: 0..{IRN_WIN - 1} (got "
                             f"{self.spray_reorder_pkts})")
         mode = own_routing(topo.kind, spec.controller.routing)
         if self.source_port == "per_qp" and mode not in ("ecmp", "single", "hedera"):
@@ -487,7 +489,8 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
             dp = fab.dataplane()
             before = qc.fabric_drops(dp)
             ports = switch_ports(dp, topo)
-            enq = {p: dp.queue(p, ROCE_CLASS).enq_bytes for p in ports}
+            enq = ({p: dp.queue(p, ROCE_CLASS).enq_bytes for p in ports}
+                   if exp.queue_sample_hz else {})     # the queue rows' bytes sent
             sampler = None
             t_ns = time.monotonic_ns()
             with ctx.traffic_phase(fab, out, label) as checks:

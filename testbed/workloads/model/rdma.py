@@ -261,6 +261,10 @@ def bdp_packets(base_rtt_us: float, link_mbps: float, packet_bytes: int) -> int:
     return max(1, -(-round(base_rtt_us * link_mbps / 8) // packet_bytes))
 
 
+MAX_SPRAY_ENTROPIES = 256   # source ports a sprayed QP cycles through (engine.c)
+IRN_WIN = 4096              # sequences IRN tracks beyond a QP's oldest unacknowledged (engine.c)
+
+
 def spray_reorder(reorder_pkts: int, bdp_pkts: int) -> int:
     """The reordering a sprayed QP's IRN waits out before it takes a hole as lost: the
     spec's, but below IRN's in-flight cap of `bdp_pkts` (nothing is acknowledged further

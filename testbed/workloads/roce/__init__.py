@@ -22,6 +22,8 @@ from pathlib import Path
 from testbed.core.system import TestbedError, run
 from testbed.dataplane.qosplane import BUILD_DIR
 from testbed.workloads.model.rdma import (
+    IRN_WIN,
+    MAX_SPRAY_ENTROPIES,
     ROCE_MTUS,
     WIRE_OVERHEAD,
     Dcqcn,
@@ -190,19 +192,21 @@ class Engine:
                 lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
         if self.window:
             lines.append(f"window_bytes {round(self.base_rtt_us * self.link_mbps / 8)}")
+        # IRN's in-flight cap, and below it a sprayed QP's reorder threshold
+        bdp = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
         if self.irn is not None:
             self.irn.check()
             s = self.irn.scaled(self.link_mbps)
-            bdp = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
             lines.append(f"irn {s['rto_low_us']} {s['rto_high_us']} {s['n']} {bdp}")
         if self.spray_entropies:
             if self.irn is None or not all(q[5] for q in self.qps):
                 raise ValueError("spraying needs irn and every queue pair's own source port")
-            if not 1 <= self.spray_entropies <= 256 or not 0 <= self.reorder_pkts < 4096:
-                raise ValueError("spray_entropies in 1..256, reorder_pkts in 0..4095")
-            cap = bdp_packets(self.base_rtt_us, self.link_mbps, self.mtu + WIRE_OVERHEAD)
+            if (not 1 <= self.spray_entropies <= MAX_SPRAY_ENTROPIES
+                    or not 0 <= self.reorder_pkts < IRN_WIN):
+                raise ValueError(f"spray_entropies in 1..{MAX_SPRAY_ENTROPIES}, reorder_pkts "
+                                 f"in 0..{IRN_WIN - 1}")
             lines.append(f"spray {self.spray_entropies} "
-                         f"{spray_reorder(self.reorder_pkts, cap)}")
+                         f"{spray_reorder(self.reorder_pkts, bdp)}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps} {sport}"
                   for qpn, peer, port, pq, mbps, sport in self.qps]
