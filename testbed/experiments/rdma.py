@@ -49,6 +49,7 @@ from testbed.workloads.model.rdma import (
     UserCc,
     bdp_packets,
     ideal_fct_us,
+    split_bytes,
     spray_reorder,
     wire_bytes,
 )
@@ -792,9 +793,30 @@ def flow_qpns(i: int, per_flow: int) -> range:
     return range(i * per_flow + 1, (i + 1) * per_flow + 1)
 
 
-def split_bytes(nbytes: int, parts: int) -> list[int]:
-    """`nbytes` in `parts` as even as whole bytes go (the first ones a byte more)."""
-    return [nbytes // parts + (k < nbytes % parts) for k in range(parts)]
+def host_engine(exp: Rdma, scheme: str, ip: str, rate_mbps: float, int_rates: list[float],
+                start_at: float = 0.0, base_rtt_us: float = 0.0):
+    """A host's engine for `scheme` (no queue pairs yet): the spec's transport settings and
+    the scheme's congestion control at the host's link rate."""
+    from testbed.workloads import roce
+    parts = parse_scheme(scheme)
+    cc = parts.cc
+    if (cc in ("hpcc", "user") or parts.window or parts.irn) and base_rtt_us <= 0:
+        raise TestbedError(f"rdma {scheme}: no base round trip measured (no ping answered)")
+    return roce.Engine(
+        bind=ip, mtu=exp.roce_mtu, dscp=exp.dscp,
+        ctrl_dscp=exp.ctrl_dscp, rto_us=exp.rto_us, sample_us=exp.sample_us,
+        # a user's control hears CNPs as DCQCN does: one per QP per its interval
+        cnp_interval_us=round(exp.dcqcn.scaled(rate_mbps)["cnp_interval_us"]),
+        start_at_unix=start_at, exit_when_done=False, link_mbps=rate_mbps,
+        dcqcn=exp.dcqcn if cc == "dcqcn" else None,
+        timely=exp.timely if cc == "timely" else None,
+        hpcc=exp.hpcc if cc == "hpcc" else None,
+        dcqcn_plus=exp.dcqcn_plus if cc == "dcqcn_plus" else None,
+        user_cc=exp.user_cc if cc == "user" else None,
+        base_rtt_us=base_rtt_us, window=parts.window,
+        irn=exp.irn if parts.irn else None,
+        spray_entropies=exp.spray_entropies, reorder_pkts=exp.spray_reorder_pkts,
+        int_rates=int_rate_table(int_rates) if telemetry(exp, scheme) else [])
 
 
 def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
@@ -804,30 +826,13 @@ def engines_for(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     from testbed.workloads import roce
 
     engines: dict[str, roce.Engine] = {}
-    parts = parse_scheme(scheme)
-    cc = parts.cc
-    if (cc in ("hpcc", "user") or parts.window or parts.irn) and base_rtt_us <= 0:
-        raise TestbedError(f"rdma {scheme}: no base round trip measured (no ping answered)")
+    rates = [link.rate_mbps for link in topo.links]
 
     def engine(host: str) -> roce.Engine:
         if host not in engines:
-            rate = topo.link_at(host, 0).rate_mbps
-            engines[host] = roce.Engine(
-                bind=topo.host(host).ip, mtu=exp.roce_mtu, dscp=exp.dscp,
-                ctrl_dscp=exp.ctrl_dscp, rto_us=exp.rto_us, sample_us=exp.sample_us,
-                # a user's control hears CNPs as DCQCN does: one per QP per its interval
-                cnp_interval_us=round(exp.dcqcn.scaled(rate)["cnp_interval_us"]),
-                start_at_unix=start_at, exit_when_done=False, link_mbps=rate,
-                dcqcn=exp.dcqcn if cc == "dcqcn" else None,
-                timely=exp.timely if cc == "timely" else None,
-                hpcc=exp.hpcc if cc == "hpcc" else None,
-                dcqcn_plus=exp.dcqcn_plus if cc == "dcqcn_plus" else None,
-                user_cc=exp.user_cc if cc == "user" else None,
-                base_rtt_us=base_rtt_us, window=parts.window,
-                irn=exp.irn if parts.irn else None,
-                spray_entropies=exp.spray_entropies, reorder_pkts=exp.spray_reorder_pkts,
-                int_rates=int_rate_table([link.rate_mbps for link in topo.links])
-                if telemetry(exp, scheme) else [])
+            engines[host] = host_engine(exp, scheme, topo.host(host).ip,
+                                        topo.link_at(host, 0).rate_mbps, rates, start_at,
+                                        base_rtt_us)
         return engines[host]
 
     for i, f in enumerate(flows):

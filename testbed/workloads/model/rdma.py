@@ -315,3 +315,8 @@ class DcqcnPlus(PaperParams):
         return (f"dcqcn_plus {s['g']!r} {int(s['min_tau_ns'])} {int(s['f'])} "
                 f"{s['min_bps']!r} {int(s['scan_ns'])} {int(s['min_interval_ns'])} "
                 f"{int(s['entry_timeout_ns'])}")
+
+
+def split_bytes(nbytes: int, parts: int) -> list[int]:
+    """`nbytes` in `parts` as even as whole bytes go (the first ones a byte more)."""
+    return [nbytes // parts + (k < nbytes % parts) for k in range(parts)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.job import JobConfig
 
@@ -22,9 +23,10 @@ TID = {"compute": 0, "tp": 1, "pp": 2, "dp": 3, "ep": 4, "fsdp": 5, "wait": 6}
 
 class Comm:
     """The rank's process groups, each collective timed (a trace span) and its sockets'
-    bytes counted per collective type."""
+    bytes counted per collective type (`mark`: their sockets in the type's DSCP)."""
+    header_bytes = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES   # per segment sent
 
-    def __init__(self, cfg: JobConfig, rank: int, timeline: Timeline):
+    def __init__(self, cfg: JobConfig, rank: int, timeline: Timeline, mark: bool = True):
         import torch.distributed as dist
         self.dist, self.rank, self.timeline = dist, rank, timeline
         self.layout = cfg.layout
@@ -48,7 +50,7 @@ class Comm:
                     fds = socket_fds() - before
                     self.fds[account] |= fds
                     self.groups[kind] = (pg, ranks)
-                    dscp = cfg.dscp.get(account, 0)
+                    dscp = cfg.dscp.get(account, 0) if mark else 0
                     self.marked[account] = self.marked.get(account, 0) + (
                         mark_sockets(fds, dscp) if dscp else 0)
 

@@ -9,7 +9,6 @@ import json
 import time
 from pathlib import Path
 
-from testbed.config.units import ETHERNET_HEADER_BYTES, IP_TCP_HEADER_BYTES
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.job import JobConfig
@@ -20,8 +19,6 @@ from .comm import Comm
 from .emulated import EmulatedStage
 from .real import RealStage
 
-TCP_HEADERS = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES  # per segment sent
-
 
 class Runner:
     def __init__(self, cfg: JobConfig, rank: int, out: Path, ifname: str | None):
@@ -30,7 +27,11 @@ class Runner:
         lay = cfg.layout
         self.dpi, self.stage, _ = lay.coords(rank)
         self.timeline = Timeline(rank)
-        self.comm = Comm(cfg, rank, self.timeline)
+        if cfg.roce is not None:
+            from .rocecomm import RoceComm
+            self.comm: Comm = RoceComm(cfg, rank, self.timeline, out)
+        else:
+            self.comm = Comm(cfg, rank, self.timeline)
         self.real = cfg.compute == "real"
         self.model = RealStage(cfg, self.comm, rank) if self.real else \
             EmulatedStage(cfg, self.comm, rank)
@@ -150,12 +151,15 @@ class Runner:
     def close(self) -> None:
         import resource
         self.logfh.close()
+        engine = self.comm.close() if hasattr(self.comm, "close") else None
         self.timeline.write(self.out / f"rank{self.rank}.trace.json")
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         (self.out / f"rank{self.rank}.summary.json").write_text(json.dumps(
             {"rank": self.rank, "peak_rss_mb": round(peak_mb, 1),
              "sockets_marked": self.comm.marked,
-             "groups": {k: r for k, (_, r) in self.comm.groups.items()}}))
+             "groups": {k: r for k, (_, r) in self.comm.groups.items()},
+             "transport": "roce" if engine is not None else "gloo",
+             "roce": roce_totals(engine) if engine is not None else None}))
 
     def run(self) -> None:
         # one snapshot closes an iteration and opens the next, so no byte falls between two
@@ -191,7 +195,8 @@ class Runner:
             row[f"{k}_s"] = union_s([(s, e) for s, e, a in spans if a == k])
             payload = sent1[k][0] - sent0[k][0]
             row[f"{k}_bytes"] = payload
-            row[f"{k}_wire_bytes"] = payload + (sent1[k][1] - sent0[k][1]) * TCP_HEADERS
+            row[f"{k}_wire_bytes"] = payload + (sent1[k][1] - sent0[k][1]) * \
+                self.comm.header_bytes
         if self.real:  # the layers' time without their tensor-parallel allreduces
             row["compute_s"] = max(0.0, row["compute_loop_s"] - row["tp_s"])
         self.logfh.write(json.dumps(row) + "\n")
@@ -200,3 +205,16 @@ class Runner:
         if self.real:
             return 0.0
         return sum(e - s for s, e in self.model.compute_spans)
+
+
+ROCE_COUNTERS = ("tx_pkts", "tx_bytes", "retx_pkts", "naks_rx", "cnps_rx", "timeouts",
+                 "rate_cuts", "ooo_drops", "reordered")
+
+
+def roce_totals(result) -> dict:
+    """The rank's engine: its counters summed over its queue pairs, the largest reordering
+    and its CPU time."""
+    qps = list(result.qps.values())
+    out = {k: sum(q[k] for q in qps) for k in ROCE_COUNTERS}
+    return out | {"reorder_max": max((q["reorder_max"] for q in qps), default=0),
+                  "eagain": result.eagain, "cpu_s": result.cpu_s}

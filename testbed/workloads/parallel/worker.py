@@ -56,6 +56,8 @@ def run(cfg: JobConfig, rank: int, world: int, master: str, out: Path,
     IN_FLIGHT[:] = [""]
     try:
         r.run()
+        if cfg.roce is not None:
+            dist.barrier()   # every rank's last message acknowledged before engines end
     except Exception:
         IN_FLIGHT[:] = [r.comm.in_flight]
         raise

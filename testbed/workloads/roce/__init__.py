@@ -102,6 +102,9 @@ class Engine:
     end_after_ms: int = 0       # 0: when every WRITE is acknowledged
     start_at_unix: float = 0.0  # engines on many hosts start together (0: at once)
     exit_when_done: bool = True  # False: print "done" and serve on until SIGTERM
+    # WRITEs posted on stdin while it runs, completions told on stdout (`Session`): no
+    # `write`s, and it runs until told
+    control: bool = False
     drop_every: int = 0         # tests: the receiver discards every Nth data packet
     ce_every: int = 0           # tests: the receiver takes every Nth as CE-marked
     # one congestion control on every requester QP, scaled to link_mbps
@@ -124,19 +127,23 @@ class Engine:
     # `reorder_pkts` beyond it are acknowledged (before, it may be on a slower path)
     spray_entropies: int = 0
     reorder_pkts: int = 0
-    # (qpn, peer, peer's port, peer's qpn, line Mb/s, source port: 0 the bound one)
-    qps: list[tuple[int, str, int, int, float, int]] = field(default_factory=list)
+    # (qpn, peer, peer's port, peer's qpn, line Mb/s, source port: 0 the bound one,
+    # data DSCP: None the engine's)
+    qps: list[tuple[int, str, int, int, float, int, int | None]] = field(default_factory=list)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
     def qp(self, qpn: int, peer: str, peer_qpn: int, line_mbps: float,
-           peer_port: int = ROCE_PORT, sport: int = 0) -> None:
+           peer_port: int = ROCE_PORT, sport: int = 0, dscp: int | None = None) -> None:
         """A queue pair; `sport` the UDP source port it sends from (0: the bound port;
-        any other sends through a raw socket, so the engine needs root)."""
+        any other sends through a raw socket, so the engine needs root); `dscp` its data's
+        (None: the engine's `dscp`)."""
         if any(q[0] == qpn for q in self.qps):
             raise ValueError(f"queue pair {qpn} twice")
         if not 0 <= sport <= 65535:
             raise ValueError(f"queue pair {qpn}: source port {sport} is not a port")
-        self.qps.append((qpn, peer, peer_port, peer_qpn, line_mbps, sport))
+        if dscp is not None and not 0 <= dscp <= 63:
+            raise ValueError(f"queue pair {qpn}: DSCP {dscp} is not in 0..63")
+        self.qps.append((qpn, peer, peer_port, peer_qpn, line_mbps, sport, dscp))
 
     def write(self, qpn: int, start_us: int, nbytes: int) -> None:
         """An RDMA WRITE of `nbytes` on `qpn`, posted `start_us` after the engine starts;
@@ -155,6 +162,11 @@ class Engine:
         if self.start_at_unix:
             values["start_at_unix"] = f"{self.start_at_unix:.6f}"
         values["exit_when_done"] = int(self.exit_when_done)
+        if self.control:
+            if self.writes or self.exit_when_done:
+                raise ValueError("control: WRITEs come while it runs (no writes), and it "
+                                 "runs until told (exit_when_done False)")
+            values["control"] = 1
         lines = [f"bind {self.bind} {self.port}"]
         ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.dcqcn_plus, self.user_cc)
                if cc is not None]
@@ -209,7 +221,8 @@ class Engine:
                          f"{spray_reorder(self.reorder_pkts, bdp)}")
         lines += [f"{key} {value}" for key, value in values.items()]
         lines += [f"qp {qpn} {peer} {port} {pq} {mbps} {sport}"
-                  for qpn, peer, port, pq, mbps, sport in self.qps]
+                  + ("" if dscp is None else f" {dscp}")
+                  for qpn, peer, port, pq, mbps, sport, dscp in self.qps]
         # a QP's WRITEs consecutive, in the order given
         order = {qpn: i for i, (qpn, *_) in enumerate(self.qps)}
         for qpn, start, nbytes in sorted(self.writes, key=lambda w: order[w[0]]):
@@ -252,3 +265,77 @@ def read_result(path: Path) -> Result:
         messages=[Message(int(q), int(b), s, None if e < 0 else e) for q, b, s, e
                   in d["msgs"]],
         samples=[(int(q), t, r, x) for q, t, r, x in d["samples"]])
+
+
+class Session:
+    """A control-mode engine (`Engine.control`) as a child process: WRITEs posted while it
+    runs, and their completions awaited. `post` returns the message's number on its QP
+    (1, 2, ...); `wait_sent(qpn, n)` returns once the QP's n-th message is acknowledged,
+    `wait_recv(qpn, n)` once the n-th message from the peer has arrived whole. A QP's
+    messages arrive in the order posted, so two ranks that post the same sequence agree on
+    the numbers. The engine ends, writing its result, on `close` (or with this process:
+    its stdin closes)."""
+
+    def __init__(self, binary: Path, config: Path, out: Path, timeout_s: float = 120.0):
+        import subprocess
+        import threading
+        self.out, self.timeout_s = out, timeout_s
+        self.proc = subprocess.Popen([str(binary), str(config), str(out)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        if self.proc.stdout.readline().strip() != "ready":
+            self.proc.wait(timeout=10)
+            raise TestbedError(f"the RoCE engine did not start (exit {self.proc.returncode})")
+        self.sent: dict[int, int] = {}
+        self.recv: dict[int, int] = {}
+        self.posted: dict[int, int] = {}
+        self.cond = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            what, qpn, n = line.split()
+            with self.cond:
+                (self.sent if what == "sent" else self.recv)[int(qpn)] = int(n)
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def post(self, qpn: int, nbytes: int) -> int:
+        self.stdin.write(f"post {qpn} {nbytes}\n")
+        self.stdin.flush()
+        self.posted[qpn] = n = self.posted.get(qpn, 0) + 1
+        return n
+
+    def _wait(self, counts: dict[int, int], qpn: int, n: int, what: str) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: counts.get(qpn, 0) >= n
+                                      or self.proc.poll() is not None, self.timeout_s):
+                raise TimeoutError(f"queue pair {qpn}: message {n} not {what} within "
+                                   f"{self.timeout_s:g} s")
+            if counts.get(qpn, 0) < n:
+                raise TestbedError(f"the RoCE engine ended (exit {self.proc.returncode}) "
+                                   f"before message {n} of queue pair {qpn} was {what}")
+
+    def wait_sent(self, qpn: int, n: int) -> None:
+        self._wait(self.sent, qpn, n, "acknowledged")
+
+    def wait_recv(self, qpn: int, n: int) -> None:
+        self._wait(self.recv, qpn, n, "received")
+
+    def close(self) -> Result:
+        """Ends the engine; its result."""
+        if self.proc.poll() is None:
+            try:
+                self.stdin.write("end\n")
+                self.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.proc.wait(timeout=30)
+        self.reader.join(timeout=10)
+        if self.proc.returncode != 0:
+            raise TestbedError(f"the RoCE engine failed (exit {self.proc.returncode})")
+        return read_result(self.out)

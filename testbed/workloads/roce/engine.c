@@ -37,9 +37,15 @@
  *   start_at_unix SECONDS             (wait until then: engines on many hosts start together)
  *   exit_when_done 0|1                (0: print "done" when every WRITE is acknowledged and
  *                                      run on, a responder for others, until told)
- *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS [SOURCE_PORT]
+ *   qp QPN PEER_IP PEER_PORT PEER_QPN LINE_MBPS [SOURCE_PORT [DSCP]]
  *   msg QPN START_US BYTES            (a WRITE of BYTES, posted START_US after start;
  *                                      after the mtu line and its qp line, a QP's in order)
+ *   control 1                         (no msg lines, exit_when_done 0: WRITEs come on
+ *                                      stdin as they are needed, `post QPN BYTES`, until
+ *                                      `end` or the end of stdin; stdout tells each message
+ *                                      acknowledged, `sent QPN N`, and each one arrived
+ *                                      whole, `recv QPN N`, N counting the QP's messages:
+ *                                      collectives run over the engine this way)
  * The engine ends when every message is acknowledged (and LINGER_MS has passed for the
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
@@ -52,6 +58,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -111,8 +118,12 @@ struct qp {
 	/* requester */
 	uint32_t snd_una, snd_nxt, snd_end, high;  /* high: one past the highest ever sent */
 	uint64_t next_tx_ns, progress_ns;
-	int msg_lo, msg_hi;          /* its messages: msgs[msg_lo..msg_hi) in order */
+	struct msg *m;               /* its messages, in sequence order */
+	int nm, cap_m;
 	int posted;                  /* how many of them are posted */
+	int done_m;                  /* how many of them are acknowledged */
+	int requester;               /* it sends (a msg line, or control mode) */
+	int dscp;                    /* its data's DSCP */
 	/* responder */
 	uint32_t epsn, msn, since_ack;
 	int nak_sent, seen;
@@ -155,8 +166,7 @@ struct qp {
 
 static struct qp qps[MAX_QPS];
 static int nqps;
-static struct msg *msgs;
-static int nmsgs, cap_msgs;
+static int nmsgs;                     /* every QP's messages */
 static struct sample *samples;
 static size_t nsamples, cap_samples;
 
@@ -182,6 +192,7 @@ static uint64_t rto_ns = 4000000, cnp_interval_ns = 50000, sample_ns = 1000000;
 static uint64_t linger_ns = 200000000, end_after_ns;
 static double start_at_unix;
 static int exit_when_done = 1;       /* 0: run until told, saying "done" when done */
+static int control;                  /* WRITEs posted on stdin, completions told on stdout */
 static uint64_t eagain;
 static int tx_blocked;               /* the host's queue refused a send: wait for POLLOUT */
 /* a raw UDP socket that sends every packet when a QP has a source port of its own (a
@@ -225,6 +236,29 @@ static struct qp *qp_by_qpn(uint32_t qpn)
 	return NULL;
 }
 
+/* a WRITE of `bytes` on q, posted `start_ns` after the engine's start, after q's others */
+static void add_msg(struct qp *q, uint64_t start_ns, uint64_t bytes)
+{
+	struct msg *m;
+
+	if (q->nm == q->cap_m) {
+		q->cap_m = q->cap_m ? 2 * q->cap_m : 16;
+		q->m = realloc(q->m, (size_t)q->cap_m * sizeof(*q->m));
+		if (!q->m)
+			die("out of memory");
+	}
+	m = &q->m[q->nm];
+	memset(m, 0, sizeof(*m));
+	m->qpn = q->qpn;
+	m->start_ns = start_ns;
+	m->bytes = bytes;
+	m->npkts = (uint32_t)((bytes + mtu - 1) / mtu);
+	m->first = q->nm ? q->m[q->nm - 1].first + q->m[q->nm - 1].npkts : 0;
+	q->nm++;
+	q->requester = 1;
+	nmsgs++;
+}
+
 static void read_config(const char *path)
 {
 	char line[512], key[32], ip[64];
@@ -253,9 +287,10 @@ static void read_config(const char *path)
 				die("too many queue pairs");
 			q = &qps[nqps++];
 			sport = 0;
-			n = sscanf(line, "%*s %u %63s %u %u %lf %u", &qpn, ip, &port, &peer_qpn,
-				   &mbps, &sport);
-			if (n < 5 || mbps <= 0 || sport > 65535)
+			q->dscp = -1;
+			n = sscanf(line, "%*s %u %63s %u %u %lf %u %d", &qpn, ip, &port, &peer_qpn,
+				   &mbps, &sport, &q->dscp);
+			if (n < 5 || mbps <= 0 || sport > 65535 || q->dscp > 63)
 				die("bad qp line");
 			q->sport = (uint16_t)sport;
 			q->qpn = qpn;
@@ -265,7 +300,6 @@ static void read_config(const char *path)
 			if (inet_pton(AF_INET, ip, &q->peer.sin_addr) != 1)
 				die("bad qp peer address");
 			q->line_bps = q->rate_bps = mbps * 1e6;
-			q->msg_lo = q->msg_hi = -1;
 		} else if (!strcmp(key, "dcqcn")) {
 			unsigned long long an, tn, bc;
 
@@ -343,7 +377,6 @@ static void read_config(const char *path)
 			if (sscanf(line, "%*s %lf", &start_at_unix) != 1)
 				die("bad start_at_unix line");
 		} else if (!strcmp(key, "msg")) {
-			struct msg *m;
 			struct qp *q;
 
 			if (sscanf(line, "%*s %llu %llu %llu", &a, &b, &c) != 3 || c == 0)
@@ -351,25 +384,7 @@ static void read_config(const char *path)
 			q = qp_by_qpn((uint32_t)a);
 			if (!q)
 				die("msg for an unknown qp");
-			if (q->msg_hi >= 0 && q->msg_hi != nmsgs)
-				die("a qp's msg lines must be consecutive");
-			if (nmsgs == cap_msgs) {
-				cap_msgs = cap_msgs ? 2 * cap_msgs : 64;
-				msgs = realloc(msgs, (size_t)cap_msgs * sizeof(*msgs));
-				if (!msgs)
-					die("out of memory");
-			}
-			m = &msgs[nmsgs];
-			memset(m, 0, sizeof(*m));
-			m->qpn = (uint32_t)a;
-			m->start_ns = b * 1000ull;
-			m->bytes = c;
-			m->npkts = (uint32_t)((c + mtu - 1) / mtu);
-			m->first = q->msg_lo >= 0 ?
-				msgs[q->msg_hi - 1].first + msgs[q->msg_hi - 1].npkts : 0;
-			if (q->msg_lo < 0)
-				q->msg_lo = nmsgs;
-			q->msg_hi = ++nmsgs;
+			add_msg(q, b * 1000ull, c);
 		} else if (sscanf(line, "%*s %llu", &a) == 1) {
 			if (!strcmp(key, "mtu"))
 				mtu = (uint32_t)a;
@@ -395,6 +410,8 @@ static void read_config(const char *path)
 				ce_every = (uint32_t)a;
 			else if (!strcmp(key, "exit_when_done"))
 				exit_when_done = (int)a;
+			else if (!strcmp(key, "control"))
+				control = (int)a;
 			else if (!strcmp(key, "window_bytes"))
 				window_bytes = a;
 			else
@@ -411,22 +428,29 @@ static void read_config(const char *path)
 		die("config out of range");
 	if (cc == CC_HPCC && !use_int)
 		die("hpcc needs an int_rates line");
+	if (control && (nmsgs || exit_when_done))
+		die("control mode takes its WRITEs on stdin, and runs until told");
+	for (int i = 0; i < nqps; i++) {
+		qps[i].requester |= control;
+		if (qps[i].dscp < 0)
+			qps[i].dscp = dscp;
+	}
 }
 
 /* the message a sequence number belongs to (its QP's messages are in sequence order) */
 static struct msg *msg_of(const struct qp *q, uint32_t seq)
 {
-	int lo = q->msg_lo, hi = q->msg_hi - 1;
+	int lo = 0, hi = q->nm - 1;
 
 	while (lo < hi) {
 		int mid = (lo + hi + 1) / 2;
 
-		if ((int32_t)(seq - msgs[mid].first) >= 0)
+		if ((int32_t)(seq - q->m[mid].first) >= 0)
 			lo = mid;
 		else
 			hi = mid - 1;
 	}
-	return &msgs[lo];
+	return &q->m[lo];
 }
 
 /* The source port of data packet `seq` of q: a sprayed QP's entropy values in turn, spread
@@ -458,7 +482,7 @@ static int send_pkt(int fd, const struct qp *q, const uint8_t *buf, size_t len, 
 	};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	/* data ECN-capable (ECT(0)) in the lossless class; ACKs, NAKs and CNPs not */
-	int tos = data ? (dscp << 2) | 0x2 : ctrl_dscp << 2;
+	int tos = data ? (q->dscp << 2) | 0x2 : ctrl_dscp << 2;
 
 	cm->cmsg_level = IPPROTO_IP;
 	cm->cmsg_type = IP_TOS;
@@ -655,12 +679,11 @@ static void ack_progress(struct qp *q, uint32_t upto, uint64_t now)
 	q->progress_ns = now;
 	if ((int32_t)(q->snd_nxt - q->snd_una) < 0)
 		q->snd_nxt = q->snd_una;
-	for (int j = q->msg_lo; j >= 0 && j < q->msg_hi; j++) {
-		struct msg *m = &msgs[j];
-
-		if (!m->end_ns && j < q->msg_lo + q->posted &&
-		    (int32_t)(q->snd_una - (m->first + m->npkts)) >= 0)
-			m->end_ns = now;
+	while (q->done_m < q->posted &&
+	       (int32_t)(q->snd_una - (q->m[q->done_m].first + q->m[q->done_m].npkts)) >= 0) {
+		q->m[q->done_m++].end_ns = now;
+		if (control)
+			printf("sent %u %d\n", q->qpn, q->done_m);
 	}
 }
 
@@ -738,7 +761,7 @@ static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t 
 static void cc_on_loss(struct qp *q, uint64_t now)
 {
 #ifdef USER_CC_H
-	if (cc == CC_USER && q->msg_lo >= 0) {
+	if (cc == CC_USER && q->requester) {
 		user_cc_on_loss(&q->uc, &q->ue, now);
 		user_take(q, "user_cc_on_loss");
 	}
@@ -761,6 +784,14 @@ static void irn_recover(struct qp *q, uint32_t lost)
 	q->recovery_end = q->high;
 	q->rtx_ptr = q->snd_una;
 	q->lost_high = lost;
+}
+
+/* a message has arrived whole, in order, at q's responder */
+static void message_in(struct qp *q)
+{
+	q->msn++;
+	if (control)
+		printf("recv %u %u\n", q->qpn, q->msn);
 }
 
 static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t now)
@@ -819,11 +850,11 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			q->rx_bytes += payload;
 			q->nak_sent = 0;
 			if (op_ends_message(h.opcode))
-				q->msn++;
+				message_in(q);
 			while (use_irn && bit(q->kept, q->epsn)) {   /* kept ones are in order now */
 				set_bit(q->kept, q->epsn, 0);
 				if (bit(q->kept_last, q->epsn)) {
-					q->msn++;
+					message_in(q);
 					h.ackreq = 1;        /* a message ended: acknowledge now */
 				}
 				set_bit(q->kept_last, q->epsn, 0);
@@ -902,7 +933,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 				q->snd_nxt = psn;         /* go back to it */
 		} else if ((syn & 0xe0) == 0) {
 			q->acks_rx++;
-			if (q->msg_lo >= 0)
+			if (q->requester)
 				cc_on_ack(q, psn, now, h.intf && len >= ROCE_BTH_LEN + ROCE_AETH_LEN +
 					  INT_LEN ? buf + ROCE_BTH_LEN + ROCE_AETH_LEN : NULL);
 			ack_progress(q, psn + 1, now);
@@ -910,15 +941,15 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 	} else if (h.opcode == OP_CNP) {
 		q->cnps_rx++;
 #ifdef USER_CC_H
-		if (cc == CC_USER && q->msg_lo >= 0) {
+		if (cc == CC_USER && q->requester) {
 			user_cc_on_cnp(&q->uc, &q->ue, now);
 			user_take(q, "user_cc_on_cnp");
 		}
 #endif
-		if (cc == CC_DCQCN && q->msg_lo >= 0) {
+		if (cc == CC_DCQCN && q->requester) {
 			dcqcn_on_cnp(&q->dc, &q->dp, now);
 			q->rate_bps = q->dc.rc;
-		} else if (cc == CC_DCQCNP && q->msg_lo >= 0 &&
+		} else if (cc == CC_DCQCNP && q->requester &&
 			   len >= ROCE_BTH_LEN + ROCE_CNP_PAD) {
 			uint64_t tau_us = (uint64_t)buf[ROCE_BTH_LEN] << 24 |
 					  get_be24(buf + ROCE_BTH_LEN + 1);
@@ -982,13 +1013,14 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			(unsigned long long)q->reorder_max);
 	}
 	fprintf(f, "],\n \"msgs\": [");
-	for (int j = 0; j < nmsgs; j++) {
-		struct msg *m = &msgs[j];
+	for (int i = 0, j = 0; i < nqps; i++)
+		for (int k = 0; k < qps[i].nm; k++, j++) {
+			struct msg *m = &qps[i].m[k];
 
-		fprintf(f, "%s\n  [%u, %llu, %.3f, %.3f]", j ? "," : "", m->qpn,
-			(unsigned long long)m->bytes, m->start_ns / 1e3,
-			m->end_ns ? (m->end_ns - t0) / 1e3 : -1.0);
-	}
+			fprintf(f, "%s\n  [%u, %llu, %.3f, %.3f]", j ? "," : "", m->qpn,
+				(unsigned long long)m->bytes, m->start_ns / 1e3,
+				m->end_ns ? (m->end_ns - t0) / 1e3 : -1.0);
+		}
 	fprintf(f, "],\n \"samples\": [");
 	for (size_t k = 0; k < nsamples; k++)
 		fprintf(f, "%s\n  [%u, %.3f, %.3f, %.3f]", k ? "," : "", samples[k].qpn,
@@ -1011,8 +1043,8 @@ static void take_samples(uint64_t now)
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
 
-		if (q->msg_lo < 0 || (!q->tx_wire_interval && (!q->posted ||
-		    (q->snd_una == q->snd_end && q->msg_lo + q->posted == q->msg_hi))))
+		if (!q->requester || (!q->tx_wire_interval && (!q->posted ||
+		    (q->snd_una == q->snd_end && q->posted == q->nm))))
 			continue;             /* a responder only, or nothing to send and nothing sent */
 		if (nsamples == cap_samples) {
 			cap_samples = cap_samples ? 2 * cap_samples : 1024;
@@ -1064,6 +1096,47 @@ static void np_scan(int fd, uint64_t now)
  * has no transport header of its own to wait on), so it gets half of fd's: it refuses at
  * the same fill, and says it has room again at a quarter of it where fd says so at half.
  * It receives a copy of every UDP packet the host gets; a filter drops them all at once. */
+/* Control mode: the commands waiting on stdin, `post QPN BYTES` (a WRITE, posted now) or
+ * `end`; the end of stdin (its writer gone) ends the engine too. */
+static void read_commands(uint64_t t0, uint64_t now)
+{
+	static char cmd[4096];
+	static size_t have;
+	ssize_t n;
+
+	while ((n = read(0, cmd + have, sizeof(cmd) - 1 - have)) > 0) {
+		char *line = cmd, *nl;
+
+		have += (size_t)n;
+		cmd[have] = 0;
+		while ((nl = strchr(line, '\n'))) {
+			unsigned qpn;
+			unsigned long long bytes;
+			struct qp *q;
+
+			*nl = 0;
+			if (sscanf(line, "post %u %llu", &qpn, &bytes) == 2) {
+				if (!(q = qp_by_qpn(qpn)) || !bytes)
+					die("post: an unknown qp, or no bytes");
+				add_msg(q, now - t0, bytes);
+			} else if (!strcmp(line, "end")) {
+				stop = 1;
+			} else if (*line) {
+				die("unknown command");
+			}
+			line = nl + 1;
+		}
+		have -= (size_t)(line - cmd);
+		memmove(cmd, line, have);
+		if (have == sizeof(cmd) - 1)
+			die("command too long");
+	}
+	if (n == 0)
+		stop = 1;
+	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		die_errno("cannot read commands");
+}
+
 static void open_raw(int fd)
 {
 	struct sock_filter none = BPF_STMT(BPF_RET | BPF_K, 0);
@@ -1115,6 +1188,8 @@ int main(int argc, char **argv)
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
+	if (control && fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK))
+		die_errno("cannot read commands without blocking");
 	printf("ready\n");
 	fflush(stdout);
 	if (start_at_unix > 0) {
@@ -1155,7 +1230,7 @@ int main(int argc, char **argv)
 			user_take(q, "user_cc_init");
 		}
 #endif
-		if (q->msg_lo >= 0) {
+		if (q->requester) {
 			q->ring_psn = malloc(RTT_RING * sizeof(*q->ring_psn));
 			q->ring_ns = malloc(RTT_RING * sizeof(*q->ring_ns));
 			if (!q->ring_psn || !q->ring_ns)
@@ -1175,7 +1250,9 @@ int main(int argc, char **argv)
 		uint64_t now = now_ns(), wake = now + 100000000ull;
 		int busy = 0, pending = 0;
 		struct timespec ts;
-		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = raw_fd } };
+		/* the bound socket, the raw one (for POLLOUT) or -1, the commands or -1 */
+		struct pollfd p[3] = { { .fd = fd, .events = POLLIN }, { .fd = raw_fd },
+				       { .fd = control ? 0 : -1, .events = POLLIN } };
 
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
@@ -1195,21 +1272,25 @@ int main(int argc, char **argv)
 			on_packet(fd, buf, (size_t)n, tos, now_ns());
 		}
 		now = now_ns();
+		if (control) {
+			read_commands(t0, now);
+			if (stop)
+				break;
+		}
 		for (int i = 0; i < nqps; i++) {
 			struct qp *q = &qps[i];
 			uint64_t rto;
 			int64_t seq;
 
-			while (q->msg_lo >= 0 && q->msg_lo + q->posted < q->msg_hi &&
-			       t0 + msgs[q->msg_lo + q->posted].start_ns <= now) {
-				struct msg *m = &msgs[q->msg_lo + q->posted++];
+			while (q->posted < q->nm && t0 + q->m[q->posted].start_ns <= now) {
+				struct msg *m = &q->m[q->posted++];
 
 				q->snd_end = m->first + m->npkts;
 				if (q->snd_una == q->snd_nxt)
 					q->progress_ns = now;
 			}
-			if (q->msg_lo >= 0 && q->msg_lo + q->posted < q->msg_hi) {
-				uint64_t at = t0 + msgs[q->msg_lo + q->posted].start_ns;
+			if (q->posted < q->nm) {
+				uint64_t at = t0 + q->m[q->posted].start_ns;
 
 				pending = 1;
 				if (at < wake)
@@ -1217,14 +1298,14 @@ int main(int argc, char **argv)
 			}
 			if (q->snd_una != q->snd_end)
 				pending = 1;
-			if (cc == CC_DCQCN && q->msg_lo >= 0) {
+			if (cc == CC_DCQCN && q->requester) {
 				dcqcn_on_time(&q->dc, &q->dp, now);
 				q->rate_bps = q->dc.rc;
 				if (dcqcn_next_ns(&q->dc) < wake)
 					wake = dcqcn_next_ns(&q->dc);
 			}
 #ifdef USER_CC_H
-			if (cc == CC_USER && q->msg_lo >= 0) {
+			if (cc == CC_USER && q->requester) {
 				uint64_t at = user_cc_on_time(&q->uc, &q->ue, now);
 
 				user_take(q, "user_cc_on_time");
@@ -1232,7 +1313,7 @@ int main(int argc, char **argv)
 					wake = at;
 			}
 #endif
-			if (cc == CC_DCQCNP && q->msg_lo >= 0) {
+			if (cc == CC_DCQCNP && q->requester) {
 				dcqcnp_on_time(&q->dq, &q->dqp, now);
 				q->rate_bps = q->dq.rc;
 				if (dcqcnp_next_ns(&q->dq) < wake)
@@ -1282,7 +1363,7 @@ int main(int argc, char **argv)
 		}
 		if (next_sample < wake)
 			wake = next_sample;
-		if (nmsgs && !pending) {
+		if (nmsgs && !pending && !control) {
 			if (!done_ns) {
 				done_ns = now;
 				printf("done\n");
@@ -1299,6 +1380,8 @@ int main(int argc, char **argv)
 			if (t0 + end_after_ns < wake)
 				wake = t0 + end_after_ns;
 		}
+		if (control)
+			fflush(stdout);      /* what completed, told before sleeping */
 		if (busy)
 			continue;
 		now = now_ns();
@@ -1308,8 +1391,7 @@ int main(int argc, char **argv)
 		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
 		if (tx_blocked)
 			p[raw_fd >= 0].events |= POLLOUT;
-		if (ppoll(p, raw_fd >= 0 ? 2 : 1, &ts, NULL) > 0 &&
-		    (p[raw_fd >= 0].revents & POLLOUT)) {
+		if (ppoll(p, 3, &ts, NULL) > 0 && (p[raw_fd >= 0].revents & POLLOUT)) {
 			tx_blocked = 0;
 			unblocked_ns = now_ns();
 		}

@@ -24,6 +24,19 @@ class RealModel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RoceTransport:
+    """The collectives carried by the RoCE engine (`transport: roce`): the engine's binary,
+    the folder of each rank's engine config (`rank<R>.conf`, its queue pairs numbered as
+    `parallel.roce.qpn`), the queue pairs per connection, the RoCE MTU, and the bytes of
+    telemetry room a data packet carries (HPCC)."""
+    binary: str
+    config_dir: str
+    channels: int = 1
+    mtu: int = 1024
+    telemetry_bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
     layout: Layout
     schedule: str = "1f1b"
@@ -45,6 +58,7 @@ class JobConfig:
     gate_file: str = ""                # jobs sharing a fabric: a policy's gate (jobsync), ...
     report_file: str = ""              # ... where rank 0 reports its progress, ...
     start_file: str = ""               # ... and the runner's start of iteration 0
+    roce: RoceTransport | None = None  # emulated: collectives over the RoCE engine
 
     def plan(self) -> JobShape:
         """The job as the analytical model sees it."""

@@ -1,0 +1,103 @@
+"""Parallel jobs' collectives over the RoCE engine (`transport: roce`) on loopback, no root:
+each rank's engine in control mode on 127.0.0.1, its own UDP port."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.workloads import roce
+from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
+from testbed.workloads.model.parallel.desc import load_models
+from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
+from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.roce import connections, qpn
+from testbed.workloads.model.rdma import WIRE_OVERHEAD
+from testbed.workloads.parallel.rocecomm import rank_engines
+
+from ..roce_pair import free_udp_port
+
+
+def test_session_posts_and_hears_completions(tmp_path):
+    """Two control-mode engines: messages posted while they run arrive whole, in order,
+    and each side hears its own acknowledged; the result lists every message."""
+    binary = roce.build()
+    pa, pb = free_udp_port(), free_udp_port()
+    a = roce.Engine(bind="127.0.0.1", port=pa, control=True, exit_when_done=False)
+    a.qp(3, peer="127.0.0.1", peer_port=pb, peer_qpn=5, line_mbps=500)
+    b = roce.Engine(bind="127.0.0.1", port=pb, control=True, exit_when_done=False)
+    b.qp(5, peer="127.0.0.1", peer_port=pa, peer_qpn=3, line_mbps=500)
+    sa = roce.Session(binary, a.save(tmp_path / "a.conf"), tmp_path / "a.json", timeout_s=20)
+    sb = roce.Session(binary, b.save(tmp_path / "b.conf"), tmp_path / "b.json", timeout_s=20)
+    try:
+        assert [sa.post(3, n) for n in (100_000, 1, 4096)] == [1, 2, 3]
+        sb.wait_recv(5, 3)
+        sa.wait_sent(3, 3)
+        assert sb.post(5, 2500) == 1
+        sa.wait_recv(3, 1)
+        sb.wait_sent(5, 1)
+        with pytest.raises(TimeoutError, match="message 2"):
+            sa.timeout_s = 0.2
+            sa.wait_recv(3, 2)
+    finally:
+        ra, rb = sa.close(), sb.close()
+    assert [m.nbytes for m in ra.messages] == [100_000, 1, 4096]
+    assert all(m.end_us is not None for m in ra.messages + rb.messages)
+    assert rb.qps[5]["rx_bytes"] == 104_097 and ra.qps[3]["rx_bytes"] == 2500
+    assert ra.qps[3]["retx_pkts"] == rb.qps[5]["retx_pkts"] == 0
+    with pytest.raises(ValueError, match="control"):
+        bad = roce.Engine(bind="127.0.0.1", control=True, exit_when_done=False)
+        bad.qp(1, peer="127.0.0.1", peer_qpn=1, line_mbps=1)
+        bad.write(1, 0, 10)
+        bad.text()
+
+
+def test_queue_pairs_agree_at_both_ends():
+    lay = Layout(dp=2, tp=2, pp=2)
+    for r in range(lay.world):
+        for kind, p in connections(lay, r):
+            assert (kind, r) in set(connections(lay, p))
+    numbers = [qpn(k, p, c, 8, 2) for r in range(8) for k, p in connections(lay, r)
+               for c in range(2)]
+    assert len(set(numbers)) == len(set((k, p, c) for r in range(8)
+                                        for k, p in connections(lay, r) for c in range(2)))
+
+
+@pytest.mark.parametrize("name,layout,extra,channels", [
+    ("pp-dp", Layout(dp=2, pp=2), dict(micro_batches=2), 1),
+    ("tp-zero3", Layout(dp=2, tp=2), dict(zero=3), 2),
+    ("ep", Layout(dp=2, ep=2), dict(model="moe-tiny"), 1),
+])
+def test_emulated_job_over_roce_sends_the_models_bytes(tmp_path, name, layout, extra,
+                                                       channels):
+    """Every collective type's payload, as the ranks posted it, is the model's; the engines
+    carried it all without a resend, and every rank's summary names the transport."""
+    from testbed.workloads.parallel.worker import local_job
+    model = load_models()[extra.pop("model", "gpt-tiny")]
+    binary = roce.build()
+    world = layout.world
+    where = [("127.0.0.1", free_udp_port()) for _ in range(world)]
+    conf = tmp_path / "roce"
+    conf.mkdir()
+    template = roce.Engine(bind="", rto_us=200_000, sample_us=100_000)
+    for r, eng in enumerate(rank_engines(layout, where, [2000.0] * world, template,
+                                         channels)):
+        eng.save(conf / f"rank{r}.conf")
+    cfg = JobConfig(layout=layout, compute="emulated", model=model, scale=1e-3,
+                    s_per_flop=1e-12, iters=2, timeout_s=30,
+                    roce=RoceTransport(binary=str(binary), config_dir=str(conf),
+                                       channels=channels), **extra)
+    rows = local_job(cfg, tmp_path / name, timeout_s=120)
+    plan = cfg.plan()
+    for r in range(world):
+        want = sent_bytes(plan, r)
+        for row in rows[r]:
+            for k in KINDS:
+                assert row[f"{k}_bytes"] == pytest.approx(want[k], rel=0.01, abs=16), (r, k)
+                pkts = (row[f"{k}_wire_bytes"] - row[f"{k}_bytes"]) / WIRE_OVERHEAD
+                assert pkts >= row[f"{k}_bytes"] / 1024
+        summary = json.loads((tmp_path / name / f"rank{r}.summary.json").read_text())
+        assert summary["transport"] == "roce"
+        assert summary["roce"]["retx_pkts"] == 0 and summary["roce"]["timeouts"] == 0
+        assert summary["roce"]["tx_bytes"] == pytest.approx(
+            sum(row[f"{k}_bytes"] for row in rows[r] for k in KINDS), abs=16)
