@@ -41,6 +41,7 @@ from testbed.config.spec import ExperimentSpec, Spec
 from testbed.experiments import EXPERIMENTS
 from testbed.experiments.load import Flow, Load
 from testbed.experiments.trainers.model import CPU_WAIT_SHARE_LIMIT, LINK_BUSY_BOTTLENECK
+from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.graph import shortest_paths
 from topologies.model import Topology
 
@@ -122,8 +123,12 @@ def trainer_cpu_s(load: Load, cap: Capacity) -> float:
     """A trainer's CPU per iteration: its compute, the worker's own work, the bytes it
     sends and its collectives' steps (fitted on the reference machine)."""
     per_mb = cap.rank_per_mb_s if load.parallel else cap.trainer_per_mb_s
+    # ranks whose collectives the RoCE engine carries: its CPU for each packet they send
+    # (both ends), in their host, beside them
+    engine = (load.sent_mb * 1e6 / (load.mtu - ROCE_OVERHEAD) * cap.roce_pkt_s
+              if load.roce and load.comm_s is not None else 0.0)
     return (load.step_s * cap.step_overhead + cap.trainer_base_s + per_mb * load.sent_mb
-            + cap.trainer_per_step_s * load.steps)
+            + cap.trainer_per_step_s * load.steps + engine)
 
 
 def _verdict(load: Load, pps: float, cap: Capacity, servers: int, engine_cores: float = 0.0

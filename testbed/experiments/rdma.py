@@ -264,9 +264,7 @@ class Rdma(ExperimentSpec):
             for h in (f.src, f.dst):
                 per_host[h] = per_host.get(h, 0) + 1
         busiest = max(per_host.items(), key=lambda kv: kv[1], default=("", 0))
-        if not 1 <= self.qps_per_flow <= MAX_QPS_PER_FLOW:
-            raise SpecError(f"{path}.qps_per_flow: 1..{MAX_QPS_PER_FLOW} (got "
-                            f"{self.qps_per_flow})")
+        self.check_transport(path, spec, topo)
         if busiest[1] * self.qps_per_flow > MAX_QPS:
             raise SpecError(f"{path}: {busiest[0]} would hold "
                             f"{busiest[1] * self.qps_per_flow} queue pairs (a flow is "
@@ -281,6 +279,13 @@ class Rdma(ExperimentSpec):
                 raise SpecError(f"{path}.flows[{i}]: src and dst are the same host")
             if f.size_bytes < 1 or f.start_ms < 0:
                 raise SpecError(f"{path}.flows[{i}]: size_bytes >= 1 and start_ms >= 0")
+
+    def check_transport(self, path: str, spec: Spec, topo: Topology) -> None:
+        """Everything but the flows: the schemes, the transport's settings and the classes
+        (the parallel experiment's `roce` is checked with this alone)."""
+        if not 1 <= self.qps_per_flow <= MAX_QPS_PER_FLOW:
+            raise SpecError(f"{path}.qps_per_flow: 1..{MAX_QPS_PER_FLOW} (got "
+                            f"{self.qps_per_flow})")
         if not self.schemes:
             raise SpecError(f"{path}.schemes: at least one, such as "
                             f"{', '.join(RDMA_SCHEMES)}")

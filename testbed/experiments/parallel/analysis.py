@@ -69,6 +69,7 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
               core_measured: dict[str, int] | None,
               busiest_measured: dict[str, int] | None, rate_mbps: float, mtu: int,
               rtt: dict[str, float], queue: dict, measured: dict, checks: dict,
+              wire: float | None = None, transport: str = "gloo",
               ) -> tuple[dict, list[list], list[list]]:
     """(the job's summary row, its rows per collective type, every rank's iteration rows)."""
     lay = plan.layout
@@ -79,7 +80,7 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
     iter_s = median_or_none([max(r["iter_s"] for r in its) for its in iters.values() if its])
     bubble = median_or_none([statistics.mean(r["bubble"] for r in its)
                              for its in iters.values() if its])
-    wf = wire_factor(mtu)
+    wf = wire_factor(mtu) if wire is None else wire
     n_iters = max((len(rs) for rs in rows.values()), default=0) or 1
     kind_rows = []
     by_kind = {}
@@ -129,7 +130,8 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
         "experiment": experiment, "fabric": fabric, "job": label, "layout": lay.label(),
         "world": lay.world, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep,
         "schedule": plan.schedule if lay.pp > 1 else "", "micro_batches": plan.micro_batches,
-        "zero": plan.zero, "compute": compute, "model": model_name, "scale": plan.scale,
+        "zero": plan.zero, "compute": compute, "transport": transport, "model": model_name,
+        "scale": plan.scale,
         "hosts": " ".join(hosts), "host_rate_mbps": rate_mbps,
         **{f"{k}_rtt_ms": round(v * 1000, 3) for k, v in rtt.items()},
         "iter_s_median": _r(iter_s), "model_iter_s": _r(pred["iteration_s"]),

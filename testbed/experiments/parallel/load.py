@@ -10,6 +10,7 @@ from testbed.config.capacity import Capacity
 from testbed.config.spec import Spec
 from testbed.workloads.model.parallel.cost import KINDS, Network, sent_bytes
 from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.model import Topology, at_rate
 
 from ..load import Flow, Load, rated
@@ -59,6 +60,7 @@ def loads(spec: Spec, topo: Topology, exp: Parallel, cap: Capacity) -> Iterator[
     """Every job on each fabric and link rate; with real compute, a rank's share of the
     real model's step (its tensor- and pipeline-parallel split)."""
     mtu = spec.links.mtu_bytes
+    roce = exp.transport == "roce"
     for fabric in parallel_topologies(exp, rated(spec, topo)):
         for rate in exp.rates_mbps or [None]:
             where = at_rate(fabric, rate) if rate else fabric
@@ -70,7 +72,9 @@ def loads(spec: Spec, topo: Topology, exp: Parallel, cap: Capacity) -> Iterator[
                                  exp.real.data)[0] / max(1, job.layout.tp * job.layout.pp) \
                     if real else 0.0
                 yield Load(f"{where.kind} {_layout(job.layout)}"
-                           f"{f' at {rate:g} Mb/s' if rate else ''}", where, mtu,
+                           f"{f' at {rate:g} Mb/s' if rate else ''}"
+                           f"{' over RoCE' if roce else ''}", where,
+                           exp.roce.roce_mtu + ROCE_OVERHEAD if roce else mtu,
                            parallel_flows(job.layout, hosts), trainers=len(hosts),
                            step_s=step, comm_s=comm, idle_s=idle, sent_mb=sent,
-                           steps=steps, parallel=True)
+                           steps=steps, parallel=True, roce=roce)

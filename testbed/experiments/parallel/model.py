@@ -14,6 +14,7 @@ from testbed.config.units import (
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network, predict, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.rdma import WIRE_OVERHEAD
 from topologies.graph import link_shares, shortest_paths
 from topologies.model import Topology
 
@@ -102,10 +103,13 @@ def link_load(topo: Topology, flows: list[tuple[str, str, float]], rate_mbps: fl
 
 
 def network(topo: Topology, layout: Layout, hosts: list[str], rate_mbps: float, mtu: int,
-            rtt_s: dict[str, float]) -> tuple[Network, dict[str, float]]:
+            rtt_s: dict[str, float], payload_share: float | None = None
+            ) -> tuple[Network, dict[str, float]]:
     """The model's network for this placement (with the RTT measured between two members of
-    each type's first group), and each type's busiest-link load."""
-    payload_bps = rate_mbps * 1e6 * tcp_payload_fraction(mtu) / 8
+    each type's first group), and each type's busiest-link load. `payload_share`: the
+    payload's share of a link (None: TCP's at `mtu`)."""
+    share = tcp_payload_fraction(mtu) if payload_share is None else payload_share
+    payload_bps = rate_mbps * 1e6 * share / 8
     # a pipeline transfer runs alone on its stage's link (the replay serialises a stage's
     # sends); the other types' flows all run at once
     loads = {k: link_load(topo, kind_flows(layout, hosts, k, forward_only=k == "pp"),
@@ -123,6 +127,14 @@ def probe_pairs(layout: Layout, hosts: list[str]) -> dict[str, tuple[str, str]]:
         if flows:
             out[k] = flows[0][:2]
     return out
+
+
+def roce_wire(roce_mtu: int, telemetry_bytes: int) -> tuple[float, float]:
+    """RoCE's (payload share of a link, bytes on the wire per payload byte): every packet's
+    Ethernet, IP, UDP, BTH and ICRC (and HPCC's telemetry room). The ACKs go the other way,
+    in their own class, and are not counted, as the ranks count data alone."""
+    per_packet = roce_mtu + WIRE_OVERHEAD + telemetry_bytes
+    return roce_mtu / per_packet, per_packet / roce_mtu
 
 
 def wire_factor(mtu: int) -> float:

@@ -3,15 +3,21 @@ in their placed hosts (one rank per host), every switch queue is sampled, and th
 each class (collective type) put through the core are read from the switches' counters."""
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
+from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
+from testbed.workloads.model.rdma import INT_LEN
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
 from ..qos_common import switch_slots
+from ..rdma import RdmaFlow, host_engine, parse_scheme, rdma_qos, scheme_record, telemetry
 from ..trainers.analysis import queue_stats, read_records
 from ..trainers.model import host_link
 from ..trainers.ranks import run_processes
@@ -24,6 +30,7 @@ from .model import (
     parallel_qos,
     prediction,
     probe_pairs,
+    roce_wire,
     unanswered,
 )
 from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
@@ -63,9 +70,54 @@ def class_bytes(dp, topo: Topology, before: dict, after: dict, kinds: dict[int, 
     return core, busiest, other
 
 
+def roce_transport(exp: Parallel, scheme: str, cfg: JobConfig, topo: Topology,
+                   hosts: list[str], rtt: dict[str, float], job_dir) -> tuple[JobConfig, dict]:
+    """The job's collectives over RoCE under `scheme`: every rank's engine config written
+    into the job's folder (HPCC's T and the "+w" window from the longest measured round trip
+    of the job's groups, plus a full packet's transmission); the config that says so, and
+    what the scheme ran with."""
+    from testbed.workloads import roce
+    from testbed.workloads.parallel.rocecomm import rank_engines
+    r = exp.roce
+    tel = telemetry(r, scheme)
+    rate = max(topo.link_at(h, 0).rate_mbps for h in hosts)
+    packet = r.roce_mtu + roce.WIRE_OVERHEAD + (INT_LEN if tel else 0)
+    base_rtt_us = round(max(rtt.values(), default=0.0) * 1e6 + packet * 8 / rate, 1)
+    template = host_engine(r, scheme, "", rate, [link.rate_mbps for link in topo.links],
+                           base_rtt_us=base_rtt_us)
+    folder = job_dir / "roce"
+    folder.mkdir(exist_ok=True)
+    engines = rank_engines(cfg.layout, [(topo.host(h).ip, roce.ROCE_PORT) for h in hosts],
+                           [topo.link_at(h, 0).rate_mbps for h in hosts], template,
+                           r.qps_per_flow, r.source_port == "per_qp")
+    for rank, eng in enumerate(engines):
+        eng.save(folder / f"rank{rank}.conf")
+    user = r.user_cc.source if parse_scheme(scheme).cc == "user" and r.user_cc else None
+    transport = RoceTransport(binary=str(roce.build(user)), config_dir=str(folder),
+                              channels=r.qps_per_flow, mtu=r.roce_mtu,
+                              telemetry_bytes=INT_LEN if tel else 0)
+    # what it ran with, at every host rate of the job
+    record = scheme_record(r, [RdmaFlow(src=hosts[0], dst=h, size_bytes=1) for h in hosts],
+                           topo, scheme, base_rtt_us)
+    (folder / "scheme.json").write_text(json.dumps(record, indent=1))
+    return dataclasses.replace(cfg, roce=transport), record
+
+
+def roce_counters(job_dir, world: int) -> dict:
+    """The ranks' engines' counters, summed over the job."""
+    out: dict = {}
+    for rank in range(world):
+        path = job_dir / f"rank{rank}.summary.json"
+        totals = json.loads(path.read_text()).get("roce") if path.exists() else None
+        for k, v in (totals or {}).items():
+            out[f"roce_{k}"] = (max(out.get(f"roce_{k}", 0), v) if k == "reorder_max"
+                                else round(out.get(f"roce_{k}", 0) + v, 6))
+    return out
+
+
 def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: int,
-            fabric_label: str, rate: float, outcome: Outcome, experiment: int
-            ) -> tuple[dict, list[list], list[list], list[list]]:
+            fabric_label: str, rate: float, outcome: Outcome, experiment: int,
+            scheme: str | None = None) -> tuple[dict, list[list], list[list], list[list]]:
     topo = fab.topo
     hosts = job_hosts(job, topo)
     label = job.label()
@@ -73,7 +125,6 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         f"{index:02d}-{slug(fabric_label)}-{slug(label)}")
     job_dir.mkdir(parents=True, exist_ok=True)
     cfg = job_config(exp, job, rate)
-    dump_json(cfg, job_dir / "job.json")
     master = f"{topo.host(hosts[0]).ip}:{MASTER_PORT + index}"
     world = len(hosts)
 
@@ -83,6 +134,10 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     pairs = probe_pairs(job.layout, hosts)
     rtts = {k: fab.ping_rtt_s(a, b) for k, (a, b) in pairs.items()}
     rtt = {k: v for k, v in rtts.items() if v is not None}
+    record: dict = {}
+    if scheme is not None:
+        cfg, record = roce_transport(exp, scheme, cfg, topo, hosts, rtt, job_dir)
+    dump_json(cfg, job_dir / "job.json")
     dp = fab.dataplane()
     sampler = ctx.class_sampler(dp, switch_slots(dp), exp.sample_hz)
     kinds = class_kinds(dp)
@@ -121,7 +176,9 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     rows = {r: read_records(job_dir / f"rank{r}.jsonl") for r in range(world)}
     host_rate = min(host_link(topo, h).rate_mbps for h in hosts)
     mtu = fab.links.mtu_bytes
-    net, loads = network(topo, job.layout, hosts, host_rate, mtu, rtt)
+    share, wire = (roce_wire(cfg.roce.mtu, cfg.roce.telemetry_bytes) if cfg.roce is not None
+                   else (None, None))
+    net, loads = network(topo, job.layout, hosts, host_rate, mtu, rtt, share)
     plan = cfg.plan()
     pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
     model_sent = {r: sent_bytes(plan, r) for r in range(world)}
@@ -132,7 +189,11 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         net=net, loads=loads, model_core=core_bytes(plan, topo, hosts),
         core_measured=core if kinds else None,
         busiest_measured=busiest if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
-        queue=queue, measured=measured, checks=checks)
+        queue=queue, measured=measured, checks=checks, wire=wire,
+        transport="gloo" if scheme is None else f"roce {scheme}")
+    if scheme is not None:
+        summary.update(roce_counters(job_dir, world))
+        summary["roce_base_rtt_us"] = record.get("base_rtt_us")
     if summary["cpu_bound"] and not checks["cpu"]["cpu_bound"]:
         outcome.warnings.append(
             f"{fabric_label} {label}: CPU-bound (a rank waited "
@@ -145,22 +206,28 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
     out = Outcome()
     experiment = ctx.experiment or 0  # the spec index, which its rows carry
     rows, kind_rows, iter_rows = [], [], []
-    qos = parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts)
+    schemes: list[str | None] = list(exp.roce.schemes) if exp.transport == "roce" else [None]
     index = 0
-    fabrics = [(topo, rate, own_routing(topo.kind, routing))
+    fabrics = [(topo, rate, own_routing(topo.kind, routing), scheme)
                for topo in parallel_topologies(exp, ctx.topo)
                for rate in exp.rates_mbps or [ctx.spec.links.rate_mbps]
-               for routing in exp.routings or [ctx.spec.controller.routing]]
-    for topo, rate, routing in fabrics:
+               for routing in exp.routings or [ctx.spec.controller.routing]
+               for scheme in schemes]
+    for topo, rate, routing, scheme in fabrics:
         fabric = at_rate(topo, rate)
+        # over RoCE: the scheme's classes (its data lossless, ECN-marked if it reacts)
+        qos = (parallel_qos(exp, ctx.spec.qos, ctx.spec.links.buffer_pkts) if scheme is None
+               else rdma_qos(exp.roce, scheme))
         fabric_label = (f"{topo.kind}" + (f"@{rate:g}Mbps" if rate else "")
-                        + (f"/{routing}" if len(exp.routings) > 1 else ""))
-        with ctx.fabric(fabric, routing, f"parallel {fabric_label}",
-                        qos=qos, rate_mbps=None) as fab:
+                        + (f"/{routing}" if len(exp.routings) > 1 else "")
+                        + (f" roce:{scheme}" if scheme is not None else ""))
+        with ctx.fabric(fabric, routing, f"parallel {fabric_label}", qos=qos, rate_mbps=None,
+                        udp_hash=scheme is not None and exp.roce.source_port == "per_qp"
+                        ) as fab:
             link_rate = rate or min(link.rate_mbps for link in fabric.links)
             for job in exp.jobs:
                 summary, kr, ir, _ = run_job(ctx, fab, exp, job, index, fabric_label,
-                                             link_rate, out, experiment)
+                                             link_rate, out, experiment, scheme)
                 index += 1
                 rows.append(summary)
                 kind_rows += kr
@@ -182,6 +249,7 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
                   ["experiment", "fabric", "job", "rank", "host", "iteration"] + ITER_FIELDS,
                   iter_rows)
     out.headline = {"jobs": len(rows), "results": [
-        {k: r[k] for k in ("fabric", "job", "iter_s_median", "model_iter_s", "iter_over_model",
-                           "bubble", "bubble_ideal", "cpu_bound")} for r in rows]}
+        {k: r[k] for k in ("fabric", "job", "transport", "iter_s_median", "model_iter_s",
+                           "iter_over_model", "bubble", "bubble_ideal", "cpu_bound")}
+        for r in rows]}
     return out

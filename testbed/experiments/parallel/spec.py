@@ -3,7 +3,7 @@ with emulated compute), jobs with their parallel layout and placement, the fabri
 rates; every field checked before anything starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from testbed.config.controller import check_routing
@@ -18,7 +18,10 @@ from testbed.workloads.model.parallel.schedule import SCHEDULES
 from topologies import TopologyError
 from topologies.model import Topology
 
+from ..rdma import Rdma, parse_scheme
 from ..training.spec import DATASETS
+
+TRANSPORTS = ("gloo", "roce")
 
 # one DSCP (and, unless the spec has its own qos, one switch class) per collective type,
 # so that switch counters tell the types apart: AF11, AF12, AF21, AF31, AF41
@@ -96,9 +99,15 @@ class Parallel(ExperimentSpec):
     timeout_s: float = 120.0           # a collective that waits longer fails the job
     job_timeout_s: float = 1200.0
     sample_hz: float = 200.0
+    # what carries the collectives of emulated compute: gloo (TCP), or roce, the RoCE
+    # engine in every host, once per scheme of `roce.schemes`, with `roce`'s settings as the
+    # rdma experiment takes them (qps_per_flow: queue pairs per connection); real compute
+    # keeps Gloo
+    transport: str = "gloo"
+    roce: Rdma = field(default_factory=lambda: Rdma(schemes=["dcqcn"]))
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
-        check_parallel(self, path, topo)
+        check_parallel(self, path, spec, topo)
 
     def describe_model(self) -> ModelDesc:
         """The described transformer (emulated compute)."""
@@ -117,7 +126,31 @@ def job_hosts(job: ParallelJob, topo: Topology) -> list[str]:
     return place(topo, job.layout.world, job.hosts or job.placement, job.seed)
 
 
-def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
+def check_transport(exp: Parallel, path: str, spec: Spec, topo: Topology) -> None:
+    one_of(exp.transport, TRANSPORTS, f"{path}.transport")
+    if exp.transport != "roce":
+        return
+    if exp.compute != "emulated":
+        raise SpecError(f"{path}.transport: roce carries emulated compute's collectives "
+                        f"(real compute exchanges tensors' values: it keeps gloo)")
+    r = exp.roce
+    if r.flows or r.workload is not None or r.fan_in is not None:
+        raise SpecError(f"{path}.roce: the transport's settings only (the jobs make the "
+                        f"traffic): no flows, workload or fan_in")
+    r.check_transport(f"{path}.roce", replace(spec, controller=replace(
+        spec.controller, routing=(exp.routings or [spec.controller.routing])[0])), topo)
+    for j, s in enumerate(r.schemes):
+        if parse_scheme(s).tcp:
+            raise SpecError(f"{path}.roce.schemes[{j}]: {s!r} is TCP: run it with "
+                            f"transport gloo")
+    if r.source_port == "per_qp":
+        for j, routing in enumerate(exp.routings):
+            if routing not in ("ecmp", "single", "hedera", "own"):
+                raise SpecError(f"{path}.routings[{j}]: per_qp source ports need routing "
+                                f"ecmp, single or hedera (got {routing})")
+
+
+def check_parallel(exp: Parallel, path: str, spec: Spec, topo: Topology) -> None:
     for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz"):
         positive(getattr(exp, name), f"{path}.{name}")
     if not 0 <= exp.warmup_iters < exp.iters:
@@ -129,6 +162,7 @@ def check_parallel(exp: Parallel, path: str, topo: Topology) -> None:
         if not 0 <= d <= 63:
             raise SpecError(f"{path}.dscp.{kind}: DSCP must be in 0..63 (got {d})")
     model = check_model(exp, path)
+    check_transport(exp, path, spec, topo)
     if not exp.jobs:
         raise SpecError(f"{path}.jobs: at least one job")
     try:

@@ -19,6 +19,7 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
 from testbed.workloads.model.parallel.roce import connections, qpn, split_bytes
+from testbed.workloads.model.parallel.schedule import actions
 from testbed.workloads.model.rdma import WIRE_OVERHEAD
 
 from ..rank import Timeline
@@ -59,11 +60,16 @@ class RoceComm(Comm):
         super().__init__(cfg, rank, timeline, mark=False)
         r = cfg.roce
         assert r is not None
+        self.cfg = cfg
         self.world, self.channels, self.mtu = cfg.layout.world, r.channels, r.mtu
         self.header_bytes = WIRE_OVERHEAD + r.telemetry_bytes
         self.session = roce.Session(Path(r.binary), Path(r.config_dir) / f"rank{rank}.conf",
                                     out / f"rank{rank}.roce.json", timeout_s=cfg.timeout_s)
+        # every rank's engine up before any sends: a WRITE to a host without one is lost,
+        # and costs a retransmission timeout
+        self.dist.barrier()
         self.expected: dict[int, int] = {}     # qpn -> messages from its peer awaited
+        self.pp_posted: dict[int, int] = {}    # neighbour stage -> receives posted from it
         self.counts = {k: [0, 0] for k in KINDS}   # payload posted, packets
 
     def close(self):
@@ -178,11 +184,28 @@ class RoceComm(Comm):
                            bytes=t.numel() * t.element_size())
         return Acked(self, done)
 
+    def pp_tags(self, stage: int) -> list[int]:
+        """The tags a neighbour stage sends this rank, in the order it sends them (its
+        schedule's: activations in its forwards' order, gradients in its backwards', which
+        GPipe runs last micro-batch first)."""
+        mine = self.layout.coords(self.rank)[1]
+        kind, offset = ("F", 0) if stage == mine - 1 else ("B", 1)
+        return [2 * mb + offset for k, mb in actions(
+            self.cfg.schedule, stage, self.layout.pp, self.cfg.micro_batches) if k == kind]
+
     def irecv(self, t, stage: int, tag: int):
-        """The next message from a neighbour stage (messages from one stage arrive in the
-        order it sent them, as the schedule posts these)."""
+        """The message with `tag` from a neighbour stage: a queue pair delivers in the order
+        sent, so its number is its place in that stage's sending order (an iteration's
+        receives from one stage are all posted before the next iteration's)."""
         src = self.groups["pp"][1][stage]
-        return self._expect("pp", src, t.numel() * t.element_size()), t, src
+        order = self.pp_tags(stage)
+        k = self.pp_posted.get(stage, 0)
+        self.pp_posted[stage] = k + 1
+        index = k // len(order) * len(order) + order.index(tag) + 1
+        due = [(qpn("pp", src, c, self.world, self.channels), index)
+               for c, part in enumerate(split_bytes(t.numel() * t.element_size(),
+                                                    self.channels)) if part]
+        return due, t, src
 
     def wait(self, posted) -> float:
         due, t, src = posted
