@@ -79,3 +79,31 @@ def test_a_dead_or_hung_rank_fails_the_job(tmp_path, kind):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     # the others were stopped: well before the job timeout (300 s)
     assert summary["status"] == "failed" and summary["elapsed_s"] < 120
+
+
+def test_collectives_over_roce_in_the_fabric(tmp_path):
+    """An emulated 3D job (TP=2, PP=2 with 1F1B, DP=2) whose collectives the RoCE engine
+    carries under DCQCN, two queue pairs per connection, each from its own UDP port: each
+    collective type's bytes are the model's (what the ranks posted: within 0.5%), the
+    lossless class resent and lost nothing, and every table names the transport."""
+    out, summary = run(tmp_path, {"name": "it-parallel-roce", "topology": LEAFSPINE,
+                                  "experiments": [{
+        "type": "parallel", "model": "gpt-tiny", "scale": 0.05, "device_tflops": 0.5,
+        "iters": 3, "sample_hz": 50, "transport": "roce",
+        "roce": {"schemes": ["dcqcn"], "qps_per_flow": 2, "source_port": "per_qp"},
+        "jobs": [{"dp": 2, "tp": 2, "pp": 2, "micro_batches": 2}]}]})
+    assert summary["status"] == "ok", summary["error"]
+    kinds = {r["kind"]: r for r in rows(out, "parallel_kinds.csv")}
+    assert set(kinds) == {"tp", "pp", "dp"}
+    for row in kinds.values():
+        assert 0.995 <= float(row["bytes_over_model"]) <= 1.005, row
+        assert row["fabric"].endswith("roce:dcqcn"), row
+    (job,) = rows(out, "parallel.csv")
+    assert job["transport"] == "roce dcqcn"
+    assert int(job["roce_tx_pkts"]) > 0
+    assert job["roce_retx_pkts"] == job["roce_timeouts"] == "0", job
+    assert job["lost_in_switches_pkts"] == "0"
+    job_dir = next((out / "parallel").glob("0-00-*"))
+    conf = (job_dir / "roce" / "rank0.conf").read_text()
+    assert conf.count("\nqp ") == 2 * (1 + 1 + 1)   # 2 QPs to each of its 3 peers
+    assert "control 1" in conf and "dcqcn " in conf

@@ -36,6 +36,20 @@ BAD_PARALLEL = [
      "experiments[0].jobs[0].micro_batches: 5 must divide"),
     ({"dscp": {"tp": 70}}, "experiments[0].dscp.tp: DSCP"),
     ({"dscp": {"xx": 1}}, "experiments[0].dscp: unknown 'xx'"),
+    ({"transport": "nccl"}, "experiments[0].transport: unknown 'nccl'"),
+    ({"transport": "roce", "compute": "real"}, "experiments[0].transport: roce carries"),
+    ({"transport": "roce", "roce": {"schemes": ["tcp-dctcp"]}},
+     "experiments[0].roce.schemes[0]: 'tcp-dctcp' is TCP"),
+    ({"transport": "roce", "roce": {"schemes": ["bbr"]}},
+     "experiments[0].roce.schemes[0]: a congestion control first"),
+    ({"transport": "roce", "roce": {"roce_mtu": 1000}}, "experiments[0].roce.roce_mtu"),
+    ({"transport": "roce", "roce": {"qps_per_flow": 0}}, "experiments[0].roce.qps_per_flow"),
+    ({"transport": "roce", "roce": {"flows": [{"src": "h1", "dst": "h2", "size_bytes": 1}]}},
+     "experiments[0].roce: the transport's settings only"),
+    ({"transport": "roce", "roce": {"spray_entropies": 4, "source_port": "per_qp"}},
+     "experiments[0].roce.spray_entropies: sprayed packets"),
+    ({"transport": "roce", "roce": {"source_port": "per_qp"}, "routings": ["vlb"]},
+     "experiments[0].roce.source_port: per_qp"),
 ]
 
 
@@ -51,3 +65,12 @@ def test_good_parallel_spec():
                              "placement": "spread"}]))
     job = s.experiments[0].jobs[0]
     assert job.layout.world == 16 and job.label() == "dp4-tp2-pp2-1f1b-m4-spread"
+
+
+def test_a_roce_transport_spec():
+    s, _ = loads(spec(transport="roce", roce={"schemes": ["dcqcn", "hpcc+irn"],
+                                              "qps_per_flow": 4, "source_port": "per_qp"},
+                      jobs=[{"dp": 4}]))
+    exp = s.experiments[0]
+    assert exp.transport == "roce" and exp.roce.schemes == ["dcqcn", "hpcc+irn"]
+    assert exp.roce.qps_per_flow == 4 and exp.roce.dscp == 26

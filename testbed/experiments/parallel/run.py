@@ -44,6 +44,16 @@ def class_kinds(dp) -> dict[int, str]:
             if c["name"].split("+")[0] in KINDS}
 
 
+def roce_class_kind(dp, cfg: JobConfig) -> dict[int, str]:
+    """Over RoCE, every collective type's data shares the RoCE class: the class is the
+    type's when the job runs one type alone (else none: no per-type switch counts)."""
+    plan = cfg.plan()
+    used = {k for r in range(cfg.layout.world) for k, v in sent_bytes(plan, r).items() if v}
+    if len(used) != 1:
+        return {}
+    return {i: next(iter(used)) for i, c in enumerate(dp.classes) if c["name"] == "roce"}
+
+
 def port_counters(dp) -> dict[tuple[int, int], int]:
     """Bytes enqueued so far on every class of every switch egress port."""
     return {(p["id"], c): dp.queue(p["id"], c).enq_bytes for p in dp.ports
@@ -141,6 +151,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     dp = fab.dataplane()
     sampler = ctx.class_sampler(dp, switch_slots(dp), exp.sample_hz)
     kinds = class_kinds(dp)
+    if scheme is not None:
+        kinds = roce_class_kind(dp, cfg)
     groups = [[experiment, fabric_label, label, kind, g, " ".join(str(r) for r in ranks),
                " ".join(hosts[r] for r in ranks)]
               for kind in ("tp", "pp", "dp", "ep") for g, ranks in
