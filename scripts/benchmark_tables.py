@@ -272,7 +272,7 @@ TRAINING = ("training_priority", "training_compression", "training_consistency",
 
 
 PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",
-            "parallel_placement", "parallel_16")
+            "parallel_placement", "parallel_16", "parallel_roce", "parallel_roce_ecmp")
 
 
 def parallel(out: Path, name: str) -> None:
@@ -299,6 +299,15 @@ def parallel(out: Path, name: str) -> None:
               f"{_g(r, 'comm_s', '{:.3f} s')} | {_g(r, 'model_comm_s', '{:.3f} s')} | "
               f"**{_g(r, 'comm_over_model', '{:.2f}')}** | {_g(r, 'measured_link_load', '{:.2f}')}, "
               f"{_g(r, 'link_load', '{:.2f}')} | {_g(r, 'comm_over_hashed_model', '{:.2f}')} |")
+    roce = [r for r in rows(out / name, "parallel.csv") if r.get("roce_tx_pkts")]
+    if roce:
+        print("\n| fabric | job | RoCE packets | resent | timeouts | CNPs | rate cuts "
+              "| reordered (most) | engines' CPU |\n|---|---|---|---|---|---|---|---|---|")
+    for r in roce:
+        print(f"| {r['fabric']} | {r['job']} | {int(r['roce_tx_pkts']):,} | "
+              f"{r['roce_retx_pkts']} | {r['roce_timeouts']} | {r['roce_cnps_rx']} | "
+              f"{r['roce_rate_cuts']} | {r['roce_reordered']} ({r['roce_reorder_max']}) | "
+              f"{float(r['roce_cpu_s']):.1f} s |")
 
 
 def main(out: Path) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from testbed.core.system import TestbedError
 from testbed.workloads.launch import REPO_ROOT
+from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.roce import connections
 
 from .helpers import rows, run
 
@@ -105,5 +107,7 @@ def test_collectives_over_roce_in_the_fabric(tmp_path):
     assert job["lost_in_switches_pkts"] == "0"
     job_dir = next((out / "parallel").glob("0-00-*"))
     conf = (job_dir / "roce" / "rank0.conf").read_text()
-    assert conf.count("\nqp ") == 2 * (1 + 1 + 1)   # 2 QPs to each of its 3 peers
+    # 2 QPs to each peer of each of its groups (the expert-data group mirrors DP's)
+    peers = list(connections(Layout(dp=2, tp=2, pp=2), 0))
+    assert len(peers) == 4 and conf.count("\nqp ") == 2 * len(peers)
     assert "control 1" in conf and "dcqcn " in conf
