@@ -302,11 +302,13 @@ def parallel(out: Path, name: str) -> None:
     roce = [r for r in rows(out / name, "parallel.csv") if r.get("roce_tx_pkts")]
     if roce:
         print("\n| fabric | job | RoCE packets | resent | timeouts | CNPs | rate cuts "
-              "| reordered (most) | engines' CPU |\n|---|---|---|---|---|---|---|---|---|")
+              "| reordered (most) | PFC pauses (paused) | engines' CPU |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
     for r in roce:
         print(f"| {r['fabric']} | {r['job']} | {int(r['roce_tx_pkts']):,} | "
               f"{r['roce_retx_pkts']} | {r['roce_timeouts']} | {r['roce_cnps_rx']} | "
               f"{r['roce_rate_cuts']} | {r['roce_reordered']} ({r['roce_reorder_max']}) | "
+              f"{r.get('pfc_pauses') or '-'} ({r.get('pfc_paused_ms') or '-'} ms) | "
               f"{float(r['roce_cpu_s']):.1f} s |")
 
 

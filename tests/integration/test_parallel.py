@@ -105,6 +105,8 @@ def test_collectives_over_roce_in_the_fabric(tmp_path):
     assert int(job["roce_tx_pkts"]) > 0
     assert job["roce_retx_pkts"] == job["roce_timeouts"] == "0", job
     assert job["lost_in_switches_pkts"] == "0"
+    # the lossless class's pauses while the job ran, read from the PFC app's log
+    assert int(job["pfc_pauses"]) >= 0 and float(job["pfc_paused_ms"]) >= 0
     job_dir = next((out / "parallel").glob("0-00-*"))
     conf = (job_dir / "roce" / "rank0.conf").read_text()
     # 2 QPs to each peer of each of its groups (the expert-data group mirrors DP's)

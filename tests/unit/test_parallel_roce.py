@@ -122,3 +122,11 @@ def test_pipeline_over_roce_keeps_its_schedule(tmp_path, schedule):
     for it in (1, 2):
         iteration = max(rows[r][it]["iter_s"] for r in rows)
         assert iteration == pytest.approx(pred["iteration_s"], rel=0.15), (it, pred)
+
+
+def test_pauses_per_job_and_iteration():
+    from testbed.experiments.parallel.run import pause_counts
+    pfc = {"pauses": 6, "paused_ms": {"s1-eth1->s2-eth3": 1.5, "s2-eth1->s3-eth2": 3.0}}
+    assert pause_counts(pfc, 3) == {"pfc_pauses": 6, "pfc_paused_ms": 4.5,
+                                    "pfc_pauses_per_iter": 2.0, "pfc_paused_ms_per_iter": 1.5}
+    assert pause_counts({"pauses": 0}, 4)["pfc_paused_ms"] == 0

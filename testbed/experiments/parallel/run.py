@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
@@ -16,7 +17,7 @@ from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
-from ..qos_common import switch_slots
+from ..qos_common import pfc_summary, switch_slots
 from ..rdma import RdmaFlow, host_engine, parse_scheme, rdma_qos, scheme_record, telemetry
 from ..trainers.analysis import queue_stats, read_records
 from ..trainers.model import host_link
@@ -125,6 +126,15 @@ def roce_counters(job_dir, world: int) -> dict:
     return out
 
 
+def pause_counts(pfc: dict, iters: int) -> dict:
+    """PFC pauses while a job ran (its warm-up included): their number, the time links
+    were paused (summed over the paused links), both per iteration too."""
+    paused_ms = sum(pfc.get("paused_ms", {}).values())
+    return {"pfc_pauses": pfc["pauses"], "pfc_paused_ms": round(paused_ms, 3),
+            "pfc_pauses_per_iter": round(pfc["pauses"] / iters, 2),
+            "pfc_paused_ms_per_iter": round(paused_ms / iters, 3)}
+
+
 def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: int,
             fabric_label: str, rate: float, outcome: Outcome, experiment: int,
             scheme: str | None = None) -> tuple[dict, list[list], list[list], list[list]]:
@@ -163,6 +173,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     measured: dict = {}
     with ctx.traffic_phase(fab, outcome, f"{fabric_label} {label}") as checks:
         before = port_counters(dp)
+        t0_ns = time.monotonic_ns()
         sampler.start()
         try:
             measured.update(run_processes(fab, [(r, h, "worker") for r, h in enumerate(hosts)],
@@ -179,6 +190,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         finally:
             sampler.stop()
         after = port_counters(dp)
+        if scheme is not None:   # the lossless class's pauses while the job ran
+            measured.update(pause_counts(pfc_summary(fab.qos_status_dir, t0_ns), exp.iters))
     core, busiest, other = class_bytes(dp, topo, before, after, kinds)
     measured["core_other_bytes"] = other
     names = {p["id"]: p["ifname"] for p in dp.ports}
