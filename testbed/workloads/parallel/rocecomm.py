@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -182,7 +183,7 @@ class RoceComm(Comm):
         done = self._post("pp", ranks[stage], t.numel() * t.element_size(), "pp")
         self.timeline.span("pp send", "pp", start, time.perf_counter(), tid=TID["pp"],
                            bytes=t.numel() * t.element_size())
-        return Acked(self, done)
+        return Pending(lambda: self._acked(done))
 
     def pp_tags(self, stage: int) -> list[int]:
         """The tags a neighbour stage sends this rank, in the order it sends them (its
@@ -205,26 +206,12 @@ class RoceComm(Comm):
         due = [(qpn("pp", src, c, self.world, self.channels), index)
                for c, part in enumerate(split_bytes(t.numel() * t.element_size(),
                                                     self.channels)) if part]
-        return due, t, src
-
-    def wait(self, posted) -> float:
-        due, t, src = posted
-        self.in_flight = f"pp recv with ranks [{src}]"
-        start = time.perf_counter()
-        self._arrived(due)
-        self.in_flight = ""
-        end = time.perf_counter()
-        self.spans.append((start, end, "pp"))
-        self.timeline.span("pp recv (wait)", "wait", start, end, tid=TID["wait"],
-                           bytes=t.numel() * t.element_size())
-        return end - start
+        return Pending(lambda: self._arrived(due)), t, src
 
 
-class Acked:
-    """A posted send, as Gloo's work object: `wait()` returns once it is acknowledged."""
+class Pending:
+    """A posted send or receive, as Gloo's work object: `wait()` returns once it is done
+    (acknowledged, or arrived whole)."""
 
-    def __init__(self, comm: RoceComm, done: list[tuple[int, int]]):
-        self.comm, self.done = comm, done
-
-    def wait(self) -> None:
-        self.comm._acked(self.done)
+    def __init__(self, wait: Callable[[], None]):
+        self.wait = wait
