@@ -89,8 +89,10 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             return {convert(args[0], _key(args[0], k), f"{path}.{k}"):
                     convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
         return dict(value)
-    registry = getattr(tp, "registry", None) if isinstance(tp, type) else None
-    if isinstance(registry, dict) and tp not in registry.values():  # `type` says which
+    # the experiments' base (not a dataclass: `type` says which); a concrete one nested in
+    # another spec is read as itself
+    if (isinstance(tp, type) and isinstance(getattr(tp, "registry", None), dict)
+            and not dataclasses.is_dataclass(tp)):
         return registered(tp, value, path)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_data(tp, value, path)

@@ -109,7 +109,7 @@ def test_collectives_over_roce_in_the_fabric(tmp_path):
     assert int(job["pfc_pauses"]) >= 0 and float(job["pfc_paused_ms"]) >= 0
     job_dir = next((out / "parallel").glob("0-00-*"))
     conf = (job_dir / "roce" / "rank0.conf").read_text()
-    # 2 QPs to each peer of each of its groups (the expert-data group mirrors DP's)
-    peers = list(connections(Layout(dp=2, tp=2, pp=2), 0))
-    assert len(peers) == 4 and conf.count("\nqp ") == 2 * len(peers)
+    # 2 QPs to each peer of each of its groups (no experts: no expert-data group)
+    peers = list(connections(Layout(dp=2, tp=2, pp=2), 0, experts=False))
+    assert len(peers) == 3 and conf.count("\nqp ") == 2 * len(peers)
     assert "control 1" in conf and "dcqcn " in conf

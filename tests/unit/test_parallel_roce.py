@@ -53,10 +53,21 @@ def test_session_posts_and_hears_completions(tmp_path):
 
 
 def test_queue_pairs_agree_at_both_ends():
+    """Every queue pair names its peer's, which names it back; no number twice."""
     lay = Layout(dp=2, tp=2, pp=2)
     for r in range(lay.world):
         for kind, p in connections(lay, r):
             assert (kind, r) in set(connections(lay, p))
+    where = [(f"10.0.0.{r + 1}", 4791) for r in range(lay.world)]
+    engines = rank_engines(lay, where, [roce.Engine(bind="", link_mbps=10.0)] * lay.world,
+                           channels=2, per_qp_ports=True, experts=False)
+    by_ip = {ip: e for (ip, _), e in zip(where, engines)}
+    for eng in engines:
+        assert len(eng.qps) == 2 * 3   # tp, pp and dp peers (no experts: no edp)
+        for qpn_, peer, _, peer_qpn, mbps, sport, _ in eng.qps:
+            back = [q for q in by_ip[peer].qps if q[0] == peer_qpn]
+            assert len(back) == 1 and back[0][3] == qpn_ and back[0][1] == eng.bind
+            assert back[0][5] == sport and mbps == 10.0
     numbers = [qpn(k, p, c, 8, 2) for r in range(8) for k, p in connections(lay, r)
                for c in range(2)]
     assert len(set(numbers)) == len(set((k, p, c) for r in range(8)
@@ -71,9 +82,8 @@ def roce_job(tmp_path, layout, channels=1, **fields):
     where = [("127.0.0.1", free_udp_port()) for _ in range(world)]
     conf = tmp_path / "roce"
     conf.mkdir()
-    template = roce.Engine(bind="", rto_us=200_000, sample_us=100_000)
-    for r, eng in enumerate(rank_engines(layout, where, [2000.0] * world, template,
-                                         channels)):
+    template = roce.Engine(bind="", rto_us=200_000, sample_us=100_000, link_mbps=2000.0)
+    for r, eng in enumerate(rank_engines(layout, where, [template] * world, channels)):
         eng.save(conf / f"rank{r}.conf")
     cfg = JobConfig(layout=layout, compute="emulated", roce=RoceTransport(
         binary=str(binary), config_dir=str(conf), channels=channels), **fields)

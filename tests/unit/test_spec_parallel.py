@@ -74,3 +74,11 @@ def test_a_roce_transport_spec():
     exp = s.experiments[0]
     assert exp.transport == "roce" and exp.roce.schemes == ["dcqcn", "hpcc+irn"]
     assert exp.roce.qps_per_flow == 4 and exp.roce.dscp == 26
+
+
+def test_a_rank_may_not_hold_more_queue_pairs_than_an_engine():
+    data = spec(transport="roce", roce={"qps_per_flow": 64}, jobs=[{"dp": 66}])
+    data["topology"] = {"kind": "fattree", "params": {"k": 8}}
+    with pytest.raises(SpecError, match=r"experiments\[0\].roce.qps_per_flow: a rank of "
+                                        r"dp66-tp1-pp1-packed would hold 4160 queue pairs"):
+        loads(data)

@@ -91,16 +91,18 @@ def roce_transport(exp: Parallel, scheme: str, cfg: JobConfig, topo: Topology,
     from testbed.workloads.parallel.rocecomm import rank_engines
     r = exp.roce
     tel = telemetry(r, scheme)
-    rate = max(topo.link_at(h, 0).rate_mbps for h in hosts)
+    rates = [topo.link_at(h, 0).rate_mbps for h in hosts]
     packet = r.roce_mtu + roce.WIRE_OVERHEAD + (INT_LEN if tel else 0)
-    base_rtt_us = round(max(rtt.values(), default=0.0) * 1e6 + packet * 8 / rate, 1)
-    template = host_engine(r, scheme, "", rate, [link.rate_mbps for link in topo.links],
-                           base_rtt_us=base_rtt_us)
+    # 0 when no ping answered: the schemes that need it refuse to start
+    base_rtt_us = round(max(rtt.values()) * 1e6 + packet * 8 / min(rates), 1) if rtt else 0.0
+    links = [link.rate_mbps for link in topo.links]
     folder = job_dir / "roce"
     folder.mkdir(exist_ok=True)
+    experts = any(w.expert_params for w in cfg.plan().layers())
     engines = rank_engines(cfg.layout, [(topo.host(h).ip, roce.ROCE_PORT) for h in hosts],
-                           [topo.link_at(h, 0).rate_mbps for h in hosts], template,
-                           r.qps_per_flow, r.source_port == "per_qp")
+                           [host_engine(r, scheme, "", rate, links, base_rtt_us=base_rtt_us)
+                            for rate in rates],
+                           r.qps_per_flow, r.source_port == "per_qp", experts)
     for rank, eng in enumerate(engines):
         eng.save(folder / f"rank{rank}.conf")
     user = r.user_cc.source if parse_scheme(scheme).cc == "user" and r.user_cc else None

@@ -14,14 +14,23 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.desc import ModelDesc, load_models
 from testbed.workloads.model.parallel.job import COMPUTE_MODES, RealModel
 from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.model.parallel.roce import queue_pairs
 from testbed.workloads.model.parallel.schedule import SCHEDULES
 from topologies import TopologyError
+from topologies.kinds import own_routing
 from topologies.model import Topology
 
-from ..rdma import Rdma, parse_scheme
+from ..rdma import MAX_QPS, Rdma, parse_scheme
 from ..training.spec import DATASETS
 
 TRANSPORTS = ("gloo", "roce")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelRoce(Rdma):
+    """The RoCE transport's settings for collectives, as the rdma experiment takes them
+    (no flows: the jobs make the traffic); one scheme, DCQCN, unless told."""
+    schemes: list[str] = field(default_factory=lambda: ["dcqcn"])
 
 # one DSCP (and, unless the spec has its own qos, one switch class) per collective type,
 # so that switch counters tell the types apart: AF11, AF12, AF21, AF31, AF41
@@ -104,7 +113,7 @@ class Parallel(ExperimentSpec):
     # rdma experiment takes them (qps_per_flow: queue pairs per connection); real compute
     # keeps Gloo
     transport: str = "gloo"
-    roce: Rdma = field(default_factory=lambda: Rdma(schemes=["dcqcn"]))
+    roce: ParallelRoce = field(default_factory=ParallelRoce)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         check_parallel(self, path, spec, topo)
@@ -145,9 +154,16 @@ def check_transport(exp: Parallel, path: str, spec: Spec, topo: Topology) -> Non
                             f"transport gloo")
     if r.source_port == "per_qp":
         for j, routing in enumerate(exp.routings):
-            if routing not in ("ecmp", "single", "hedera", "own"):
+            mode = own_routing(topo.kind, routing)
+            if mode not in ("ecmp", "single", "hedera"):
                 raise SpecError(f"{path}.routings[{j}]: per_qp source ports need routing "
-                                f"ecmp, single or hedera (got {routing})")
+                                f"ecmp, single or hedera (got {mode})")
+    experts = exp.describe_model().experts > 0
+    for job in exp.jobs:
+        held = queue_pairs(job.layout, r.qps_per_flow, experts)
+        if held > MAX_QPS:
+            raise SpecError(f"{path}.roce.qps_per_flow: a rank of {job.label()} would hold "
+                            f"{held} queue pairs; an engine holds {MAX_QPS}")
 
 
 def check_parallel(exp: Parallel, path: str, spec: Spec, topo: Topology) -> None:

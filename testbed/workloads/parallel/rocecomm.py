@@ -30,23 +30,25 @@ if TYPE_CHECKING:
     from testbed.workloads.roce import Engine
 
 
-def rank_engines(layout: Layout, where: list[tuple[str, int]], line_mbps: list[float],
-                 template: Engine, channels: int = 1,
-                 per_qp_ports: bool = False) -> list[Engine]:
-    """Each rank's engine: `template`'s settings (its congestion control, MTU, classes)
-    bound at `where[rank]` (address, UDP port), in control mode, with `channels` queue pairs
-    to every member of each of its groups, at the rank's host link rate; `per_qp_ports`:
-    each from its own UDP source port, as a NIC derives it from the two QP numbers."""
+def rank_engines(layout: Layout, where: list[tuple[str, int]], templates: list[Engine],
+                 channels: int = 1, per_qp_ports: bool = False,
+                 experts: bool = True) -> list[Engine]:
+    """Each rank's engine: its template's settings (its congestion control scaled to the
+    rank's host link, MTU, classes) bound at `where[rank]` (address, UDP port), in control
+    mode, with `channels` queue pairs to every member of each of its groups, at the link's
+    rate; `per_qp_ports`: each from its own UDP source port, as a NIC derives it from the
+    two QP numbers; `experts`: the model has experts (the expert-data group's QPs)."""
     from testbed.workloads import roce
     world, out = layout.world, []
     for r, (ip, port) in enumerate(where):
+        template = templates[r]
         eng = dataclasses.replace(template, bind=ip, port=port, control=True,
                                   exit_when_done=False, qps=[], writes=[])
-        for kind, p in connections(layout, r):
+        for kind, p in connections(layout, r, experts):
             for c in range(channels):
                 mine, theirs = qpn(kind, p, c, world, channels), qpn(kind, r, c, world, channels)
                 eng.qp(mine, peer=where[p][0], peer_port=where[p][1], peer_qpn=theirs,
-                       line_mbps=line_mbps[r],
+                       line_mbps=template.link_mbps,
                        sport=roce.qp_source_port(mine, theirs) if per_qp_ports else 0)
         out.append(eng)
     return out

@@ -6,6 +6,7 @@ collective type, interface bytes, CPU), and the trace and summary when the rank 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -151,14 +152,18 @@ class Runner:
     def close(self) -> None:
         import resource
         self.logfh.close()
-        engine = self.comm.close() if hasattr(self.comm, "close") else None
+        engine = None
+        try:
+            engine = self.comm.close() if hasattr(self.comm, "close") else None
+        except Exception as exc:  # the rank's own error, if any, is the one to report
+            print(f"rank {self.rank}: {exc}", file=sys.stderr)
         self.timeline.write(self.out / f"rank{self.rank}.trace.json")
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         (self.out / f"rank{self.rank}.summary.json").write_text(json.dumps(
             {"rank": self.rank, "peak_rss_mb": round(peak_mb, 1),
              "sockets_marked": self.comm.marked,
              "groups": {k: r for k, (_, r) in self.comm.groups.items()},
-             "transport": "roce" if engine is not None else "gloo",
+             "transport": "gloo" if not hasattr(self.comm, "close") else "roce",
              "roce": roce_totals(engine) if engine is not None else None}))
 
     def run(self) -> None:

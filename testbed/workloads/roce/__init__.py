@@ -285,24 +285,39 @@ class Session:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin = self.proc.stdin
         if self.proc.stdout.readline().strip() != "ready":
-            self.proc.wait(timeout=10)
+            self._end()
             raise TestbedError(f"the RoCE engine did not start (exit {self.proc.returncode})")
         self.sent: dict[int, int] = {}
         self.recv: dict[int, int] = {}
         self.posted: dict[int, int] = {}
         self.cond = threading.Condition()
+        self.ended = False                  # its output closed: it will tell no more
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
+    def _end(self, timeout_s: float = 30.0) -> None:
+        """Waits for the engine to end; kills it if it does not."""
+        import subprocess
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            what, qpn, n = line.split()
+        try:
+            for line in self.proc.stdout:
+                what, *rest = line.split()
+                if what in ("sent", "recv") and len(rest) == 2:   # else: not the engine's
+                    with self.cond:
+                        (self.sent if what == "sent" else self.recv)[int(rest[0])] = \
+                            int(rest[1])
+                        self.cond.notify_all()
+        finally:
             with self.cond:
-                (self.sent if what == "sent" else self.recv)[int(qpn)] = int(n)
+                self.ended = True
                 self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
 
     def post(self, qpn: int, nbytes: int) -> int:
         self.stdin.write(f"post {qpn} {nbytes}\n")
@@ -312,13 +327,13 @@ class Session:
 
     def _wait(self, counts: dict[int, int], qpn: int, n: int, what: str) -> None:
         with self.cond:
-            if not self.cond.wait_for(lambda: counts.get(qpn, 0) >= n
-                                      or self.proc.poll() is not None, self.timeout_s):
+            if not self.cond.wait_for(lambda: counts.get(qpn, 0) >= n or self.ended,
+                                      self.timeout_s):
                 raise TimeoutError(f"queue pair {qpn}: message {n} not {what} within "
                                    f"{self.timeout_s:g} s")
             if counts.get(qpn, 0) < n:
-                raise TestbedError(f"the RoCE engine ended (exit {self.proc.returncode}) "
-                                   f"before message {n} of queue pair {qpn} was {what}")
+                raise TestbedError(f"the RoCE engine ended (exit {self.proc.poll()}) before "
+                                   f"message {n} of queue pair {qpn} was {what}")
 
     def wait_sent(self, qpn: int, n: int) -> None:
         self._wait(self.sent, qpn, n, "acknowledged")
@@ -334,7 +349,7 @@ class Session:
                 self.stdin.close()
             except BrokenPipeError:
                 pass
-            self.proc.wait(timeout=30)
+            self._end()
         self.reader.join(timeout=10)
         if self.proc.returncode != 0:
             raise TestbedError(f"the RoCE engine failed (exit {self.proc.returncode})")

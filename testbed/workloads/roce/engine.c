@@ -290,7 +290,7 @@ static void read_config(const char *path)
 			q->dscp = -1;
 			n = sscanf(line, "%*s %u %63s %u %u %lf %u %d", &qpn, ip, &port, &peer_qpn,
 				   &mbps, &sport, &q->dscp);
-			if (n < 5 || mbps <= 0 || sport > 65535 || q->dscp > 63)
+			if (n < 5 || mbps <= 0 || sport > 65535 || q->dscp < -1 || q->dscp > 63)
 				die("bad qp line");
 			q->sport = (uint16_t)sport;
 			q->qpn = qpn;
