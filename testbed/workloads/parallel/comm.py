@@ -25,6 +25,7 @@ class Comm:
     """The rank's process groups, each collective timed (a trace span) and its sockets'
     bytes counted per collective type (`mark`: their sockets in the type's DSCP)."""
     header_bytes = ETHERNET_HEADER_BYTES + IP_TCP_HEADER_BYTES   # per segment sent
+    transport = "gloo"
 
     def __init__(self, cfg: JobConfig, rank: int, timeline: Timeline, mark: bool = True):
         import torch.distributed as dist
@@ -53,6 +54,10 @@ class Comm:
                     dscp = cfg.dscp.get(account, 0) if mark else 0
                     self.marked[account] = self.marked.get(account, 0) + (
                         mark_sockets(fds, dscp) if dscp else 0)
+
+    def close(self):
+        """Ends what carries the collectives; what it counted (Gloo: nothing)."""
+        return None
 
     def has(self, kind: str) -> bool:
         return kind in self.groups

@@ -57,6 +57,7 @@ def rank_engines(layout: Layout, where: list[tuple[str, int]], templates: list[E
 class RoceComm(Comm):
     """Comm's collectives, carried by the engine: per collective type, the payload posted
     and its packets (`sent`, `written`)."""
+    transport = "roce"
 
     def __init__(self, cfg: JobConfig, rank: int, timeline: Timeline, out: Path):
         from testbed.workloads import roce

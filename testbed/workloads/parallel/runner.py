@@ -154,7 +154,7 @@ class Runner:
         self.logfh.close()
         engine = None
         try:
-            engine = self.comm.close() if hasattr(self.comm, "close") else None
+            engine = self.comm.close()
         except Exception as exc:  # the rank's own error, if any, is the one to report
             print(f"rank {self.rank}: {exc}", file=sys.stderr)
         self.timeline.write(self.out / f"rank{self.rank}.trace.json")
@@ -163,7 +163,7 @@ class Runner:
             {"rank": self.rank, "peak_rss_mb": round(peak_mb, 1),
              "sockets_marked": self.comm.marked,
              "groups": {k: r for k, (_, r) in self.comm.groups.items()},
-             "transport": "gloo" if not hasattr(self.comm, "close") else "roce",
+             "transport": self.comm.transport,
              "roce": roce_totals(engine) if engine is not None else None}))
 
     def run(self) -> None:
