@@ -61,7 +61,8 @@ def write_outputs(ctx: RunContext, status: str, error: str, results: dict,
         "elapsed_s": round(elapsed, 1),
         # what produced the run: the code (commit, uncommitted changes), the command line
         "provenance": ctx.code,
-        "versions": provenance.versions(), "machine": provenance.machine(),
+        "versions": provenance.versions(), "machine": {**provenance.machine(),
+                                                       "wakeup_latency_held": ctx.wakeup_held},
         "datapath": ctx.datapath or "not started",
         "datapath_setting": ctx.spec.datapath,
         "datapath_traits": (dataclasses.asdict(TRAITS[ctx.datapath]) if ctx.datapath in TRAITS

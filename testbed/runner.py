@@ -25,7 +25,7 @@ from testbed.config.replies import reply_data
 from testbed.config.units import frame_bytes
 from testbed.core import provenance
 from testbed.core.resources import IN_PROGRESS, RunLock, RunRecord, release_record
-from testbed.core.system import TestbedError, is_root, port_free
+from testbed.core.system import TestbedError, hold_wakeup_latency, is_root, port_free
 from testbed.dataplane import ovs
 from testbed.dataplane.dpapi import Dataplane
 from testbed.dataplane.hostcc import HostCongestion
@@ -94,6 +94,7 @@ class RunContext:
     script_flow_calls: int = 0  # a script's LiveFabric.flows calls (numbered in the session)
     degraded: list[str] = field(default_factory=list)  # the session's own, beside experiments'
     code: dict = field(default_factory=dict)  # the code that ran (provenance.code_state)
+    wakeup_held: bool = False  # the CPUs were asked to wake at once (hold_wakeup_latency)
     # one moment on both clocks, so that the timeline puts monotonic times on the Unix clock
     clock: dict[str, float] = field(default_factory=lambda: {"unix_s": time.time(),
                                                             "monotonic_s": time.monotonic()})
@@ -413,8 +414,9 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     record = RunRecord(run_id=f"{spec.name}-{stamp}", out_dir=str(out_dir))
     record.save()
     cpu = CpuMonitor()
+    wakeup = hold_wakeup_latency()   # for the run's length: timers fire on time
     ctx = RunContext(spec=spec, topo=topo, out_dir=out_dir, record=record, log=log, cpu=cpu,
-                     live=live_port is not None, code=code)
+                     live=live_port is not None, code=code, wakeup_held=wakeup is not None)
     old_handlers = _install_signal_handlers()
     status, error = "ok", ""
     t0 = time.time()
@@ -443,6 +445,8 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
             except Exception as exc:  # the record's release below unregisters them too
                 log(f"warning: releasing the BPF congestion controls: {exc}")
         release_record(record, release_servers)  # what an interrupted teardown left
+        if wakeup is not None:
+            os.close(wakeup)
         lock.release()
     try:
         write_outputs(ctx, status, error, ctx.results, time.time() - t0)

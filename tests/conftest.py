@@ -1,7 +1,21 @@
 """Checks shared by the unit and integration suites (they run in one pytest process in CI)."""
+import os
 import select
 
 import pytest
+
+from testbed.core.system import hold_wakeup_latency
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _wakeups_as_in_a_run():
+    """The CPUs wake at once, as the runner asks for a run (hold_wakeup_latency), so that
+    tests that time things on loopback (the RoCE engine's pacing, Gloo ranks) see a run's
+    timers; without root the machine stays as it is."""
+    fd = hold_wakeup_latency()
+    yield
+    if fd is not None:
+        os.close(fd)
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 # measurements in docs/FIDELITY.md.)
 OVS_DELAY_LIMIT_MS = 1.0
 MACHINE_IDLE_MEAN_MIN = 0.10
+# ... or when the RoCE engine, pacing its packets in software, woke so late that a flow
+# lost more than this share of its completion time beyond the limiter's burst credit (a
+# virtual machine's timer wake-ups run tens of microseconds late, and milliseconds late
+# when the hypervisor is busy: docs/FIDELITY.md)
+ENGINE_PACE_LOST_MAX = 0.02
 
 
 @dataclass(frozen=True)

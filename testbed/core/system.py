@@ -5,6 +5,7 @@ import errno
 import os
 import shutil
 import socket
+import struct
 import subprocess
 from pathlib import Path
 
@@ -64,6 +65,28 @@ def ip_batch(lines: list[str], netns_pid: int | None = None) -> None:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+PM_QOS_LATENCY = Path("/dev/cpu_dma_latency")
+
+
+def hold_wakeup_latency(us: int = 0) -> int | None:
+    """Asks the kernel's power management (PM QoS) for CPUs that wake within `us` for as
+    long as the returned descriptor stays open (closing it, or the process ending, gives the
+    request back): idle CPUs then poll rather than halt. In a virtual machine a halted
+    virtual CPU waits for the hypervisor to run it again, which made timer wake-ups late
+    by tens of microseconds to milliseconds, and software pacing lose its pace
+    (docs/FIDELITY.md). None where it cannot be asked (not root, no such device)."""
+    try:
+        fd = os.open(PM_QOS_LATENCY, os.O_WRONLY)
+    except OSError:
+        return None
+    try:
+        os.write(fd, struct.pack("i", us))
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def have(tool: str) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from testbed.config.capacity import Capacity
+from testbed.config.capacity import ENGINE_PACE_LOST_MAX, Capacity
 from testbed.config.loader import SpecError
 from testbed.config.qos import (
     INT_RATES,
@@ -31,7 +31,9 @@ from testbed.config.qos import (
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
+from testbed.measure.cpu import engine_late
 from testbed.results.plots import pyplot, save, several_experiments, title
+from testbed.results.verdict import CPU_BOUND
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
@@ -541,6 +543,9 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                               for flow, t_us, rate, tx in flow_samples(res.samples,
                                                                        exp.qps_per_flow)]
         set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
+        if late := late_engines(scheme_rows):
+            checks["cpu"]["cpu_bound"] = True   # the phase's record in events.jsonl too
+            out.warnings.append(f"{label}: {CPU_BOUND} ({late}); its numbers are not faithful")
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
@@ -727,7 +732,7 @@ def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "retx_pkts": s.get("retx"), "timeouts": None, "naks": None, "ooo_drops": None,
             "ce_marked": s.get("delivered_ce"), "cnps": None, "rate_cuts": None,
             "rate_updates": None, "rtt_mean_us": None, "rtt_max_us": None, "int_hops": None,
-            "ooo_kept": None, "reordered": None, "reorder_max": None,
+            "ooo_kept": None, "reordered": None, "reorder_max": None, "pace_lost_us": None,
             "engine_cpu_s": round(cpu[f.src], 4),
             "dst_engine_cpu_s": round(cpu[f.dst], 4),
             "tcp_cc": s.get("cc"), "tcp_min_rtt_us": s.get("min_rtt_us"),
@@ -886,7 +891,7 @@ def flow_samples(samples: list[tuple[int, float, float, float]],
 
 QP_SUMMED = ("rx_bytes", "tx_pkts", "retx_pkts", "timeouts", "naks_tx", "ooo_drops",
              "ce_rx", "cnps_tx", "rate_cuts", "rate_updates", "ooo_kept", "rtt_samples",
-             "reordered")
+             "reordered", "pace_lost_us")
 
 
 def merged(qps: list[dict]) -> dict:
@@ -939,9 +944,23 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "ooo_kept": got["ooo_kept"],
             # arrivals behind a higher PSN (reordered by spraying, or resent) and how far
             "reordered": got["reordered"], "reorder_max": got["reorder_max"],
+            # sending time its engine lost by waking past the limiter's burst credit
+            "pace_lost_us": round(sent["pace_lost_us"], 1),
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
+
+
+def late_engines(rows: list[dict]) -> str | None:
+    """What says the engines fell behind their pace (`engine_late`): the flow that lost the
+    largest share of its completion to late wake-ups, if any lost too much."""
+    late = [r for r in rows if engine_late(r.get("pace_lost_us"), r.get("fct_us"))]
+    if not late:
+        return None
+    r = max(late, key=lambda r: r["pace_lost_us"] / r["fct_us"])
+    return (f"the RoCE engine on {r['src']} woke late: flow {r['flow']} lost "
+            f"{r['pace_lost_us'] / 1e3:.1f} ms of sending, {r['pace_lost_us'] / r['fct_us']:.0%} "
+            f"of its completion, and {len(late)} flow(s) more than {ENGINE_PACE_LOST_MAX:.0%}")
 
 
 def set_ideals(rows: list[dict]) -> None:

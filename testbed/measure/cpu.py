@@ -9,7 +9,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
+from testbed.config.capacity import (
+    ENGINE_PACE_LOST_MAX,
+    MACHINE_IDLE_MEAN_MIN,
+    OVS_DELAY_LIMIT_MS,
+)
 from testbed.dataplane import ovs
 from testbed.results.stats import percentile
 
@@ -146,8 +150,10 @@ def main() -> int:
     """The CPU monitor of another server of a cluster (started over ssh by the runner while
     a fabric is up; testbed/dataplane/dpapi.py's Agent speaks to it): `{"watch": [switch ports]}`
     first, then `window` calls with two Unix times, answered from this server's samples."""
+    from testbed.core.system import hold_wakeup_latency
     from testbed.dataplane.dpapi import serve
 
+    hold_wakeup_latency()   # as the runner does on its own server, while this one lives
     monitor = CpuMonitor()
     monitor.start()
 
@@ -167,3 +173,9 @@ if __name__ == "__main__":
     import sys
 
     sys.exit(main())
+
+
+def engine_late(lost_us: float | None, span_us: float | None) -> bool:
+    """The RoCE engine's verdict: it lost more than ENGINE_PACE_LOST_MAX of `span_us` (a
+    flow's completion, a job's run) to waking late (`pace_lost_us` of its queue pairs)."""
+    return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)

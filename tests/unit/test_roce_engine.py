@@ -2,8 +2,10 @@
 wire format against the layout rxe uses, a transfer paced at its line rate, and go-back-N
 recovering every packet a receiver discards."""
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,46 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
                     dcqcn_plus=cc.get("dcqcn_plus"))
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=line_mbps)
     return run_pair(tmp_path, binary, a, b)
+
+
+def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
+    """A sender stopped for 100 ms in the middle of a paced WRITE (a hypervisor or a busy
+    core that held it) lost that much sending beyond its two packets of burst credit, and
+    says so; a QP idle between two WRITEs lost nothing (its pace held nothing back)."""
+    binary = roce.build()
+    pa, pb = free_udp_port(), free_udp_port()
+    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
+                    link_mbps=50.0)
+    a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=50.0)
+    a.write(7, start_us=0, nbytes=1_000_000)          # 170 ms at 50 Mb/s
+    a.write(7, start_us=400_000, nbytes=2000)         # after a 130 ms idle
+    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, link_mbps=50.0)
+    b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=50.0)
+    rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
+                           str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rb.stdout is not None and rb.stdout.readline().strip() == "ready"
+        ra = subprocess.Popen([str(binary), str(a.save(tmp_path / "a.conf")),
+                               str(tmp_path / "a.json")], stdout=subprocess.DEVNULL)
+        time.sleep(0.06)
+        ra.send_signal(signal.SIGSTOP)
+        time.sleep(0.1)
+        ra.send_signal(signal.SIGCONT)
+        assert ra.wait(timeout=30) == 0
+    finally:
+        rb.terminate()
+        rb.wait(timeout=10)
+    res = roce.read_result(tmp_path / "a.json")
+    lost_ms = res.qps[7]["pace_lost_us"] / 1e3
+    first = res.messages[0]
+    packets = -(-first.nbytes // res.mtu)
+    ideal_ms = (first.nbytes + packets * WIRE_OVERHEAD) * 8 / 50.0 / 1e3
+    # the stop, less the two packets of credit (0.35 ms), was counted; whatever more the
+    # machine's own late wake-ups added, the first WRITE took its line-rate time plus all
+    # of it: nothing was counted for the idle QP (130 ms) nor for the second, two-packet
+    # WRITE, which its burst credit lets out at once
+    assert lost_ms >= 95, (lost_ms, res.qps[7])
+    assert first.fct_us / 1e3 >= ideal_ms + lost_ms - 1, (first.fct_us, ideal_ms, lost_ms)
 
 
 def test_a_transfer_is_paced_at_the_line_rate_and_complete(tmp_path):
@@ -442,14 +484,19 @@ def test_hpcc_follows_its_code(tmp_path):
 
 
 def test_timely_and_hpcc_on_loopback(tmp_path):
-    """On loopback the RTT is far below T_low and no switch writes telemetry: TIMELY takes
-    an RTT sample from every first ACK and stays at the line rate; HPCC's data carries the
-    empty telemetry area, its ACKs echo it (no hop), and its window bounds the flight."""
-    a, b = transfer(tmp_path, [500_000], timely=Timely())
+    """On loopback, with T_low far above any RTT it sees, and no switch writing telemetry:
+    TIMELY takes an RTT sample from every first ACK and stays at the line rate; HPCC's data
+    carries the empty telemetry area, its ACKs echo it (no hop), and its window bounds the
+    flight. (The paper's T_low scaled to 200 Mb/s is 2.5 ms, and a busy two-core machine
+    can delay one loopback ACK that long: TIMELY then rightly cuts. T_low here is 50 ms.)"""
+    timely = Timely(t_low_us=1000.0, t_high_us=5000.0)
+    a, b = transfer(tmp_path, [500_000], timely=timely)
     qa = a.qps[7]
     assert b.qps[9]["rx_bytes"] == 500_000
     assert 0 < qa["rtt_samples"] <= qa["acks_rx"] and qa["rtt_min_us"] > 0
-    assert qa["rate_updates"] > 0 and qa["rate_cuts"] == 0
+    t_low_us = timely.scaled(200.0)["t_low_ns"] / 1e3
+    assert qa["rtt_max_us"] < t_low_us, (qa["rtt_max_us"], t_low_us)
+    assert qa["rate_updates"] > 0 and qa["rate_cuts"] == 0, qa
     a, b = transfer(tmp_path, [500_000], hpcc=Hpcc(), base_rtt_us=2000.0,
                     int_rates=[200.0])
     assert b.qps[9]["rx_bytes"] == 500_000 and a.qps[7]["int_hops"] == 0

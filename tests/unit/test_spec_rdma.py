@@ -361,3 +361,18 @@ def test_queue_stats_are_time_weighted_and_binned_in_packets():
             ["hpcc", "s1-eth2", 0, *rdma.queue_stats([(1.0, 0, 0)])]]
     assert rdma.queue_headline(rows) == {"hpcc_queue_p99_bytes": 10_000,
                                          "hpcc_queue_max_bytes": 10_000}
+
+
+def test_an_engine_that_lost_its_pace_makes_the_phase_cpu_bound():
+    """A flow that lost more than 2% of its completion to its engine's late wake-ups is the
+    machine's number, not the network's: the worst such flow is named; TCP's rows (no
+    engine) and unfinished flows are never the verdict's."""
+    rows = [{"src": "h1", "flow": 0, "fct_us": 100_000.0, "pace_lost_us": 1500.0},
+            {"src": "h2", "flow": 1, "fct_us": None, "pace_lost_us": 9000.0},
+            {"src": "h3", "flow": 2, "fct_us": 50_000.0, "pace_lost_us": None}]
+    assert rdma.late_engines(rows) is None
+    rows.append({"src": "h4", "flow": 3, "fct_us": 200_000.0, "pace_lost_us": 5000.0})
+    rows.append({"src": "h2", "flow": 4, "fct_us": 100_000.0, "pace_lost_us": 8000.0})
+    why = rdma.late_engines(rows)
+    assert why is not None and "h2" in why and "flow 4" in why and "8.0 ms" in why, why
+    assert "8%" in why and "2 flow(s)" in why, why

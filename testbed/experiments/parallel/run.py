@@ -9,6 +9,8 @@ import time
 
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
+from testbed.measure.cpu import engine_late
+from testbed.results.verdict import CPU_BOUND
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
@@ -226,6 +228,13 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{fabric_label} {label}: CPU-bound (a rank waited "
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
+    # a rank's engine lost that share of the job's run to waking late
+    lost = summary.get("roce_pace_lost_us", 0) / world
+    if engine_late(lost, exp.iters * (summary["iter_s_median"] or 0) * 1e6):
+        summary["cpu_bound"] = True
+        outcome.warnings.append(
+            f"{fabric_label} {label}: {CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} "
+            "ms of sending to waking late); its times are not the network's")
     return summary, kind_rows, iter_rows, groups
 
 

@@ -213,7 +213,7 @@ class Runner:
 
 
 ROCE_COUNTERS = ("tx_pkts", "tx_bytes", "retx_pkts", "naks_rx", "cnps_rx", "timeouts",
-                 "rate_cuts", "ooo_drops", "reordered")
+                 "rate_cuts", "ooo_drops", "reordered", "pace_lost_us")
 
 
 def roce_totals(result) -> dict:

@@ -118,6 +118,9 @@ struct qp {
 	/* requester */
 	uint32_t snd_una, snd_nxt, snd_end, high;  /* high: one past the highest ever sent */
 	uint64_t next_tx_ns, progress_ns;
+	int paced;                   /* it had a packet ready at the last pass: its pace alone
+				      * held it, so the engine owed it a wake-up at next_tx_ns */
+	uint64_t late_ns;            /* pacing time lost to the engine waking late */
 	struct msg *m;               /* its messages, in sequence order */
 	int nm, cap_m;
 	int posted;                  /* how many of them are posted */
@@ -658,8 +661,11 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	/* a late wake-up may catch up by at most BURST_PKTS packets: the limiter banks no
 	 * more credit than that while the loop was late or the QP idle */
 	gap = (uint64_t)(wire * 1e9 / q->rate_bps);
-	if (q->next_tx_ns + BURST_PKTS * gap < now)
+	if (q->next_tx_ns + BURST_PKTS * gap < now) {
+		if (q->paced)        /* it was due, and the engine (the machine) was late */
+			q->late_ns += now - BURST_PKTS * gap - q->next_tx_ns;
 		q->next_tx_ns = now - BURST_PKTS * gap;
+	}
 	q->next_tx_ns += gap;
 	return 0;
 }
@@ -992,7 +998,7 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
 			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
 			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu, "
-			"\"reordered\": %llu, \"reorder_max\": %llu}",
+			"\"reordered\": %llu, \"reorder_max\": %llu, \"pace_lost_us\": %.1f}",
 			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
@@ -1010,7 +1016,7 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
 			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
 			(unsigned long long)q->sacks_rx, (unsigned long long)q->reordered,
-			(unsigned long long)q->reorder_max);
+			(unsigned long long)q->reorder_max, q->late_ns / 1e3);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int i = 0, j = 0; i < nqps; i++)
@@ -1349,6 +1355,10 @@ int main(int argc, char **argv)
 				 * and waking for it would spin without ever polling for room) */
 				wake = q->progress_ns + rto + 1;
 			}
+			/* a packet ready now waits for its pace alone (not for an ACK, a window
+			 * or room in the host's queue): a later send beyond the limiter's burst
+			 * credit is the engine's lateness */
+			q->paced = !tx_blocked && next_seq(q) >= 0;
 		}
 		if (cc == CC_DCQCNP) {
 			np_scan(fd, now);
@@ -1356,10 +1366,11 @@ int main(int argc, char **argv)
 				wake = np_next_ns;
 		}
 		if (now >= next_sample) {
+			/* the next interval is a whole sample_us from this one, even when this
+			 * sample came late: a short interval would show a legal burst as a rate
+			 * above the line */
 			take_samples(now);
-			next_sample += sample_ns;
-			if (next_sample <= now)      /* a stall: no catch-up samples */
-				next_sample = now + sample_ns;
+			next_sample = now + sample_ns;
 		}
 		if (next_sample < wake)
 			wake = next_sample;
