@@ -31,9 +31,8 @@ from testbed.config.qos import (
 from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
-from testbed.measure.cpu import engine_late
 from testbed.results.plots import pyplot, save, several_experiments, title
-from testbed.results.verdict import CPU_BOUND
+from testbed.results.verdict import CPU_BOUND, engine_late
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,

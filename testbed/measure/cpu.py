@@ -9,11 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config.capacity import (
-    ENGINE_PACE_LOST_MAX,
-    MACHINE_IDLE_MEAN_MIN,
-    OVS_DELAY_LIMIT_MS,
-)
+from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS
 from testbed.dataplane import ovs
 from testbed.results.stats import percentile
 
@@ -173,9 +169,3 @@ if __name__ == "__main__":
     import sys
 
     sys.exit(main())
-
-
-def engine_late(lost_us: float | None, span_us: float | None) -> bool:
-    """The RoCE engine's verdict: it lost more than ENGINE_PACE_LOST_MAX of `span_us` (a
-    flow's completion, a job's run) to waking late (`pace_lost_us` of its queue pairs)."""
-    return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)

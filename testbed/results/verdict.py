@@ -4,6 +4,8 @@ warnings the run gave, the records the checks around every traffic phase wrote
 as `unfaithful`; `testbed run --strict` fails a run that has any."""
 from __future__ import annotations
 
+from testbed.config.capacity import ENGINE_PACE_LOST_MAX
+
 CPU_BOUND = "CPU-bound"  # how every warning of a phase limited by the machine's CPU says it
 
 
@@ -12,6 +14,12 @@ def cpu_bound(warnings: list[str]) -> list[str]:
     every traffic phase (OVS fell behind) and the experiments' own (workers waiting for a
     core)."""
     return [w for w in warnings if CPU_BOUND in w]
+
+
+def engine_late(lost_us: float | None, span_us: float | None) -> bool:
+    """The RoCE engine's verdict: it lost more than ENGINE_PACE_LOST_MAX of `span_us` (a
+    flow's completion, a job's run) to waking late (`pace_lost_us` of its queue pairs)."""
+    return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:

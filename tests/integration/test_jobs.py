@@ -140,3 +140,30 @@ def test_training_worker_jobs_share_an_uplink(tmp_path):
         assert float(none["slowdown"]) >= 1.05, none
         model = float(none["model_policy_s"]) / float(none["alone_iter_s"])
         assert abs(float(none["slowdown"]) / model - 1) <= 0.15, (none, model)
+
+
+def test_two_jobs_over_roce_priority_and_the_pauses_each_met(tmp_path):
+    """The two jobs with their collectives as RoCE WRITEs under DCQCN, each job's in a
+    lossless class: strict priority for job a keeps it within 10% of alone (measured
+    1.02), while job b's class, starved on the shared uplink, is paused by PFC, which the
+    job's row reports and job a's does not; each job's bytes on the uplink are its
+    payload plus RoCE's headers."""
+    data = spec("it-jobs-roce", ["priority"], 6)
+    data["experiments"][0] |= {"transport": "roce", "roce": {"schemes": ["dcqcn"]}}
+    out, summary = run(tmp_path, data)
+    assert summary["status"] == "ok", summary
+    by = {(r["policy"], r["job"]): r for r in rows(out, "jobs.csv")}
+    for key, r in by.items():
+        assert r["cpu_bound"] == "False", (key, r)
+        assert r["transport"] == "roce dcqcn" and int(r["roce_tx_pkts"]) > 0, (key, r)
+        assert int(r["roce_timeouts"]) == 0, (key, r)
+    a, b = by[("priority", "a")], by[("priority", "b")]
+    assert float(a["slowdown"]) <= 1.1, a
+    assert int(a["pfc_pauses"]) == 0 and float(a["pfc_paused_ms"]) == 0, a
+    assert int(b["pfc_pauses"]) > 0 and float(b["pfc_paused_ms"]) > 0, b
+    # payload plus 58 bytes of headers per 1024-byte packet, within 1% (measured exactly)
+    links = {(r["policy"], r["job"], r["link"]): r for r in rows(out, "jobs_links.csv")}
+    for job in "ab":
+        on_uplink = float(links[("priority", job, "l1-eth3")]["bytes_per_iter"])
+        payload = float(by[("priority", job)]["bytes_per_iter"])
+        assert abs(on_uplink / payload / (1082 / 1024) - 1) <= 0.01, (job, on_uplink, payload)

@@ -32,6 +32,7 @@ MEASURED_CPU_BOUND = {
     "parallel_moe": False, "parallel_placement": True, "parallel_16": False,
     "fault_link": False, "fault_link_ff": False, "fault_controller": False,
     "fault_training": False, "jobs_two": False, "jobs_unequal": False, "jobs_fattree": False,
+    "jobs_roce": False,
     "jobs_training": False, "plugins_fattree": False,
     # measured for this on 2026-11-24: no phase flagged; ranks waited 30% and 12%
     "quickstart": False, "parallel_smoke": True,

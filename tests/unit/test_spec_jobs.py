@@ -3,11 +3,14 @@ field; the cross-job placement; the experiment's pure model and analysis."""
 import pytest
 
 from controllers.jobpolicy import JobInfo
+from testbed.config.replies import PfcRecord
 from testbed.experiments.jobs.model import (
     aligned,
     expected,
+    job_class,
     job_flows,
     job_links,
+    job_pauses,
     job_row,
     jobs_qos,
     link_time,
@@ -16,6 +19,7 @@ from testbed.experiments.jobs.model import (
     port_flows,
     recovered,
     settled_after,
+    shared_class,
     shared_iterations,
     shared_ports,
     sharing_groups,
@@ -86,7 +90,26 @@ BAD_JOBS = [
 ]
 
 
-@pytest.mark.parametrize("fields,field", BAD_JOBS)
+ROCE = {"transport": "roce"}
+BAD_ROCE = [
+    ({"transport": "rdma"}, "experiments[0].transport: unknown 'rdma'"),
+    (ROCE | {"jobs": [{"training": {"sync": "ring"}}]},
+     "experiments[0].jobs[0]: a training-worker job exchanges its tensors over Gloo"),
+    (ROCE | {"jobs": [{"dp": 2, "compute": "real"}]},
+     "experiments[0].transport: roce carries emulated compute's collectives"),
+    (ROCE | {"ecn": {"k": 5}}, "experiments[0].ecn: over RoCE the scheme marks"),
+    (ROCE | {"roce": {"ctrl_dscp": 10}}, "experiments[0].roce.ctrl_dscp: 10 is a job's"),
+    (ROCE | {"roce": {"schemes": ["tcp-cubic"]}},
+     "experiments[0].roce.schemes[0]: 'tcp-cubic' is TCP"),
+    (ROCE | {"roce": {"flows": [{"src": "h1", "dst": "h2", "size_bytes": 1}]}},
+     "experiments[0].roce: the transport's settings only"),
+    (ROCE | {"jobs": [{"dp": 2}] * 7, "policies": ["priority"]},
+     "experiments[0].policies[0]: priority gives each job a traffic class; the dataplane "
+     "has 6 besides best effort and RoCE control"),
+]
+
+
+@pytest.mark.parametrize("fields,field", BAD_JOBS + BAD_ROCE)
 def test_bad_jobs_specs_name_the_field(fields, field):
     with pytest.raises(SpecError) as err:
         loads(spec(**fields))
@@ -267,3 +290,46 @@ def test_aligned_on_the_links_each_job_used():
     meet = aligned([a, b], {"a": rows(), "b": rows()}, {"a": {"p1": 0.4}, "b": {"p1": 0.2}})
     # on p1: both at half rate until b's 0.2 s are done (0.4 s), then a alone: 0.6 s
     assert meet["a"] == pytest.approx([1.2] * 3) and meet["b"] == pytest.approx([1.0] * 3)
+
+
+def test_roce_jobs_share_a_lossless_class_with_their_control_above():
+    """Over RoCE every job's DSCP starts in the first jobs' class, lossless and marked as
+    the scheme says; the background stays in best effort, lossy and unmarked; the engines'
+    ACKs, NAKs and CNPs have the last class, which a policy's schedule never reaches."""
+    exp = loads(spec(**ROCE, background=[{"kind": "iperf", "hosts": ["h1", "h5"],
+                                           "dscp": 46}]))[0].experiments[0]
+    q = jobs_qos(exp, 100, "dcqcn")
+    assert [c.name for c in q.classes] == ["best-effort", "job-class-1", "job-class-2",
+                                           "roce-control"]
+    be, one, two, ctrl = q.classes
+    assert be.dscp == [0, 46] and not be.lossless and be.ecn is None
+    assert one.dscp == [10, 12] and two.dscp == [] and one.lossless and two.lossless
+    assert one.ecn is not None and one.ecn.unit == "bytes" and q.pfc is not None
+    assert ctrl.dscp == [48] and q.scheduler == "wrr"
+    assert not jobs_qos(exp, 100, "none").classes[1].ecn     # no marks for no control
+    assert jobs_qos(exp, 100, "dcqcn+irn+lossy").pfc is None
+    pexp, _ = exp.jobs[1].as_parallel(exp, 12)
+    assert pexp.transport == "roce" and pexp.roce.dscp == 12 and pexp.dscp["dp"] == 12
+    # the class a job ran in: its policy's start decision's, else the shared one
+    made = [{"when": "met"}, {"when": "start", "classes": {"a": 2, "b": 1}}]
+    assert job_class(made, "a", "dcqcn") == 2 and job_class(made, "c", "dcqcn") == 1
+    assert job_class([], "a", None) == shared_class(None) == 0
+
+
+def pfc(t_ms, event, upstream, cls=1):
+    return PfcRecord(time_ns=int(t_ms * 1e6), node="l1", port="l1-eth1", cls=cls,
+                     event=event, upstream_port=upstream, bytes_held=0)
+
+
+def test_a_job_meets_the_pauses_of_its_class_on_the_links_it_sent_by():
+    events = [pfc(1, "pause", "s1-eth2"), pfc(3, "resume", "s1-eth2"),
+              pfc(4, "pause", "s1-eth2", cls=2), pfc(9, "resume", "s1-eth2", cls=2),
+              pfc(5, "pause", "h1-eth0"), pfc(5.5, "resume-timeout", "h1-eth0"),
+              pfc(6, "pause", "s9-eth1"), pfc(8, "resume", "s9-eth1"),
+              pfc(50, "pause", "s1-eth2"), pfc(51, "resume", "s1-eth2")]
+    got = job_pauses(events, 0, int(20e6), 1, {"s1-eth2", "h1-eth0"})
+    assert got == {"pfc_pauses": 2, "pfc_paused_ms": 2.5}
+    assert job_pauses(events, 0, int(20e6), 2, {"s1-eth2"}) == {"pfc_pauses": 1,
+                                                                "pfc_paused_ms": 5.0}
+    assert job_pauses(events, 0, int(20e6), 1, set()) == {"pfc_pauses": 0,
+                                                           "pfc_paused_ms": 0.0}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from testbed.config.capacity import Capacity
 from testbed.config.spec import Spec
+from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.model import Topology
 
 from ..load import Flow, Load, rated
@@ -47,6 +48,9 @@ def loads(spec: Spec, topo: Topology, exp: Jobs, cap: Capacity) -> Iterator[Load
                 flows += parallel_flows(job.layout, hosts)
                 trainers += len(hosts)
                 comm, idle = max(comm, job_comm), max(idle, job_idle)
-        yield Load(f"{placement}, all jobs", fabric, mtu, flows, trainers=trainers,
-                   step_s=step, comm_s=comm, idle_s=idle, sent_mb=sent, steps=steps,
-                   parallel=any(job.training is None for job in exp.jobs))
+        roce = exp.transport == "roce"   # every job's packets the RoCE MTU's
+        yield Load(f"{placement}, all jobs{' over RoCE' if roce else ''}", fabric,
+                   exp.roce.roce_mtu + ROCE_OVERHEAD if roce else mtu, flows,
+                   trainers=trainers, step_s=step, comm_s=comm, idle_s=idle, sent_mb=sent,
+                   steps=steps, parallel=any(job.training is None for job in exp.jobs),
+                   roce=roce)

@@ -4,10 +4,11 @@ communication phases, and the fluid model's expectation (workloads/model/interfe
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controllers.jobpolicy import JobInfo
 from testbed.config.qos import QosConfig, TrafficClass
+from testbed.results.pfc import pause_intervals
 from testbed.workloads.model.interference import (
     Iteration,
     best_offsets,
@@ -21,23 +22,67 @@ from topologies.graph import link_shares
 from topologies.model import Topology, ifname, port_of
 
 from ..parallel.model import kind_flows
+from ..rdma import rdma_qos
 from ..training.model import place_on
-from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, SharedJob
+from .spec import JOB_DSCPS, Jobs, SharedJob
 
 STAYS_BELOW = 0.2  # the overlap a converged interleaving stays under
 
 
-def jobs_qos(exp: Jobs, buffer_pkts: int | None) -> QosConfig:
+def jobs_qos(exp: Jobs, buffer_pkts: int | None, scheme: str | None = None) -> QosConfig:
     """Best effort (background traffic, and every job under `none` and `time_shift`) and a
     class per job for the policies that give jobs classes of their own (which DSCP goes to
     which class is the policy's decision, applied by the jobs app); weighted round robin
-    with equal weights until a policy changes them on the ports jobs share."""
-    n = min(len(exp.jobs), JOB_CLASSES)
+    with equal weights until a policy changes them on the ports jobs share.
+
+    Over RoCE (`scheme`), the jobs' classes are the scheme's RoCE class (lossless with PFC,
+    ECN-marked if it reacts to marks): the first holds every job (`none`, `time_shift`;
+    the background stays in best effort, lossy), and a last class, above the others, the
+    engines' ACKs, NAKs and CNPs (a policy's schedule leaves it alone)."""
+    n = min(len(exp.jobs), exp.job_classes())
     bg = sorted({b.dscp for b in exp.background} | {0})
-    classes = [TrafficClass(name="best-effort", dscp=bg, buffer_pkts=buffer_pkts, ecn=exp.ecn)]
-    classes += [TrafficClass(name=f"job-class-{i + 1}", buffer_pkts=buffer_pkts, ecn=exp.ecn)
+    classes = [TrafficClass(name="best-effort", dscp=bg, buffer_pkts=buffer_pkts,
+                            ecn=None if scheme else exp.ecn)]
+    if scheme is None:
+        classes += [TrafficClass(name=f"job-class-{i + 1}", buffer_pkts=buffer_pkts,
+                                 ecn=exp.ecn) for i in range(n)]
+        return QosConfig(classes=classes, scheduler="wrr", ecn_enabled=exp.ecn is not None)
+    rq = rdma_qos(exp.roce, scheme)
+    roce, control = (c for c in rq.classes if c.name in ("roce", "control"))
+    classes += [replace(roce, name=f"job-class-{i + 1}", priority=0,
+                        dscp=list(JOB_DSCPS[:len(exp.jobs)]) if i == 0 else [])
                 for i in range(n)]
-    return QosConfig(classes=classes, scheduler="wrr", ecn_enabled=exp.ecn is not None)
+    classes.append(replace(control, name="roce-control"))
+    return QosConfig(classes=classes, scheduler="wrr", pfc=rq.pfc,
+                     ecn_enabled=rq.ecn_enabled)
+
+
+def shared_class(scheme: str | None) -> int:
+    """The class every job shares unless a policy gives it its own: best effort, or over
+    RoCE the first jobs' class (lossless)."""
+    return 0 if scheme is None else 1
+
+
+def job_class(decisions: list[dict], name: str, scheme: str | None) -> int:
+    """The class a job ran in during a round: its policy's start decision's, else the
+    shared one."""
+    for d in decisions:
+        if d.get("when") == "start" and name in (d.get("classes") or {}):
+            return int(d["classes"][name])
+    return shared_class(scheme)
+
+
+def job_pauses(events: list, t_from_ns: int, t_to_ns: int, cls: int, ports: set[str]
+               ) -> dict:
+    """The PFC pauses a job met during a round: of its class, on the links whose upstream
+    end sent its bytes (`ports`: switch egress ports and its hosts' NICs). Their number and
+    the time those links were paused, summed."""
+    mine = [e for e in events if t_from_ns <= e.time_ns <= t_to_ns and e.cls == cls
+            and e.upstream_port in ports]
+    spans, _ = pause_intervals(mine)
+    paused_ns = sum(end - start for runs in spans.values() for start, end, _ in runs)
+    return {"pfc_pauses": sum(e.event == "pause" for e in mine),
+            "pfc_paused_ms": round(paused_ns / 1e6, 3)}
 
 
 def job_flows(job: SharedJob, hosts: list[str]) -> list[tuple[str, str, float]]:

@@ -15,12 +15,15 @@ from typing import Any
 from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
+from testbed.results.pfc import read_pfc_events
+from testbed.results.verdict import CPU_BOUND, engine_late
 from testbed.workloads.launch import parallel_argv, train_argv
 from testbed.workloads.model.jobsync import read_progress, write_start
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
-from ..parallel.model import job_config
+from ..parallel.model import job_config, probe_pairs
+from ..parallel.run import roce_counters, roce_transport
 from ..trainers.analysis import read_records
 from ..trainers.background import Background
 from ..trainers.model import cpu_bound_verdict, host_link
@@ -28,17 +31,20 @@ from ..trainers.ranks import RankProcess, watch_ranks
 from ..training.model import place_on
 from .analysis import LINK_FIELDS, PHASE_FIELDS, job_rows, link_rows, phase_rows, policy_rows
 from .model import (
+    job_class,
     job_links,
+    job_pauses,
     job_row,
     jobs_qos,
     link_time,
     port_flows,
     port_rate,
     profile,
+    shared_class,
     shared_ports,
     sharing_groups,
 )
-from .spec import JOB_CLASSES, JOB_DSCPS, Jobs, SharedJob, per_job_classes, placements
+from .spec import JOB_DSCPS, Jobs, SharedJob, per_job_classes, placements
 
 MASTER_PORT = 29900
 APP_TIMEOUT_S = 15.0
@@ -62,9 +68,12 @@ class Member:
         return range(self.lead, len(self.rank_hosts))
 
 
-def parallel_member(exp: Jobs, m: Member, job: SharedJob, shared: bool, topo: Topology,
-                    master: str) -> list[list[str]]:
-    """A parallel job's config (its job.json) and each rank's command line."""
+def parallel_member(exp: Jobs, m: Member, job: SharedJob, shared: bool, fab: Phase,
+                    master: str, scheme: str | None, rtts: dict) -> list[list[str]]:
+    """A parallel job's config (its job.json) and each rank's command line; over RoCE
+    (`scheme`) its engines' configs too, from its groups' round trips (measured once per
+    fabric and set of hosts, kept in `rtts`)."""
+    topo = fab.topo
     pexp, pjob = job.as_parallel(exp, JOB_DSCPS[m.index])
     if not shared:  # a job's fault strikes where the jobs run together
         pexp = dataclasses.replace(pexp, fault=None)
@@ -72,6 +81,13 @@ def parallel_member(exp: Jobs, m: Member, job: SharedJob, shared: bool, topo: To
     cfg = dataclasses.replace(job_config(pexp, pjob, rate), gate_file=str(m.dir / "gate.json"),
                               report_file=str(m.dir / "progress.json"),
                               start_file=str(m.dir / "start.json"))
+    if scheme is not None:
+        key = tuple(m.hosts)
+        if key not in rtts:
+            pings = {k: fab.ping_rtt_s(a, b)
+                     for k, (a, b) in probe_pairs(pjob.layout, m.hosts).items()}
+            rtts[key] = {k: v for k, v in pings.items() if v is not None}
+        cfg, _ = roce_transport(pexp, scheme, cfg, topo, m.hosts, rtts[key], m.dir)
     dump_json(cfg, m.dir / "job.json")
     return [parallel_argv(r, len(m.hosts), master, m.dir, ifname(h, 0))
             for r, h in enumerate(m.hosts)]
@@ -215,9 +231,11 @@ def run_ranks(fab: Phase, exp: Jobs, members: list[Member], argvs: dict[str, lis
 def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id: int,
               experiment: int, label: str, policy: str, members_of: list[int],
               hosts: list[list[str]], profiles: dict[str, JobInfo], ports: list[str],
-              groups: list[list[int]]) -> dict:
+              groups: list[list[int]], scheme: str | None = None,
+              rtts: dict | None = None) -> dict:
     """One round; returns each member's rank rows, its counters per port, the checks and
-    the policy's decisions."""
+    the policy's decisions; over RoCE (`scheme`) each member's engine counters and the PFC
+    pauses it met ("roce")."""
     topo = fab.topo
     names = exp.names()
     round_dir = ctx.out_dir / "jobs" / ctx.raw_name(f"{round_id:02d}-{slug(label)}")
@@ -235,19 +253,22 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
         m.dir.mkdir(parents=True, exist_ok=True)
         master = f"{topo.host(rank_hosts[0]).ip}:{MASTER_PORT + (round_id % 40) * 16 + i}"
         argvs[name] = training_member(exp, m, job, shared, master) if job.training \
-            else parallel_member(exp, m, job, shared, topo, master)
+            else parallel_member(exp, m, job, shared, fab, master, scheme,
+                                 rtts if rtts is not None else {})
         members.append(m)
-    n_classes = min(len(exp.jobs), JOB_CLASSES)
+    n_classes = min(len(exp.jobs), exp.job_classes())
     rnd = Round(id=round_id, policy=policy,
                 jobs=[profiles.get(m.name) or JobInfo(m.name, JOB_DSCPS[m.index], 0, 0, 0, 0)
                       for m in members],
                 job_classes=list(range(1, n_classes + 1)), args=policy_args(exp, policy),
-                groups=[[names[i] for i in g if i in members_of] for g in groups])
+                groups=[[names[i] for i in g if i in members_of] for g in groups],
+                shared_class=shared_class(scheme))
     announce(fab, rnd, members, ports, exp.period_ms / 1000)
     dp = fab.dataplane()
     dscps = [JOB_DSCPS[m.index] for m in members]
     background = Background(fab, exp.background, round_dir / "background", exp.job_timeout_s)
     ctx.log(f"  {label}: " + "; ".join(f"{m.name} on {', '.join(m.hosts)}" for m in members))
+    t0_ns = time.monotonic_ns()
     try:
         with ctx.traffic_phase(fab, outcome, label) as checks:
             before = dscp_snapshot(dp, dscps)
@@ -257,6 +278,7 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
             finally:
                 bg_mbps = background.stop()
             after = dscp_snapshot(dp, dscps)
+            t1_ns = time.monotonic_ns()
     finally:
         end_round(fab)
         names_of = {p["id"]: p["ifname"] for p in dp.ports}
@@ -268,8 +290,20 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
                             for (port, dd) in after if dd == d}
     ranks = {m.name: [[job_row(x) for x in read_records(m.dir / f"rank{r}.jsonl")]
                       for r in m.worker_ranks] for m in members}
+    made = decisions(fab.jobs_dir, round_id)
+    roce: dict[str, dict] = {}
+    if scheme is not None:
+        path = fab.qos_status_dir / "pfc_events.csv"
+        events = read_pfc_events(path) if path.exists() else []
+        for m in members:
+            # the links its bytes left by: switch ports that carried its DSCP, its NICs
+            sent = {p for p, c in counters[m.name].items() if c[0] > 0}
+            sent |= {ifname(h, 0) for h in m.hosts}
+            roce[m.name] = {**roce_counters(m.dir, len(m.hosts)),
+                            **job_pauses(events, t0_ns, t1_ns,
+                                         job_class(made, m.name, scheme), sent)}
     return {"members": members, "ranks": ranks, "counters": counters, "checks": checks,
-            "decisions": decisions(fab.jobs_dir, round_id), "background_mbps": bg_mbps}
+            "decisions": made, "background_mbps": bg_mbps, "roce": roce}
 
 
 def run(ctx: Context, exp: Jobs) -> Outcome:
@@ -278,28 +312,34 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
     topo = exp.fabric_topology(ctx.topo)
     fabric: Topology = at_rate(topo, ctx.spec.links.rate_mbps) if ctx.spec.links.rate_mbps \
         else topo
-    qos = jobs_qos(exp, ctx.spec.links.buffer_pkts)
-    hosts_cfg = dataclasses.replace(ctx.spec.hosts, ecn=True) if exp.ecn else None
     names = exp.names()
     summary_rows: list[dict] = []
     phase_out: list[list] = []
     link_out: list[list] = []
     policy_out: list[dict] = []
     round_id = 0
-    for placement in exp.placements:
+    # over RoCE, a fabric per placement and scheme (the scheme's classes)
+    schemes: list[str | None] = list(exp.roce.schemes) if exp.transport == "roce" else [None]
+    for placement, scheme in [(p, s) for p in exp.placements for s in schemes]:
+        qos = jobs_qos(exp, ctx.spec.links.buffer_pkts, scheme)
+        hosts_cfg = dataclasses.replace(ctx.spec.hosts, ecn=True) if exp.ecn else None
+        where = placement + (f" roce:{scheme}" if scheme is not None else "")
         hosts = placements(exp, fabric, placement)
         links = [job_links(fabric, j, h) for j, h in zip(exp.jobs, hosts)]
         ports = shared_ports(fabric, links)
         groups = sharing_groups(links)
-        with ctx.fabric(fabric, ctx.spec.controller.routing, f"jobs {placement}", qos=qos,
-                        hosts=hosts_cfg, jobs=True, rate_mbps=None) as fab:
+        rtts: dict = {}
+        with ctx.fabric(fabric, ctx.spec.controller.routing, f"jobs {where}", qos=qos,
+                        hosts=hosts_cfg, jobs=True, rate_mbps=None,
+                        udp_hash=scheme is not None and exp.roce.source_port == "per_qp"
+                        ) as fab:
             rounds: dict[str, dict] = {}
             profiles: dict[str, JobInfo] = {}
             for i, name in enumerate(names):
                 r = run_round(ctx, fab, exp, out, round_id=round_id, experiment=experiment,
-                              label=f"{placement} {name} alone", policy="none",
+                              label=f"{where} {name} alone", policy="none",
                               members_of=[i], hosts=hosts, profiles={}, ports=ports,
-                              groups=groups)
+                              groups=groups, scheme=scheme, rtts=rtts)
                 round_id += 1
                 rounds[f"alone:{name}"] = r
                 p = profiles[name] = profile(
@@ -314,31 +354,46 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                     if per_job_classes(policy) and not ports:
                         ctx.log(f"    {policy}: the jobs share no switch port here")
                     r = run_round(ctx, fab, exp, out, round_id=round_id,
-                                  experiment=experiment, label=f"{placement} {policy}",
+                                  experiment=experiment, label=f"{where} {policy}",
                                   policy=policy, members_of=list(range(len(names))),
                                   hosts=hosts, profiles=profiles, ports=ports,
-                                  groups=groups)
+                                  groups=groups, scheme=scheme, rtts=rtts)
                     round_id += 1
                     rounds[policy] = r
         rates = {ifname(n, port): port_rate(fabric, ifname(n, port))
                  for n, port, _ in fabric.interfaces() if not fabric.is_host(n)}
         flows = {n: port_flows(fabric, j, h) for n, j, h in zip(names, exp.jobs, hosts)}
-        rows = job_rows(exp, experiment, placement, names, hosts, groups, profiles, rounds,
+        rows = job_rows(exp, experiment, where, names, hosts, groups, profiles, rounds,
                         rates, flows)
         for row in rows:
+            key = "alone:" + row["job"] if row["policy"] == "alone" else row["policy"]
+            row["transport"] = "gloo" if scheme is None else f"roce {scheme}"
+            row.update(rounds[key]["roce"].get(row["job"], {}))
+            if "pfc_pauses" in row:
+                row["pfc_pauses_per_iter"] = round(row["pfc_pauses"] / max(1, row["iters"]), 2)
             row["cpu_bound"] = cpu_bound_verdict(row.pop("_monitor_cpu_bound"),
                                                  row["worker_cpu_wait_share"], None)
             if row["cpu_bound"]:
-                out.warnings.append(f"jobs {placement} {row['policy']} {row['job']}: "
+                out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: "
                                     "CPU-bound; its times are not the network's")
+            # a rank's engine lost that share of the job's run to waking late
+            lost = (row.get("roce_pace_lost_us") or 0) / row["world"]
+            if engine_late(lost, row["iters"] * (row["iter_s_median"] or 0) * 1e6):
+                row["cpu_bound"] = True
+                out.warnings.append(
+                    f"jobs {where} {row['policy']} {row['job']}: {CPU_BOUND} (a rank's RoCE "
+                    f"engine lost {lost / 1e3:.0f} ms of sending to waking late); its times "
+                    "are not the network's")
             ctx.log(f"    {row['policy']:>10} {row['job']}: iteration {row['iter_s_median']} s "
                     f"(alone {row['alone_iter_s']}, x{row['slowdown']}; model "
                     f"{row['model_policy_s']}), overlap {row['overlap_mean']}, "
-                    f"marks/iter {row['marks_per_iter']}, drops/iter {row['drops_per_iter']}")
+                    f"marks/iter {row['marks_per_iter']}, drops/iter {row['drops_per_iter']}"
+                    + (f", {row['pfc_pauses']} pauses ({row['pfc_paused_ms']} ms)"
+                       if scheme is not None else ""))
         summary_rows += rows
-        phase_out += phase_rows(experiment, placement, names, groups, rounds)
-        link_out += link_rows(experiment, placement, rounds, exp.iters)
-        policy_out += policy_rows(experiment, placement, rounds)
+        phase_out += phase_rows(experiment, where, names, groups, rounds)
+        link_out += link_rows(experiment, where, rounds, exp.iters)
+        policy_out += policy_rows(experiment, where, rounds)
     header = list(dict.fromkeys(k for r in summary_rows for k in r))
     ctx.write_csv("jobs.csv", header, [[r.get(k) for k in header] for r in summary_rows])
     ctx.write_csv("jobs_phases.csv", PHASE_FIELDS, phase_out)
@@ -348,7 +403,7 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                   [[d["experiment"], d["placement"], d["policy"], d["round"], d["when"],
                     d["t_s"], d["decision"]] for d in policy_out])
     out.headline = {"rounds": round_id, "results": [
-        {k: r[k] for k in ("placement", "policy", "job", "iter_s_median", "alone_iter_s",
-                           "slowdown", "model_policy_s", "overlap_mean", "recovered",
-                           "cpu_bound")} for r in summary_rows]}
+        {k: r[k] for k in ("placement", "transport", "policy", "job", "iter_s_median",
+                           "alone_iter_s", "slowdown", "model_policy_s", "overlap_mean",
+                           "recovered", "cpu_bound")} for r in summary_rows]}
     return out

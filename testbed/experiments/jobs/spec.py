@@ -4,7 +4,7 @@ training worker: ring, parameter server, local SGD, compression), the placements
 cross-job policies to compare, and every field checked before anything starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,16 @@ from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
 from topologies import TopologyError
 from topologies.model import Topology
 
-from ..parallel.spec import Parallel, ParallelFault, ParallelJob, check_job, check_model
+from ..parallel.spec import (
+    TRANSPORTS,
+    Parallel,
+    ParallelFault,
+    ParallelJob,
+    ParallelRoce,
+    check_job,
+    check_model,
+    check_transport,
+)
 from ..training.spec import (
     DATASETS,
     MODELS,
@@ -34,6 +43,7 @@ from ..training.spec import (
 # per port, and a policy can put each in a class of its own
 JOB_DSCPS = (10, 12, 14, 18, 20, 22, 26, 28, 30, 34, 36, 38, 8, 16, 24)
 JOB_CLASSES = NCLASS - 1  # class 0 is best effort (background traffic, `none`)
+ROCE_JOB_CLASSES = NCLASS - 2  # over RoCE the last class carries its ACKs, NAKs and CNPs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +121,8 @@ class SharedJob:
                      layer_fwd_s=self.layer_fwd_s, layer_bwd_s=self.layer_bwd_s,
                      real=self.real, iters=exp.iters, warmup_iters=exp.warmup_iters,
                      seed=exp.seed, timeout_s=exp.timeout_s, fault=self.fault,
-                     dscp=dict.fromkeys(KINDS, dscp))
+                     dscp=dict.fromkeys(KINDS, dscp), transport=exp.transport,
+                     roce=replace(exp.roce, dscp=dscp))
         return p, ParallelJob(name=self.name, dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep,
                               schedule=self.schedule, micro_batches=self.micro_batches,
                               zero=self.zero, hosts=list(self.hosts))
@@ -168,9 +179,18 @@ class Jobs(ExperimentSpec):
     timeout_s: float = 120.0
     job_timeout_s: float = 900.0
     sample_hz: float = 200.0
+    # what carries the parallel jobs' collectives: gloo (TCP), or roce, the RoCE engine in
+    # every host, each job's data in a lossless class with its own DSCP, once per scheme of
+    # `roce.schemes` (the parallel experiment's `roce`)
+    transport: str = "gloo"
+    roce: ParallelRoce = field(default_factory=ParallelRoce)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
-        check_jobs(self, path, topo)
+        check_jobs(self, path, topo, spec)
+
+    def job_classes(self) -> int:
+        """How many jobs can have a class of their own."""
+        return ROCE_JOB_CLASSES if self.transport == "roce" else JOB_CLASSES
 
     def fabric_topology(self, topo: Topology) -> Topology:
         return build_fabrics([self.topology] if self.topology else [], topo)[0]
@@ -251,7 +271,7 @@ def check_shared_training(t: SharedTraining, path: str, hosts: int) -> None:
         raise SpecError(f"{path}.compute_ms: must be >= 0 (got {t.compute_ms:g})")
 
 
-def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
+def check_jobs(exp: Jobs, path: str, topo: Topology, spec: Spec | None = None) -> None:
     for name in ("iters", "timeout_s", "job_timeout_s", "sample_hz", "period_ms"):
         positive(getattr(exp, name), f"{path}.{name}")
     if not 0 <= exp.warmup_iters < exp.iters:
@@ -271,9 +291,10 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
         raise SpecError(f"{path}.policies: at least one")
     for i, pol in enumerate(exp.policies):
         check_policy(pol, f"{path}.policies[{i}]")
-        if per_job_classes(pol) and len(exp.jobs) > JOB_CLASSES:
+        if per_job_classes(pol) and len(exp.jobs) > exp.job_classes():
             raise SpecError(f"{path}.policies[{i}]: {pol} gives each job a traffic class; "
-                            f"the dataplane has {JOB_CLASSES} besides best effort for "
+                            f"the dataplane has {exp.job_classes()} besides best effort"
+                            f"{' and RoCE control' if exp.transport == 'roce' else ''} for "
                             f"{len(exp.jobs)} jobs")
     if exp.time_shift.slack < 0 or exp.time_shift.lead < 1 or exp.time_shift.margin < 0:
         raise SpecError(f"{path}.time_shift: slack >= 0, margin >= 0 and lead >= 1")
@@ -315,6 +336,9 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
                     job.fault.rank < job.training.ps_shards:
                 raise SpecError(f"{jp}.fault.rank: rank {job.fault.rank} is a parameter "
                                 "server; a fault strikes a worker")
+    one_of(exp.transport, TRANSPORTS, f"{path}.transport")
+    if exp.transport == "roce" and spec is not None:
+        check_roce(exp, path, spec, fabric)
     for bi, bg in enumerate(exp.background):
         unknown = [h for h in bg.hosts if h not in {x.name for x in fabric.hosts}]
         if unknown:
@@ -324,3 +348,22 @@ def check_jobs(exp: Jobs, path: str, topo: Topology) -> None:
             placements(exp, fabric, pl)
         except ValueError as exc:
             raise SpecError(f"{path}.{exc}") from None
+
+
+def check_roce(exp: Jobs, path: str, spec: Spec, fabric: Topology) -> None:
+    """Over RoCE: parallel jobs of emulated compute only, the RoCE schemes' own marking,
+    and each job's queue pairs within an engine's."""
+    for j, job in enumerate(exp.jobs):
+        if job.training is not None:
+            raise SpecError(f"{path}.jobs[{j}]: a training-worker job exchanges its tensors "
+                            "over Gloo; transport roce carries parallel jobs (emulated compute)")
+    if exp.ecn is not None:
+        raise SpecError(f"{path}.ecn: over RoCE the scheme marks the jobs' classes "
+                        "(roce.ecn_k_bytes, ...); ecn is TCP's marking")
+    if exp.roce.ctrl_dscp in {b.dscp for b in exp.background} | set(JOB_DSCPS):
+        raise SpecError(f"{path}.roce.ctrl_dscp: {exp.roce.ctrl_dscp} is a job's or the "
+                        "background's DSCP")
+    for j, job in enumerate(exp.jobs):
+        pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
+        # the transport's checks as the parallel experiment's, named by this spec's fields
+        check_transport(replace(pexp, jobs=[pjob]), path, spec, fabric)

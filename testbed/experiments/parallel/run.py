@@ -9,8 +9,7 @@ import time
 
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
-from testbed.measure.cpu import engine_late
-from testbed.results.verdict import CPU_BOUND
+from testbed.results.verdict import CPU_BOUND, engine_late
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
