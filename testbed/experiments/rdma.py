@@ -46,6 +46,7 @@ from testbed.workloads.model.rdma import (
     DcqcnPlus,
     Hpcc,
     Irn,
+    Nscc,
     Timely,
     UserCc,
     bdp_packets,
@@ -64,7 +65,7 @@ from .base import Context, Experiment, Outcome, Phase
 from .load import Load, rated
 
 # none: at the line rate; user: the spec's user_cc (a C header compiled into the engine)
-RDMA_CCS = ("none", "dcqcn", "dcqcn_plus", "timely", "hpcc", "user")
+RDMA_CCS = ("none", "dcqcn", "dcqcn_plus", "timely", "hpcc", "nscc", "user")
 # after the congestion control, "+"-joined: w, at most one BDP in flight per QP (the HPCC
 # paper's "+w" variants); irn, IRN's selective recovery instead of go-back-N; lossy, no
 # PFC for this scheme
@@ -102,8 +103,8 @@ def parse_scheme(name: str) -> Scheme:
         if m not in RDMA_MODIFIERS or mods.count(m) > 1:
             raise ValueError(f"after {cc!r}, each of {', '.join(RDMA_MODIFIERS)} at most "
                              f"once (got {name!r})")
-    if cc == "hpcc" and "w" in mods:
-        raise ValueError(f"hpcc has its own window (got {name!r})")
+    if cc in ("hpcc", "nscc") and "w" in mods:
+        raise ValueError(f"{cc} has its own window (got {name!r})")
     return Scheme(cc, "w" in mods, "irn" in mods, "lossy" in mods)
 
 
@@ -220,6 +221,7 @@ class Rdma(ExperimentSpec):
     dcqcn: Dcqcn = field(default_factory=Dcqcn)
     timely: Timely = field(default_factory=Timely)
     hpcc: Hpcc = field(default_factory=Hpcc)
+    nscc: Nscc = field(default_factory=Nscc)   # UEC-like ("nscc+irn" sprayed: UEC-like mode)
     dcqcn_plus: DcqcnPlus = field(default_factory=DcqcnPlus)
     irn: Irn = field(default_factory=Irn)
     user_cc: UserCc | None = None   # the scheme "user" (and its "+" variants)
@@ -360,6 +362,7 @@ class Rdma(ExperimentSpec):
             self.dcqcn.check(f"{path}.dcqcn")
             self.timely.check(f"{path}.timely")
             self.hpcc.check(f"{path}.hpcc")
+            self.nscc.check(f"{path}.nscc")
             self.dcqcn_plus.check(f"{path}.dcqcn_plus")
             self.irn.check(f"{path}.irn")
             if self.user_cc is not None:
@@ -402,7 +405,7 @@ def reacts_to_ecn(exp: Rdma, scheme: str) -> bool:
     """Whether the switches mark a scheme's packets: DCQCN(+), TCP, and a user's control
     that asks for it."""
     cc = parse_scheme(scheme).cc
-    return cc in ("dcqcn", "dcqcn_plus", "tcp") or (
+    return cc in ("dcqcn", "dcqcn_plus", "nscc", "tcp") or (
         cc == "user" and exp.user_cc is not None and exp.user_cc.ecn)
 
 
@@ -775,8 +778,8 @@ def scheme_record(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
     """What a scheme ran with: its parameters in the paper's units and scaled to each host
     link rate of the flows, and the base round trip it was given."""
     parts = parse_scheme(scheme)
-    ccs: dict[str, Dcqcn | DcqcnPlus | Timely | Hpcc] = {
-        "dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc,
+    ccs: dict[str, Dcqcn | DcqcnPlus | Timely | Hpcc | Nscc] = {
+        "dcqcn": exp.dcqcn, "timely": exp.timely, "hpcc": exp.hpcc, "nscc": exp.nscc,
         "dcqcn_plus": exp.dcqcn_plus}
     cc = ccs.get(parts.cc)
     rates = sorted({topo.link_at(h, 0).rate_mbps for f in flows for h in (f.src, f.dst)})
@@ -809,7 +812,7 @@ def host_engine(exp: Rdma, scheme: str, ip: str, rate_mbps: float, int_rates: li
     from testbed.workloads import roce
     parts = parse_scheme(scheme)
     cc = parts.cc
-    if (cc in ("hpcc", "user") or parts.window or parts.irn) and base_rtt_us <= 0:
+    if (cc in ("hpcc", "nscc", "user") or parts.window or parts.irn) and base_rtt_us <= 0:
         raise TestbedError(f"rdma {scheme}: no base round trip measured (no ping answered)")
     return roce.Engine(
         bind=ip, mtu=exp.roce_mtu, dscp=exp.dscp,
@@ -820,6 +823,7 @@ def host_engine(exp: Rdma, scheme: str, ip: str, rate_mbps: float, int_rates: li
         dcqcn=exp.dcqcn if cc == "dcqcn" else None,
         timely=exp.timely if cc == "timely" else None,
         hpcc=exp.hpcc if cc == "hpcc" else None,
+        nscc=exp.nscc if cc == "nscc" else None,
         dcqcn_plus=exp.dcqcn_plus if cc == "dcqcn_plus" else None,
         user_cc=exp.user_cc if cc == "user" else None,
         base_rtt_us=base_rtt_us, window=parts.window,
@@ -890,7 +894,7 @@ def flow_samples(samples: list[tuple[int, float, float, float]],
 
 QP_SUMMED = ("rx_bytes", "tx_pkts", "retx_pkts", "timeouts", "naks_tx", "ooo_drops",
              "ce_rx", "cnps_tx", "rate_cuts", "rate_updates", "ooo_kept", "rtt_samples",
-             "reordered", "pace_lost_us")
+             "reordered")
 
 
 def merged(qps: list[dict]) -> dict:
@@ -906,6 +910,8 @@ def merged(qps: list[dict]) -> dict:
                           / out["rtt_samples"] if timed else 0.0)
     out["int_hops"] = max(q["int_hops"] for q in qps)
     out["reorder_max"] = max(q["reorder_max"] for q in qps)
+    # one late wake-up costs every QP that was due: the flow lost what its worst QP did
+    out["pace_lost_us"] = max(q["pace_lost_us"] for q in qps)
     return out
 
 

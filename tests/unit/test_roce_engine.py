@@ -18,6 +18,7 @@ from testbed.workloads.model.rdma import (
     DcqcnPlus,
     Hpcc,
     Irn,
+    Nscc,
     Timely,
     UserCc,
 )
@@ -76,7 +77,7 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
     b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, drop_every=drop_every,
                     ce_every=ce_every, dcqcn=dcqcn, link_mbps=line_mbps,
                     irn=cc.get("irn"), base_rtt_us=cc.get("base_rtt_us", 0.0),
-                    dcqcn_plus=cc.get("dcqcn_plus"))
+                    dcqcn_plus=cc.get("dcqcn_plus"), nscc=cc.get("nscc"))
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=line_mbps)
     return run_pair(tmp_path, binary, a, b)
 
@@ -99,8 +100,9 @@ def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
     try:
         assert rb.stdout is not None and rb.stdout.readline().strip() == "ready"
         ra = subprocess.Popen([str(binary), str(a.save(tmp_path / "a.conf")),
-                               str(tmp_path / "a.json")], stdout=subprocess.DEVNULL)
-        time.sleep(0.06)
+                               str(tmp_path / "a.json")], stdout=subprocess.PIPE, text=True)
+        assert ra.stdout is not None and ra.stdout.readline().strip() == "ready"
+        time.sleep(0.06)                  # a third of the way into the first WRITE
         ra.send_signal(signal.SIGSTOP)
         time.sleep(0.1)
         ra.send_signal(signal.SIGCONT)
@@ -624,7 +626,7 @@ def test_bad_configs_are_refused():
     e.qp(3, "10.0.0.2", 3, 100)
     with pytest.raises(ValueError, match="twice"):
         e.qp(3, "10.0.0.2", 4, 100)
-    with pytest.raises(ValueError, match="one of dcqcn, dcqcn_plus, timely, hpcc and user_cc"):
+    with pytest.raises(ValueError, match="one of dcqcn, dcqcn_plus, timely, hpcc, nscc and user_cc"):
         roce.Engine(bind="10.0.0.1", dcqcn=Dcqcn(), timely=Timely(), link_mbps=100).text()
     with pytest.raises(ValueError, match="base_rtt_us"):
         roce.Engine(bind="10.0.0.1", hpcc=Hpcc(), link_mbps=100, int_rates=[100]).text()
@@ -668,3 +670,167 @@ def test_a_queue_pairs_source_port_is_a_nics():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+NSCC_TEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "nscc.h"
+int main(int argc, char **argv)
+{
+    /* the reference network: 100 Gb/s, T 12 us, a BDP of 150 kB, 4150-byte packets;
+     * argv: events "a NOW_NS BYTES RTT_NS ECN INFLIGHT" or "l NOW_NS BYTES INFLIGHT" */
+    struct nscc_params p = { .mtu = 4150, .maxwnd = 225000, .fi = 5 * 4086,
+                             .eta = 0.15 * 4086, .alpha = 4.0 * 4086 / 12000,
+                             .fi_scale = 0.25, .gamma = 0.8, .md_floor = 0.5,
+                             .delay_alpha = 0.0125, .fulfil_bytes = 8 * 4150,
+                             .base_rtt_ns = 12000, .target_ns = 12000, .fast_ns = 1000,
+                             .qa_delay_ns = 48000, .qa_gate = 3 };
+    struct nscc n;
+    nscc_init(&n, &p, 0);
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == 'a') {
+            nscc_on_ack(&n, &p, strtoull(argv[i + 1], 0, 10), atof(argv[i + 2]),
+                        strtoull(argv[i + 3], 0, 10), atoi(argv[i + 4]), atof(argv[i + 5]));
+            i += 5;
+        } else {
+            nscc_on_loss(&n, &p, strtoull(argv[i + 1], 0, 10), atof(argv[i + 2]),
+                         atof(argv[i + 3]));
+            i += 3;
+        }
+        printf("%.3f %.6f %llu\n", n.cwnd, n.avg_delay, (unsigned long long)n.cuts);
+    }
+    return 0;
+}
+"""
+
+
+def nscc_reference(events):
+    """NSCC's rules as the UEC's htsim model has them, written out again (the same
+    parameters as NSCC_TEST): the window after each event."""
+    mtu, maxwnd, fi, eta, alpha = 4150, 225000, 5 * 4086, 0.15 * 4086, 4.0 * 4086 / 12000
+    base, target, fast, qa_delay = 12000, 12000, 1000, 48000
+    st = dict(cwnd=maxwnd, inc=0.0, avg=0.0, ach=0.0, rec=0.0, fic=0.0, ign=0.0, toign=0.0,
+              adj=0, dec=0, qa_end=0, incr=False, trig=False)
+    out = []
+
+    def clamp():
+        st["cwnd"] = min(max(st["cwnd"], mtu), maxwnd)
+
+    def delay_ewma(ecn, d):
+        sample = base / 4 if not ecn and d > target else d
+        st["avg"] = 0.0125 * sample + 0.9875 * st["avg"]
+
+    def qa(now, loss, ecn, d, inflight):
+        if st["ign"] < st["toign"] and ecn:
+            return True
+        taken = False
+        if now > st["qa_end"]:
+            if st["qa_end"] and (st["trig"] or loss or d > qa_delay) and st["ach"] < maxwnd / 8:
+                st["cwnd"] = max(st["ach"], mtu)
+                st["toign"], st["ign"], st["trig"], taken = inflight, 0.0, False, True
+            st["ach"], st["qa_end"] = 0.0, now + base + target
+        if taken:
+            st["inc"] = st["rec"] = 0.0
+        return taken
+
+    for ev in events:
+        if ev[0] == "a":
+            _, now, acked, rtt, ecn, inflight = ev
+            for k in ("ach", "rec", "ign"):
+                st[k] += acked
+            d = float(rtt - base) if rtt >= base else st["avg"]
+            delay_ewma(ecn, d)
+            if not qa(now, False, ecn, d, inflight):
+                if not ecn and d >= target:
+                    st["inc"] += fi * acked
+                elif not ecn:
+                    if d < fast:
+                        st["fic"] += acked
+                        if st["fic"] > st["cwnd"] or st["incr"]:
+                            st["cwnd"] += acked * 0.25
+                            st["incr"] = True
+                    else:
+                        st["fic"], st["incr"] = 0.0, False
+                    if not st["incr"]:
+                        st["inc"] += alpha * acked * (target - d)
+                elif d >= target and st["avg"] > target and now - st["dec"] > base:
+                    st["cwnd"] *= max(1 - 0.8 * (st["avg"] - target) / st["avg"], 0.5)
+                    st["dec"] = now
+                clamp()
+                if st["rec"] > 8 * mtu or now - st["adj"] > base:
+                    st["cwnd"] += st["inc"] / st["cwnd"]
+                    if now - st["adj"] >= base:
+                        st["cwnd"] += eta
+                        st["adj"] = now
+                    st["inc"] = st["rec"] = 0.0
+                    clamp()
+        else:
+            _, now, nbytes, inflight = ev
+            st["ign"] += nbytes
+            delay_ewma(True, float(base))
+            st["trig"] = True
+            if not qa(now, True, True, 0.0, inflight):
+                st["cwnd"] -= nbytes
+            clamp()
+        out.append(st["cwnd"])
+    return out
+
+
+def test_nscc_is_the_uec_models_arithmetic(tmp_path):
+    """The window after every event of a random run (queueing delay below, near and far
+    above the target, marks, losses), against the rules written out in Python; and the
+    rules' points: no mark and no delay keeps the window whole, a mark with the delay at
+    the target only once the average passed it, a mark without delay never, a loss with
+    little acknowledged sets the window to what was (quick adapt)."""
+    import random
+    rnd = random.Random(7)
+    events, now = [], 0
+    for _ in range(600):
+        now += rnd.randrange(200, 3000)
+        if rnd.random() < 0.03:
+            events.append(("l", now, 4150, rnd.randrange(0, 200000)))
+        else:
+            rtt = rnd.choice([12000, 12500, 20000, 30000, 80000, 11000])
+            events.append(("a", now, rnd.choice([4150, 8300, 41500]), rtt,
+                           int(rnd.random() < 0.3), rnd.randrange(0, 200000)))
+    binary = compile_c(tmp_path, NSCC_TEST)
+    argv = [str(x) for ev in events for x in ev]
+    got = [float(line.split()[0]) for line in subprocess.run(
+        [binary, *argv], capture_output=True, text=True, check=True).stdout.splitlines()]
+    want = nscc_reference(events)
+    assert len(got) == len(want) == len(events)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == pytest.approx(w, rel=1e-6, abs=1e-3), (i, events[i], g, w)
+    assert len({round(w) for w in want}) > 20          # the run moved the window about
+
+    def run(*evs):
+        out = subprocess.run([binary, *(str(x) for ev in evs for x in ev)],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        return [tuple(float(v) for v in line.split()) for line in out]
+    # at zero delay without marks the window stays at 1.5 BDP
+    assert run(*[("a", 1000 * i, 4150, 12000, 0, 0) for i in range(1, 50)])[-1][0] == 225000
+    # marked, delay 0: nothing is cut
+    assert run(*[("a", 1000 * i, 4150, 12000, 1, 0) for i in range(1, 50)])[-1][2] == 0
+    # marked with 40 us of queueing: cut once the average passes the target (12 us), then
+    # at most once per base round trip
+    marked = run(*[("a", 1000 * i, 4150, 52000, 1, 0) for i in range(1, 400)])
+    cuts = [c for _, _, c in marked]
+    assert cuts[0] == 0 and cuts[-1] >= 2 and marked[-1][0] < 225000
+    # quick adapt: a loss after a round trip and target with little acknowledged
+    qa_run = run(("a", 1000, 4150, 12000, 0, 0), ("a", 30000, 4150, 12000, 0, 0),
+                 ("l", 60000, 4150, 100000))
+    assert qa_run[-1][0] == 4150                     # what was acknowledged: one packet
+
+
+def test_nscc_on_loopback_marks_without_delay_and_losses(tmp_path):
+    """NSCC's receiver echoes a mark on the ACK of the marked packet (no CNP); on loopback
+    the queueing delay is nil, so marks alone cut nothing (NSCC cuts only when the delay
+    is above target too), and the window stays whole; losses cut it."""
+    a, b = transfer(tmp_path, [400_000], ce_every=3, nscc=Nscc(), base_rtt_us=2000.0)
+    qa, qb = a.qps[7], b.qps[9]
+    assert qb["rx_bytes"] == 400_000 and qb["ce_rx"] > 100 and qb["cnps_tx"] == 0, qb
+    assert qa["rate_cuts"] == 0 and qa["rate_updates"] > 300, qa
+    a, b = transfer(tmp_path, [400_000], drop_every=40, nscc=Nscc(), base_rtt_us=2000.0)
+    assert b.qps[9]["rx_bytes"] == 400_000
+    assert a.qps[7]["rate_cuts"] > 0 and a.qps[7]["retx_pkts"] > 0, a.qps[7]

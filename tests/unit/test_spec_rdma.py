@@ -49,7 +49,7 @@ BAD_RDMA = [
      "experiments[0].flows[0]: size_bytes >= 1"),
     ({"schemes": ["dcqcn", "swift"]},
      "experiments[0].schemes[1]: a congestion control first, one of none, dcqcn, dcqcn_plus, "
-     "timely, hpcc, user or tcp-<algorithm> (got 'swift')"),
+     "timely, hpcc, nscc, user or tcp-<algorithm> (got 'swift')"),
     ({"schemes": ["tcp-dctcp+w"]}, "experiments[0].schemes[0]: tcp-<algorithm> (such as "
      "tcp-dctcp), then at most +lossy (got 'tcp-dctcp+w')"),
     ({"schemes": ["tcp-"]}, "experiments[0].schemes[0]: tcp-<algorithm>"),
@@ -241,12 +241,14 @@ def test_a_flow_on_several_queue_pairs_is_one_flow_in_the_results():
     # counters summed, round trips over every sample; the flow done with its last QP
     a = {k: 1 for k in rdma.QP_SUMMED} | {"rtt_samples": 1, "rtt_min_us": 100.0,
                                            "rtt_mean_us": 200.0, "rtt_max_us": 300.0,
-                                           "int_hops": 0, "reorder_max": 2}
+                                           "int_hops": 0, "reorder_max": 2,
+                                           "pace_lost_us": 40.0}
     b = a | {"rtt_samples": 3, "rtt_min_us": 50.0, "rtt_mean_us": 400.0, "rtt_max_us": 900.0,
-             "reorder_max": 7}
+             "reorder_max": 7, "pace_lost_us": 30.0}
     m = rdma.merged([a, b])
     assert m["tx_pkts"] == 2 and m["rtt_samples"] == 4
     assert m["reordered"] == 2 and m["reorder_max"] == 7
+    assert m["pace_lost_us"] == 40.0      # one late wake-up cost both QPs: not summed
     assert (m["rtt_min_us"], m["rtt_mean_us"], m["rtt_max_us"]) == (50.0, 350.0, 900.0)
     assert rdma.merged([a]) is a
     assert rdma.flow_fct_us([Message(1, 10, 100.0, 900.0), Message(2, 10, 100.0, 1500.0)]) \
@@ -376,3 +378,23 @@ def test_an_engine_that_lost_its_pace_makes_the_phase_cpu_bound():
     why = rdma.late_engines(rows)
     assert why is not None and "h2" in why and "flow 4" in why and "8.0 ms" in why, why
     assert "8%" in why and "2 flow(s)" in why, why
+
+
+def test_nscc_is_a_scheme_with_its_window_from_the_measured_network():
+    """NSCC (UEC-like): switches mark its class, it needs the base round trip, has its own
+    window, and its constants go to the engine as shares of the BDP and round trip."""
+    assert rdma.parse_scheme("nscc+irn") == rdma.Scheme("nscc", False, True, False)
+    with pytest.raises(ValueError, match="nscc has its own window"):
+        rdma.parse_scheme("nscc+w")
+    exp = loads(spec(schemes=["nscc+irn"]))[0].experiments[0]
+    assert rdma.reacts_to_ecn(exp, "nscc") and not rdma.telemetry(exp, "nscc")
+    assert rdma.rdma_qos(exp, "nscc").classes[1].ecn is not None
+    eng = rdma.host_engine(exp, "nscc+irn", "10.0.0.1", 100.0, [100.0], base_rtt_us=800.0)
+    line = next(x for x in eng.text().splitlines() if x.startswith("nscc "))
+    f = line.split()
+    # 5 packets of 4086 bytes in the reference BDP (100 Gb/s x 12 us = 150 kB) ...
+    assert float(f[1]) == pytest.approx(5 * 4086 / 150_000)
+    assert float(f[8]) == pytest.approx(1 / 12)                 # 1 us of 12
+    assert f[10:12] == ["3", "1.5"] and f[-1] == "800000"          # gate, 1.5 BDP, T
+    with pytest.raises(rdma.TestbedError, match="no base round trip"):
+        rdma.host_engine(exp, "nscc", "10.0.0.1", 100.0, [100.0])

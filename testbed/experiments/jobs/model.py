@@ -37,8 +37,9 @@ def jobs_qos(exp: Jobs, buffer_pkts: int | None, scheme: str | None = None) -> Q
 
     Over RoCE (`scheme`), the jobs' classes are the scheme's RoCE class (lossless with PFC,
     ECN-marked if it reacts to marks): the first holds every job (`none`, `time_shift`;
-    the background stays in best effort, lossy), and a last class, above the others, the
-    engines' ACKs, NAKs and CNPs (a policy's schedule leaves it alone)."""
+    the background stays in best effort, lossy), and a last class for the engines' ACKs,
+    NAKs and CNPs (the built-in policies' schedules leave it alone: one WRR share, or
+    first under strict priority, its HTB priority level being the top one)."""
     n = min(len(exp.jobs), exp.job_classes())
     bg = sorted({b.dscp for b in exp.background} | {0})
     classes = [TrafficClass(name="best-effort", dscp=bg, buffer_pkts=buffer_pkts,

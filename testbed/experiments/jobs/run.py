@@ -82,7 +82,7 @@ def parallel_member(exp: Jobs, m: Member, job: SharedJob, shared: bool, fab: Pha
                               report_file=str(m.dir / "progress.json"),
                               start_file=str(m.dir / "start.json"))
     if scheme is not None:
-        key = tuple(m.hosts)
+        key = (tuple(m.hosts), pjob.layout)
         if key not in rtts:
             pings = {k: fab.ping_rtt_s(a, b)
                      for k, (a, b) in probe_pairs(pjob.layout, m.hosts).items()}
@@ -376,8 +376,8 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
             if row["cpu_bound"]:
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: "
                                     "CPU-bound; its times are not the network's")
-            # a rank's engine lost that share of the job's run to waking late
-            lost = (row.get("roce_pace_lost_us") or 0) / row["world"]
+            # the worst rank's engine lost that share of the job's run to waking late
+            lost = row.get("roce_pace_lost_us") or 0
             if engine_late(lost, row["iters"] * (row["iter_s_median"] or 0) * 1e6):
                 row["cpu_bound"] = True
                 out.warnings.append(

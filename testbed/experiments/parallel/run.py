@@ -118,13 +118,15 @@ def roce_transport(exp: Parallel, scheme: str, cfg: JobConfig, topo: Topology,
 
 
 def roce_counters(job_dir, world: int) -> dict:
-    """The ranks' engines' counters, summed over the job."""
+    """The ranks' engines' counters, summed over the job (the largest reordering and the
+    most sending one rank lost to late wake-ups: the worst rank's)."""
     out: dict = {}
     for rank in range(world):
         path = job_dir / f"rank{rank}.summary.json"
         totals = json.loads(path.read_text()).get("roce") if path.exists() else None
         for k, v in (totals or {}).items():
-            out[f"roce_{k}"] = (max(out.get(f"roce_{k}", 0), v) if k == "reorder_max"
+            out[f"roce_{k}"] = (max(out.get(f"roce_{k}", 0), v)
+                                if k in ("reorder_max", "pace_lost_us")
                                 else round(out.get(f"roce_{k}", 0) + v, 6))
     return out
 
@@ -227,8 +229,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{fabric_label} {label}: CPU-bound (a rank waited "
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
-    # a rank's engine lost that share of the job's run to waking late
-    lost = summary.get("roce_pace_lost_us", 0) / world
+    # the worst rank's engine lost that share of the job's run to waking late
+    lost = summary.get("roce_pace_lost_us", 0)
     if engine_late(lost, exp.iters * (summary["iter_s_median"] or 0) * 1e6):
         summary["cpu_bound"] = True
         outcome.warnings.append(

@@ -186,6 +186,72 @@ class Hpcc(PaperParams):
 
 
 
+@dataclass(frozen=True)
+class Nscc(PaperParams):
+    """A UEC-like NSCC (the Ultra Ethernet transport's network-signal-based congestion
+    control) as the UEC's htsim model runs it (ultraethernet/uet-htsim, uec.cpp), at its
+    reference network: 100 Gb/s, a 12 us round trip, 4086-byte packets. Per acknowledged
+    byte: fair increase 5 packets per window, proportional increase 4 packets per window
+    per round trip of delay below the target, eta 0.15 packet per round trip, fast
+    increase 0.25 once a window was acknowledged under 1 us of delay; a mark with the delay
+    above target cuts by gamma 0.8 of the delay's excess (at most halving, once per round
+    trip), the delay's EWMA weighing 0.0125; quick adapt when the delay passed 4 targets
+    (or a loss came) and under 1/2^3 of the most window was acknowledged in a round trip
+    plus target; the window at most 1.5 BDP, the target one round trip (the model's without
+    trimming), its adjustments every 8 packets. Applied as shares of the reference BDP and
+    round trip to the emulated network's (its link rate and measured T)."""
+    ref_gbps: float = 100.0
+    ref_rtt_us: float = 12.0
+    ref_mss_bytes: float = 4086.0
+    fi_pkts: float = 5.0
+    eta_pkts: float = 0.15
+    alpha_pkts: float = 4.0
+    fi_scale: float = 0.25
+    gamma: float = 0.8
+    md_floor: float = 0.5
+    delay_alpha: float = 0.0125
+    fast_us: float = 1.0
+    qa_delay_targets: float = 4.0
+    qa_gate: int = 3
+    maxwnd_bdp: float = 1.5
+    target_rtts: float = 1.0
+    fulfil_pkts: float = 8.0
+
+    def check(self, path: str = "nscc") -> None:
+        for name in ("gamma", "md_floor", "delay_alpha"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{path}.{name}: in (0, 1], got {getattr(self, name)}")
+        self.positive(path, ("ref_gbps", "ref_rtt_us", "ref_mss_bytes", "maxwnd_bdp",
+                             "target_rtts", "fulfil_pkts"))
+        for name in ("fi_pkts", "eta_pkts", "alpha_pkts", "fi_scale", "fast_us",
+                     "qa_delay_targets"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{path}.{name}: >= 0, got {getattr(self, name)}")
+        if not 0 <= self.qa_gate <= 16:
+            raise ValueError(f"{path}.qa_gate: 0..16, got {self.qa_gate}")
+
+    def scaled(self, link_mbps: float) -> dict[str, float]:
+        """Shares of the BDP and of the round trip (the same at every link rate: the
+        engine applies them to its own)."""
+        bdp = self.ref_gbps * 1e9 * self.ref_rtt_us * 1e-6 / 8
+        return {"fi_bdp": self.fi_pkts * self.ref_mss_bytes / bdp,
+                "eta_bdp": self.eta_pkts * self.ref_mss_bytes / bdp,
+                "alpha_bdp": self.alpha_pkts * self.ref_mss_bytes / bdp,
+                "fi_scale": self.fi_scale, "gamma": self.gamma, "md_floor": self.md_floor,
+                "delay_alpha": self.delay_alpha, "fast_rtt": self.fast_us / self.ref_rtt_us,
+                "qa_delay_targets": self.qa_delay_targets, "qa_gate": self.qa_gate,
+                "maxwnd_bdp": self.maxwnd_bdp, "target_rtt": self.target_rtts,
+                "fulfil_pkts": self.fulfil_pkts}
+
+
+def nscc_line(s: dict[str, float], base_rtt_ns: int) -> str:
+    """The engine's config line for NSCC (engine.c)."""
+    return (f"nscc {s['fi_bdp']!r} {s['eta_bdp']!r} {s['alpha_bdp']!r} {s['fi_scale']!r} "
+            f"{s['gamma']!r} {s['md_floor']!r} {s['delay_alpha']!r} {s['fast_rtt']!r} "
+            f"{s['qa_delay_targets']!r} {int(s['qa_gate'])} {s['maxwnd_bdp']!r} "
+            f"{s['target_rtt']!r} {s['fulfil_pkts']!r} {base_rtt_ns}")
+
+
 def timely_line(s: dict[str, float]) -> str:
     """The engine's config line for TIMELY (engine.c)."""
     return (f"timely {int(s['t_low_ns'])} {int(s['t_high_ns'])} {int(s['min_rtt_ns'])} "

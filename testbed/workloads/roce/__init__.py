@@ -30,18 +30,20 @@ from testbed.workloads.model.rdma import (
     DcqcnPlus,
     Hpcc,
     Irn,
+    Nscc,
     Timely,
     UserCc,
     bdp_packets,
     dcqcn_line,
     hpcc_line,
+    nscc_line,
     spray_reorder,
     timely_line,
 )
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("engine.c", "roce_wire.h", "dcqcn.h", "dcqcn_plus.h", "timely.h", "hpcc.h",
-           "user_cc_api.h", "../../dataplane/bpf/int_wire.h")
+           "nscc.h", "user_cc_api.h", "../../dataplane/bpf/int_wire.h")
 ROCE_PORT = 4791
 
 
@@ -113,6 +115,7 @@ class Engine:
     dcqcn: Dcqcn | None = None
     timely: Timely | None = None
     hpcc: Hpcc | None = None
+    nscc: Nscc | None = None    # a UEC-like window from every ACK's mark and delay
     dcqcn_plus: DcqcnPlus | None = None
     user_cc: UserCc | None = None   # a user's: the binary must be built with it (build())
     link_mbps: float = 0.0
@@ -168,15 +171,20 @@ class Engine:
                                  "runs until told (exit_when_done False)")
             values["control"] = 1
         lines = [f"bind {self.bind} {self.port}"]
-        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.dcqcn_plus, self.user_cc)
-               if cc is not None]
+        ccs = [cc for cc in (self.dcqcn, self.timely, self.hpcc, self.nscc, self.dcqcn_plus,
+                             self.user_cc) if cc is not None]
         if len(ccs) > 1:
-            raise ValueError("one of dcqcn, dcqcn_plus, timely, hpcc and user_cc at most")
+            raise ValueError("one of dcqcn, dcqcn_plus, timely, hpcc, nscc and user_cc at "
+                             "most")
         if (ccs or self.window) and self.link_mbps <= 0:
             raise ValueError("a congestion control or window needs the host's link_mbps")
-        if (self.hpcc is not None or self.window or self.irn is not None
-                or self.user_cc is not None) and (self.base_rtt_us <= 0 or self.link_mbps <= 0):
-            raise ValueError("hpcc, user_cc, window and irn need base_rtt_us and link_mbps")
+        if (self.hpcc is not None or self.nscc is not None or self.window
+                or self.irn is not None or self.user_cc is not None) and (
+                self.base_rtt_us <= 0 or self.link_mbps <= 0):
+            raise ValueError("hpcc, nscc, user_cc, window and irn need base_rtt_us and "
+                             "link_mbps")
+        if self.nscc is not None and self.window:
+            raise ValueError("nscc has its own window")
         if self.dcqcn is not None:
             self.dcqcn.check()
             scaled = self.dcqcn.scaled(self.link_mbps)
@@ -195,6 +203,10 @@ class Engine:
             lines.append(hpcc_line(self.hpcc.scaled(self.link_mbps),
                                    round(self.base_rtt_us * 1000)))
             lines.append("int_rates " + " ".join(f"{r!r}" for r in self.int_rates))
+        if self.nscc is not None:
+            self.nscc.check()
+            lines.append(nscc_line(self.nscc.scaled(self.link_mbps),
+                                   round(self.base_rtt_us * 1000)))
         if self.user_cc is not None:
             lines.append(self.user_cc.line(self.base_rtt_us))
             if self.user_cc.telemetry:

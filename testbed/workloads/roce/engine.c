@@ -15,7 +15,8 @@
  * its congestion control's: DCQCN from CNPs (dcqcn.h), DCQCN+ from CNPs whose period the
  * receiver stretches with the flows it sees congested (dcqcn_plus.h), TIMELY from round
  * trip times (timely.h), HPCC from the switches' telemetry that data packets collect and
- * ACKs echo (hpcc.h, int_wire.h); without one, its line rate.
+ * ACKs echo (hpcc.h, int_wire.h), a UEC-like NSCC window from every ACK's echoed mark
+ * and its packet's delay (nscc.h); without one, its line rate.
  *
  * Usage: tbroce CONFIG OUT.json. CONFIG is line-based (the Python side writes it,
  * testbed/workloads/roce/__init__.py):
@@ -24,6 +25,9 @@
  *   ce_every N | dcqcn G ALPHA_NS TIMER_NS BYTE_COUNTER F RAI_BPS RHAI_BPS MIN_BPS
  *   timely T_LOW_NS T_HIGH_NS MIN_RTT_NS ALPHA BETA DELTA_BPS HAI_N MIN_BPS
  *   hpcc ETA MAX_STAGE RAI_BPS MIN_BPS BASE_RTT_NS
+ *   nscc FI ETA ALPHA FI_SCALE GAMMA MD_FLOOR DELAY_ALPHA FAST QA_DELAY QA_GATE MAXWND
+ *        TARGET FULFIL_PKTS BASE_RTT_NS   (FI, ETA, ALPHA, MAXWND: shares of the BDP;
+ *                                      FAST, TARGET: of T; QA_DELAY: targets; nscc.h)
  *   dcqcn_plus G MIN_TAU_NS F MIN_BPS SCAN_NS MIN_INTERVAL_NS ENTRY_TIMEOUT_NS
  *   int_rates MBPS...                 (data carries telemetry room; the records' rate table)
  *   window_bytes N                    (at most N bytes in flight per QP: the "+w" variants)
@@ -50,7 +54,7 @@
  * peer's last ACKs), at END_AFTER_MS, or on SIGTERM/SIGINT, and writes its counters, every
  * message's start and completion, and each QP's rate every SAMPLE_US to OUT.json.
  * drop_every, ce_every (tests only): the receiver discards, or takes as CE-marked, every
- * Nth data packet it gets. A dcqcn, dcqcn_plus, timely, hpcc or user line sets every
+ * Nth data packet it gets. A dcqcn, dcqcn_plus, timely, hpcc, nscc or user line sets every
  * requester QP's congestion control, with parameters already scaled to the link (a
  * user's: as the user wrote them).
  */
@@ -81,6 +85,7 @@
 #endif
 #include "hpcc.h"
 #include "timely.h"
+#include "nscc.h"
 
 #define MAX_QPS 4096
 #define MAX_PKT 9216
@@ -92,7 +97,7 @@
 #define IRN_WIN 4096             /* IRN: sequences a QP tracks beyond its oldest unacked */
 #define NO_SAMPLE UINT32_MAX
 
-enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC, CC_DCQCNP, CC_USER };
+enum { CC_LINE, CC_DCQCN, CC_TIMELY, CC_HPCC, CC_DCQCNP, CC_USER, CC_NSCC };
 
 struct msg {
 	uint32_t qpn;
@@ -146,6 +151,8 @@ struct qp {
 	struct hpcc_params hpar;
 	struct dcqcnp dq;
 	struct dcqcnp_params dqp;
+	struct nscc ns;
+	struct nscc_params nsp;
 #ifdef USER_CC_H
 	struct user_cc uc;
 #endif
@@ -179,6 +186,13 @@ static int cc = CC_LINE;
 static struct dcqcn_params dcp;
 static struct timely_params tlp;
 static struct hpcc_params hpp;
+/* NSCC's constants as shares of the BDP and T, and T itself (its "nscc" line) */
+static double ns_fi_bdp, ns_eta_bdp, ns_alpha_bdp, ns_fi_scale, ns_gamma, ns_md_floor,
+	      ns_delay_alpha, ns_fast_rtt, ns_qa_targets, ns_maxwnd_bdp, ns_target_rtt,
+	      ns_fulfil_pkts;
+static uint32_t ns_qa_gate;
+static uint64_t ns_base_rtt_ns;
+static int ack_ce;                    /* the data packet an ACK answers was CE-marked */
 static struct dcqcnp_params dqp;
 static struct cc_env user_env;       /* a user's control: the base RTT and parameters */
 static uint64_t np_scan_ns, np_min_interval_ns, np_timeout_ns;
@@ -329,6 +343,17 @@ static void read_config(const char *path)
 			    hpp.eta <= 0 || hpp.eta > 1 || !hpp.base_rtt_ns)
 				die("bad hpcc line");
 			cc = CC_HPCC;
+		} else if (!strcmp(key, "nscc")) {
+			if (sscanf(line, "%*s %lf %lf %lf %lf %lf %lf %lf %lf %lf %u %lf %lf %lf %"
+				   SCNu64, &ns_fi_bdp, &ns_eta_bdp, &ns_alpha_bdp, &ns_fi_scale,
+				   &ns_gamma, &ns_md_floor, &ns_delay_alpha, &ns_fast_rtt,
+				   &ns_qa_targets, &ns_qa_gate, &ns_maxwnd_bdp, &ns_target_rtt,
+				   &ns_fulfil_pkts, &ns_base_rtt_ns) != 14 || !ns_base_rtt_ns ||
+			    ns_gamma <= 0 || ns_gamma > 1 || ns_md_floor <= 0 || ns_md_floor > 1 ||
+			    ns_delay_alpha <= 0 || ns_delay_alpha > 1 || ns_maxwnd_bdp <= 0 ||
+			    ns_target_rtt <= 0 || ns_qa_gate > 16)
+				die("bad nscc line");
+			cc = CC_NSCC;
 		} else if (!strcmp(key, "dcqcn_plus")) {
 			if (sscanf(line, "%*s %lf %" SCNu64 " %u %lf %" SCNu64 " %" SCNu64 " %" SCNu64,
 				   &dqp.g, &dqp.min_tau_ns,
@@ -526,7 +551,8 @@ static int send_ctrl_sack(int fd, struct qp *q, uint8_t opcode, uint8_t syndrome
 {
 	uint8_t buf[ROCE_BTH_LEN + ROCE_AETH_LEN + 4 + INT_LEN + ROCE_ICRC_LEN] = { 0 };
 	struct bth h = { .opcode = opcode, .dest_qp = q->peer_qpn, .psn = psn,
-			 .becn = opcode == OP_CNP, .intf = echo && opcode != OP_CNP };
+			 .becn = opcode == OP_CNP || (opcode == OP_ACK && ack_ce),
+			 .intf = echo && opcode != OP_CNP };
 	size_t len;
 
 	if (opcode == OP_CNP) {
@@ -571,6 +597,8 @@ static double window_of(const struct qp *q)
 {
 	if (cc == CC_HPCC)
 		return hpcc_window_bytes(&q->hp, &q->hpar);
+	if (cc == CC_NSCC)
+		return q->ns.cwnd;
 #ifdef USER_CC_H
 	if (cc == CC_USER && q->uc.window_bytes > 0)   /* with "+w": the smaller of the two */
 		return window_bytes && (double)window_bytes < q->uc.window_bytes ?
@@ -608,7 +636,10 @@ static int64_t next_seq(struct qp *q)
 		if ((int32_t)(end - q->rtx_ptr) > 0)
 			return q->rtx_ptr;
 	}
-	if (q->high != q->snd_end && q->high - q->snd_una < irn_bdp_pkts && window_open(q))
+	/* IRN's BDP-FC caps what is in flight; NSCC's window does that itself (UET has no
+	 * BDP-FC) */
+	if (q->high != q->snd_end && (cc == CC_NSCC || q->high - q->snd_una < irn_bdp_pkts) &&
+	    window_open(q))
 		return q->high;
 	return -1;
 }
@@ -662,8 +693,12 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	 * more credit than that while the loop was late or the QP idle */
 	gap = (uint64_t)(wire * 1e9 / q->rate_bps);
 	if (q->next_tx_ns + BURST_PKTS * gap < now) {
-		if (q->paced)        /* it was due, and the engine (the machine) was late */
-			q->late_ns += now - BURST_PKTS * gap - q->next_tx_ns;
+		/* it was due, and the engine (the machine) was late: from when it was due or
+		 * the host's queue took sends again, whichever came last */
+		uint64_t due = q->next_tx_ns > unblocked_ns ? q->next_tx_ns : unblocked_ns;
+
+		if (q->paced && due + BURST_PKTS * gap < now)
+			q->late_ns += now - BURST_PKTS * gap - due;
 		q->next_tx_ns = now - BURST_PKTS * gap;
 	}
 	q->next_tx_ns += gap;
@@ -718,9 +753,11 @@ static void user_take(struct qp *q, const char *hook)
 }
 #endif
 
-/* a positive ACK of sequence `acked` reached q's congestion control: its RTT when q
- * remembers sending it, the telemetry it echoes (`echo`, NULL: none) */
-static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t *echo)
+/* a positive ACK of sequence `acked` reached q's congestion control (before it moves
+ * snd_una): its RTT when q remembers sending it, the telemetry it echoes (`echo`, NULL:
+ * none), the mark it echoes (`ecn`) */
+static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t *echo,
+		      int ecn)
 {
 	uint64_t rtt = 0;
 
@@ -745,6 +782,14 @@ static void cc_on_ack(struct qp *q, uint32_t acked, uint64_t now, const uint8_t 
 			hops[i] = get_be64(echo + INT_HDR_LEN + i * INT_HOP_LEN);
 		hpcc_on_ack(&q->hp, &q->hpar, acked, q->snd_nxt, hops, echo[1]);
 		q->rate_bps = q->hp.rate;
+	} else if (cc == CC_NSCC) {
+		/* what this ACK newly acknowledges, and what stays in flight, on the wire */
+		int32_t newly = (int32_t)(acked + 1 - q->snd_una);
+		int32_t left = (int32_t)(q->snd_nxt - acked - 1);
+
+		if (newly > 0)
+			nscc_on_ack(&q->ns, &q->nsp, now, (double)newly * wire_len(mtu), rtt, ecn,
+				    left > 0 ? (double)left * wire_len(mtu) : 0);
 	}
 #ifdef USER_CC_H
 	if (cc == CC_USER) {
@@ -771,9 +816,10 @@ static void cc_on_loss(struct qp *q, uint64_t now)
 		user_cc_on_loss(&q->uc, &q->ue, now);
 		user_take(q, "user_cc_on_loss");
 	}
-#else
-	(void)q, (void)now;
 #endif
+	if (cc == CC_NSCC && q->requester)
+		nscc_on_loss(&q->ns, &q->nsp, now, wire_len(mtu),
+			     (double)(q->snd_nxt - q->snd_una) * wire_len(mtu));
 }
 
 static int op_ends_message(uint8_t op)
@@ -805,6 +851,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 	struct bth h;
 	struct qp *q;
 
+	ack_ce = 0;
 	if (bth_get(buf, len, &h) < 0 || !(q = qp_by_qpn(h.dest_qp)))
 		return;
 	if (op_is_data(h.opcode)) {
@@ -824,6 +871,8 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 		if (ce_every && q->seen % ce_every == 0)
 			tos |= 0x3;          /* tests: as if the switch had marked it */
+		/* NSCC: the mark goes back on this packet's ACK (BECN), not in a CNP */
+		ack_ce = cc == CC_NSCC && (tos & 0x3) == 0x3;
 		if (d >= 0 && (int32_t)(psn - q->rx_high) < 0 && !(use_irn && bit(q->kept, psn))) {
 			q->reordered++;      /* a higher PSN came first: reordered, or resent */
 			if (q->rx_high - 1 - psn > q->reorder_max)
@@ -831,7 +880,9 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		}
 		if ((int32_t)(psn + 1 - q->rx_high) > 0)
 			q->rx_high = psn + 1;
-		if ((tos & 0x3) == 0x3 && cc == CC_DCQCNP) {
+		if (ack_ce) {
+			q->ce_rx++;
+		} else if ((tos & 0x3) == 0x3 && cc == CC_DCQCNP) {
 			q->ce_rx++;
 			q->last_ce_ns = now;
 			q->np_pending = 1;
@@ -941,7 +992,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			q->acks_rx++;
 			if (q->requester)
 				cc_on_ack(q, psn, now, h.intf && len >= ROCE_BTH_LEN + ROCE_AETH_LEN +
-					  INT_LEN ? buf + ROCE_BTH_LEN + ROCE_AETH_LEN : NULL);
+					  INT_LEN ? buf + ROCE_BTH_LEN + ROCE_AETH_LEN : NULL, h.becn);
 			ack_progress(q, psn + 1, now);
 		}
 	} else if (h.opcode == OP_CNP) {
@@ -983,10 +1034,11 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 	for (int i = 0; i < nqps; i++) {
 		struct qp *q = &qps[i];
 		uint64_t cuts = cc == CC_DCQCN ? q->dc.cuts : cc == CC_TIMELY ? q->tm.cuts :
-				cc == CC_HPCC ? q->hp.cuts : cc == CC_DCQCNP ? q->dq.cuts : 0;
+				cc == CC_HPCC ? q->hp.cuts : cc == CC_DCQCNP ? q->dq.cuts :
+				cc == CC_NSCC ? q->ns.cuts : 0;
 		uint64_t updates = cc == CC_DCQCN ? q->dc.increases :
 				   cc == CC_TIMELY ? q->tm.updates : cc == CC_HPCC ? q->hp.commits :
-				   cc == CC_DCQCNP ? q->dq.increases : 0;
+				   cc == CC_DCQCNP ? q->dq.increases : cc == CC_NSCC ? q->ns.updates : 0;
 
 		fprintf(f, "%s\n  {\"qpn\": %u, \"peer_qpn\": %u, \"line_mbps\": %.3f, "
 			"\"tx_pkts\": %llu, \"tx_bytes\": %llu, \"retx_pkts\": %llu, "
@@ -1226,6 +1278,24 @@ int main(int argc, char **argv)
 		q->dqp = dqp;
 		q->dqp.line_bps = q->line_bps;
 		dcqcnp_init(&q->dq, &q->dqp);
+		if (cc == CC_NSCC) {         /* the shares, at this QP's line and T */
+			double bdp = q->line_bps * (double)ns_base_rtt_ns / 8e9;
+
+			q->nsp = (struct nscc_params){
+				.mtu = wire_len(mtu), .maxwnd = ns_maxwnd_bdp * bdp,
+				.fi = ns_fi_bdp * bdp, .eta = ns_eta_bdp * bdp,
+				.alpha = ns_alpha_bdp * bdp / (double)ns_base_rtt_ns,
+				.fi_scale = ns_fi_scale, .gamma = ns_gamma, .md_floor = ns_md_floor,
+				.delay_alpha = ns_delay_alpha,
+				.fulfil_bytes = ns_fulfil_pkts * wire_len(mtu),
+				.base_rtt_ns = ns_base_rtt_ns,
+				.target_ns = (uint64_t)(ns_target_rtt * (double)ns_base_rtt_ns),
+				.fast_ns = (uint64_t)(ns_fast_rtt * (double)ns_base_rtt_ns),
+				.qa_delay_ns = (uint64_t)(ns_qa_targets * ns_target_rtt *
+							  (double)ns_base_rtt_ns),
+				.qa_gate = ns_qa_gate };
+			nscc_init(&q->ns, &q->nsp, t0);
+		}
 		q->ue = user_env;
 		q->ue.line_bps = q->line_bps;
 		q->ue.mtu = mtu;
@@ -1407,7 +1477,8 @@ int main(int argc, char **argv)
 			unblocked_ns = now_ns();
 		}
 	}
-	take_samples(now_ns());
+	if (now_ns() - last_sample_ns >= sample_ns)   /* a shorter last interval would read */
+		take_samples(now_ns());               /* a legal burst as above the line */
 	write_out(argv[2], t0, t0_unix);
 	return 0;
 }
