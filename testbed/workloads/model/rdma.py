@@ -193,7 +193,8 @@ class Nscc(PaperParams):
     reference network: 100 Gb/s, a 12 us round trip, 4086-byte packets. Per acknowledged
     byte: fair increase 5 packets per window, proportional increase 4 packets per window
     per round trip of delay below the target, eta 0.15 packet per round trip, fast
-    increase 0.25 once a window was acknowledged under 1 us of delay; a mark with the delay
+    increase 0.25 once a window was acknowledged under 1 us of delay (1/12 of the round
+    trip: applied as that share of the emulated T); a mark with the delay
     above target cuts by gamma 0.8 of the delay's excess (at most halving, once per round
     trip), the delay's EWMA weighing 0.0125; quick adapt when the delay passed 4 targets
     (or a loss came) and under 1/2^3 of the most window was acknowledged in a round trip

@@ -140,6 +140,7 @@ struct qp {
 	uint64_t tx_pkts, tx_bytes, retx_pkts, rx_pkts, rx_bytes, ooo_drops, dup_pkts;
 	uint64_t acks_tx, acks_rx, naks_tx, naks_rx, cnps_tx, cnps_rx, ce_rx, timeouts;
 	uint64_t test_drops, tx_wire_interval;
+	uint64_t becn_rx;            /* ACKs that echoed a mark (NSCC) */
 	uint64_t rtt_samples, rtt_sum_ns, rtt_min_ns, rtt_max_ns;
 	uint32_t int_hops;           /* the hops the last echoed telemetry had records of */
 	/* its congestion control, with the parameters at its line rate */
@@ -613,6 +614,8 @@ static int window_open(const struct qp *q)
 	double w = window_of(q);
 	uint32_t out = q->snd_nxt - q->snd_una;
 
+	if (cc == CC_NSCC)           /* as the model: the next packet too within the window */
+		return !out || (double)(out + 1) * wire_len(mtu) <= w;
 	return w <= 0 || !out || (double)out * wire_len(mtu) < w;
 }
 
@@ -637,9 +640,9 @@ static int64_t next_seq(struct qp *q)
 			return q->rtx_ptr;
 	}
 	/* IRN's BDP-FC caps what is in flight; NSCC's window does that itself (UET has no
-	 * BDP-FC) */
-	if (q->high != q->snd_end && (cc == CC_NSCC || q->high - q->snd_una < irn_bdp_pkts) &&
-	    window_open(q))
+	 * BDP-FC), below IRN's bitmaps' span */
+	if (q->high != q->snd_end && q->high - q->snd_una < (cc == CC_NSCC ? IRN_WIN - 1 :
+							      irn_bdp_pkts) && window_open(q))
 		return q->high;
 	return -1;
 }
@@ -957,7 +960,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 		if ((syn & 0xe0) == AETH_NAK_PSN_SEQ && use_irn && q->sacked) {
 			q->naks_rx++;
 			ack_progress(q, psn, now);       /* all before it arrived */
-			if (!spray_evs)
+			if (!spray_evs && cc != CC_NSCC)
 				cc_on_loss(q, now);
 			q->progress_ns = now;
 			if (len >= ROCE_BTH_LEN + ROCE_AETH_LEN + 4) {
@@ -978,7 +981,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 			 * before, it may only be on a slower path */
 			if (!q->in_recovery && (!spray_evs ||
 			    (int32_t)(q->sack_high - q->snd_una) > (int32_t)spray_reorder)) {
-				if (spray_evs)
+				if (spray_evs || cc == CC_NSCC)   /* NSCC: once per hole */
 					cc_on_loss(q, now);
 				irn_recover(q, q->snd_una);
 			}
@@ -990,6 +993,7 @@ static void on_packet(int fd, const uint8_t *buf, size_t len, int tos, uint64_t 
 				q->snd_nxt = psn;         /* go back to it */
 		} else if ((syn & 0xe0) == 0) {
 			q->acks_rx++;
+			q->becn_rx += h.becn;
 			if (q->requester)
 				cc_on_ack(q, psn, now, h.intf && len >= ROCE_BTH_LEN + ROCE_AETH_LEN +
 					  INT_LEN ? buf + ROCE_BTH_LEN + ROCE_AETH_LEN : NULL, h.becn);
@@ -1050,7 +1054,7 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
 			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
 			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu, "
-			"\"reordered\": %llu, \"reorder_max\": %llu, \"pace_lost_us\": %.1f}",
+			"\"reordered\": %llu, \"reorder_max\": %llu, \"pace_lost_us\": %.1f, \"becn_rx\": %llu}",
 			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
@@ -1068,7 +1072,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
 			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
 			(unsigned long long)q->sacks_rx, (unsigned long long)q->reordered,
-			(unsigned long long)q->reorder_max, q->late_ns / 1e3);
+			(unsigned long long)q->reorder_max, q->late_ns / 1e3,
+			(unsigned long long)q->becn_rx);
 	}
 	fprintf(f, "],\n \"msgs\": [");
 	for (int i = 0, j = 0; i < nqps; i++)

@@ -8,15 +8,17 @@
  *   no mark, delay >= target:  fair increase, inc += fi * acked
  *   no mark, delay <  target:  after a window of ACKs below fast_ns, cwnd += fi_scale acked
  *                              (fast increase); else inc += alpha acked (target - delay)
- *   mark, delay >= target:     once per T, if the delay's EWMA is above target,
- *                              cwnd *= max(1 - gamma (avg - target) / avg, md_floor)
+ *   mark, delay >= target:     fast increase ends; once per T, if the delay's EWMA is
+ *                              above target, cwnd *= max(1 - gamma (avg - target) / avg,
+ *                              md_floor)
  *   mark, delay <  target:     nothing
  *   every 8 packets acknowledged or T: cwnd += inc / cwnd (and + eta once per T)
  *   quick adapt, checked every T + target: when the delay exceeded qa_delay or a loss
  *   came and less than maxwnd / 2^qa_gate was acknowledged meanwhile, cwnd = what was
  *   acknowledged, and the marks on the packets then in flight are ignored
- *   a loss: quick adapt is due, and cwnd loses one packet
- *   cwnd within [one packet, maxwnd = 1.5 BDP]; the delay's EWMA weighs 1/80.
+ *   a loss: quick adapt is due, and cwnd loses one packet (unless quick adapt took it)
+ *   cwnd within [one packet, maxwnd = 1.5 BDP]; the delay's EWMA weighs 1/80 and takes
+ *   only valid samples (an RTT of T or more); without one the delay is the EWMA.
  *
  * Its constants are the model's at its reference network (100 Gb/s, a 12 us round trip,
  * 4086-byte packets), as shares of that network's BDP and round trip, applied to the
@@ -81,8 +83,10 @@ static inline int nscc_quick_adapt(struct nscc *n, const struct nscc_params *p, 
 {
 	int taken = 0;
 
-	if (n->ignored < n->to_ignore && ecn)
+	if (n->ignored < n->to_ignore && ecn) {
+		n->inc = n->received = 0;
 		return 1;
+	}
 	if (now > n->qa_end_ns) {
 		if (n->qa_end_ns && (n->trigger_qa || loss || delay > (double)p->qa_delay_ns) &&
 		    n->achieved < p->maxwnd / (double)(1u << p->qa_gate)) {
@@ -126,8 +130,12 @@ static inline void nscc_on_ack(struct nscc *n, const struct nscc_params *p, uint
 	n->received += acked;
 	n->ignored += acked;
 	n->updates++;
-	delay = rtt_ns >= p->base_rtt_ns ? (double)(rtt_ns - p->base_rtt_ns) : n->avg_delay;
-	nscc_delay(n, p, ecn, delay);
+	if (rtt_ns >= p->base_rtt_ns) {    /* a valid sample (none: no RTT, or below T) */
+		delay = (double)(rtt_ns - p->base_rtt_ns);
+		nscc_delay(n, p, ecn, delay);
+	} else {
+		delay = n->avg_delay;
+	}
 	if (nscc_quick_adapt(n, p, now, 0, ecn, delay, in_flight))
 		return;
 	if (!ecn && delay >= target) {
@@ -145,13 +153,16 @@ static inline void nscc_on_ack(struct nscc *n, const struct nscc_params *p, uint
 		}
 		if (!n->increase)
 			n->inc += p->alpha * acked * (target - delay);
-	} else if (delay >= target && n->avg_delay > target &&
-		   now - n->last_dec_ns > p->base_rtt_ns) {
-		double f = 1 - p->gamma * (n->avg_delay - target) / n->avg_delay;
+	} else if (delay >= target) {
+		n->fi_count = 0;             /* a marked ACK over target ends fast increase */
+		n->increase = 0;
+		if (n->avg_delay > target && now - n->last_dec_ns > p->base_rtt_ns) {
+			double f = 1 - p->gamma * (n->avg_delay - target) / n->avg_delay;
 
-		n->cwnd *= f > p->md_floor ? f : p->md_floor;
-		n->last_dec_ns = now;
-		n->cuts++;
+			n->cwnd *= f > p->md_floor ? f : p->md_floor;
+			n->last_dec_ns = now;
+			n->cuts++;
+		}
 	}
 	nscc_clamp(n, p);
 	nscc_fulfil(n, p, now);
