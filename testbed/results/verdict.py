@@ -22,6 +22,16 @@ def engine_late(lost_us: float | None, span_us: float | None) -> bool:
     return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
+def late_rank(row: dict, iters: int) -> str | None:
+    """Why a job's row (parallel or jobs experiment) is CPU-bound by its RoCE engines: its
+    worst rank's sending lost to waking late (`roce_pace_lost_us`) against `iters`
+    iterations of its median (`engine_late`); None when it is not."""
+    lost = row.get("roce_pace_lost_us") or 0
+    if not engine_late(lost, iters * (row.get("iter_s_median") or 0) * 1e6):
+        return None
+    return f"{CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking late)"
+
+
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:
     """One line per reason: every CPU-bound warning, packets lost inside the switches or
     at OVS's sockets with no fault in the phase to explain them, and every `degraded`

@@ -398,3 +398,14 @@ def test_nscc_is_a_scheme_with_its_window_from_the_measured_network():
     assert f[10:12] == ["3", "1.5"] and f[-1] == "800000"          # gate, 1.5 BDP, T
     with pytest.raises(rdma.TestbedError, match="no base round trip"):
         rdma.host_engine(exp, "nscc", "10.0.0.1", 100.0, [100.0])
+
+
+def test_a_job_whose_worst_rank_lost_its_pace_is_cpu_bound():
+    """A job's row (parallel or jobs): its worst rank's lost sending against its run, the
+    iterations times the median; more than 2% names it, none or less does not."""
+    from testbed.results.verdict import late_rank
+    assert late_rank({"roce_pace_lost_us": 200_000.0, "iter_s_median": 1.0}, 10) is None
+    why = late_rank({"roce_pace_lost_us": 250_000.0, "iter_s_median": 1.0}, 10)
+    assert why is not None and "CPU-bound" in why and "250 ms" in why, why
+    assert late_rank({"iter_s_median": 1.0}, 10) is None
+    assert late_rank({"roce_pace_lost_us": 5.0, "iter_s_median": None}, 10) is None

@@ -16,7 +16,7 @@ from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
 from testbed.results.pfc import read_pfc_events
-from testbed.results.verdict import CPU_BOUND, engine_late
+from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv, train_argv
 from testbed.workloads.model.jobsync import read_progress, write_start
 from topologies.model import Topology, at_rate, ifname
@@ -376,14 +376,10 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
             if row["cpu_bound"]:
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: "
                                     "CPU-bound; its times are not the network's")
-            # the worst rank's engine lost that share of the job's run to waking late
-            lost = row.get("roce_pace_lost_us") or 0
-            if engine_late(lost, row["iters"] * (row["iter_s_median"] or 0) * 1e6):
+            if why := late_rank(row, row["iters"]):
                 row["cpu_bound"] = True
-                out.warnings.append(
-                    f"jobs {where} {row['policy']} {row['job']}: {CPU_BOUND} (a rank's RoCE "
-                    f"engine lost {lost / 1e3:.0f} ms of sending to waking late); its times "
-                    "are not the network's")
+                out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: {why}; its "
+                                    "times are not the network's")
             ctx.log(f"    {row['policy']:>10} {row['job']}: iteration {row['iter_s_median']} s "
                     f"(alone {row['alone_iter_s']}, x{row['slowdown']}; model "
                     f"{row['model_policy_s']}), overlap {row['overlap_mean']}, "

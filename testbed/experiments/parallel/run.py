@@ -9,7 +9,7 @@ import time
 
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
-from testbed.results.verdict import CPU_BOUND, engine_late
+from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
@@ -229,13 +229,10 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{fabric_label} {label}: CPU-bound (a rank waited "
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
-    # the worst rank's engine lost that share of the job's run to waking late
-    lost = summary.get("roce_pace_lost_us", 0)
-    if engine_late(lost, exp.iters * (summary["iter_s_median"] or 0) * 1e6):
+    if why := late_rank(summary, exp.iters):
         summary["cpu_bound"] = True
-        outcome.warnings.append(
-            f"{fabric_label} {label}: {CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} "
-            "ms of sending to waking late); its times are not the network's")
+        outcome.warnings.append(f"{fabric_label} {label}: {why}; its times are not the "
+                                "network's")
     return summary, kind_rows, iter_rows, groups
 
 
