@@ -21,7 +21,7 @@ if [ "$(id -u)" -eq 0 ]; then
   .venv/bin/testbed clean >/dev/null  # leftovers of an interrupted earlier run, only those
 fi
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider "${targets[@]}" "$@"
+.venv/bin/python -m pytest -p no:cacheprovider --durations=25 "${targets[@]}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

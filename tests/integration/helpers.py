@@ -20,6 +20,14 @@ def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
     return out, json.loads((out / "summary.json").read_text())
 
 
+def not_cpu_bound(got: dict | list[dict], summary: dict) -> None:
+    """Every row measured with CPU to spare; if not, the failure says why in full (the run's
+    CPU-bound and unfaithful verdicts: pytest would cut a row's dict short)."""
+    for r in [got] if isinstance(got, dict) else got:
+        assert r["cpu_bound"] == "False", (
+            f"{r}\nCPU-bound: {summary.get('cpu_bound')}\nunfaithful: {summary.get('unfaithful')}")
+
+
 def rows(out: Path, name: str) -> list[dict]:
     with (out / "metrics" / name).open() as fh:
         return list(csv.DictReader(fh))

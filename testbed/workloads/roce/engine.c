@@ -71,7 +71,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <linux/filter.h>
 #include <time.h>
 #include <unistd.h>
@@ -217,6 +219,11 @@ static int tx_blocked;               /* the host's queue refused a send: wait fo
  * RoCE NIC's per-QP entropy); -1: the bound socket sends them all */
 static int raw_fd = -1;
 static uint64_t unblocked_ns;        /* when it last took sends again */
+/* A pass that began after some QP's pace was lost looks at the host's queue once: if it
+ * still held the engine's packets, the host's link never waited for the late engine (a
+ * NIC drains its queue while the CPU is away), so the lateness cost no pace */
+static uint64_t lose_from = UINT64_MAX;  /* the previous pass's earliest late_from() */
+static int backlog_held;
 static volatile sig_atomic_t stop;
 
 static uint64_t now_ns(void)
@@ -648,12 +655,27 @@ static int64_t next_seq(struct qp *q)
 }
 
 /* one data packet of q, sequence `seq`; 0 if sent */
+static uint32_t payload_of(const struct qp *q, uint32_t seq)
+{
+	const struct msg *m = msg_of(q, seq);
+	uint32_t i = seq - m->first;
+
+	return i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
+}
+
+/* when a late wake-up starts to cost the QP its pace: past its burst credit */
+static uint64_t late_from(const struct qp *q, uint32_t seq)
+{
+	return q->next_tx_ns + BURST_PKTS * (uint64_t)(wire_len(payload_of(q, seq)) * 8e9 /
+							 q->rate_bps);
+}
+
 static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 {
 	static uint8_t buf[MAX_PKT];
 	struct msg *m = msg_of(q, seq);
 	uint32_t i = seq - m->first;
-	uint32_t payload = i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
+	uint32_t payload = payload_of(q, seq);
 	struct bth h = { .opcode = write_opcode(i, m->npkts), .dest_qp = q->peer_qpn,
 			 .psn = seq, .ackreq = i + 1 == m->npkts, .intf = use_int };
 	size_t len = ROCE_BTH_LEN + (use_int ? INT_LEN : 0) + payload + ROCE_ICRC_LEN;
@@ -700,7 +722,7 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 		 * the host's queue took sends again, whichever came last */
 		uint64_t due = q->next_tx_ns > unblocked_ns ? q->next_tx_ns : unblocked_ns;
 
-		if (q->paced && due + BURST_PKTS * gap < now)
+		if (q->paced && due + BURST_PKTS * gap < now && !backlog_held)
 			q->late_ns += now - BURST_PKTS * gap - due;
 		q->next_tx_ns = now - BURST_PKTS * gap;
 	}
@@ -1329,7 +1351,7 @@ int main(int argc, char **argv)
 
 	while (!stop) {
 		uint64_t now = now_ns(), wake = now + 100000000ull;
-		int busy = 0, pending = 0;
+		int busy = 0, pending = 0, queued = 0;
 		struct timespec ts;
 		/* the bound socket, the raw one (for POLLOUT) or -1, the commands or -1 */
 		struct pollfd p[3] = { { .fd = fd, .events = POLLIN }, { .fd = raw_fd },
@@ -1353,6 +1375,10 @@ int main(int argc, char **argv)
 			on_packet(fd, buf, (size_t)n, tos, now_ns());
 		}
 		now = now_ns();
+		/* (SIOCOUTQ: what the engine's sending socket holds unsent, in the host's qdisc) */
+		backlog_held = now > lose_from &&
+			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
+		lose_from = UINT64_MAX;
 		if (control) {
 			read_commands(t0, now);
 			if (stop)
@@ -1433,7 +1459,10 @@ int main(int argc, char **argv)
 			/* a packet ready now waits for its pace alone (not for an ACK, a window
 			 * or room in the host's queue): a later send beyond the limiter's burst
 			 * credit is the engine's lateness */
-			q->paced = !tx_blocked && next_seq(q) >= 0;
+			seq = tx_blocked ? -1 : next_seq(q);
+			q->paced = seq >= 0;
+			if (q->paced && late_from(q, (uint32_t)seq) < lose_from)
+				lose_from = late_from(q, (uint32_t)seq);
 		}
 		if (cc == CC_DCQCNP) {
 			np_scan(fd, now);
