@@ -66,7 +66,10 @@ class PfcApp(QosApp):
 
     def serve(self, dp, cfg):
         """One green thread does everything that touches the dataplane (events and the
-        watchdog), so that netlink requests and their acks never interleave."""
+        watchdog), so that netlink requests and their acks never interleave. Without PFC
+        in the phase's classes there is nothing to execute (and no thresholds to watch)."""
+        if cfg.pfc is None:
+            return
         self.watchdog_resumes = 0
         self.watchdog_pauses = 0
         next_check = time.monotonic() + pfcctl.WATCHDOG_S

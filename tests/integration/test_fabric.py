@@ -117,8 +117,11 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
                     "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp],"
                     " duration_s: 60, omit_s: 1}]\n")
     out = tmp_path / "killed"
+    # Ctrl-C's signal as a terminal delivers it: the suite may itself run as a shell's
+    # background job, whose children inherit SIGINT ignored (POSIX, without job control)
     proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not list((out / "flows").glob("*client.json")):
         time.sleep(0.2)
