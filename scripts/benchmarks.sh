@@ -31,7 +31,7 @@ if ((${#specs[@]} == 0)); then
          training_link_rate training_ring_vs_ps training_survey \
          hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
-         parallel_roce parallel_roce_ecmp \
+         parallel_roce parallel_roce_ecmp parallel_3d \
          parallel_smoke \
          fault_link fault_link_ff fault_controller fault_training jobs_two jobs_unequal jobs_fattree \
          jobs_roce \

@@ -8,12 +8,15 @@ links included, has the topology's rate in each direction.
 """
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from .model import Topology
 
 Path = Sequence[str]
+K = TypeVar("K")
 
 
 def _links(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], float]
@@ -37,19 +40,85 @@ def maxmin(topo: Topology, paths: Sequence[Path], rate_of: Callable[[float], flo
     """Each flow's max-min fair rate in Mb/s, flows in the order of `paths`. `rate_of`
     maps a link's configured rate to what flows may use of it (e.g. its TCP payload)."""
     capacity, users = _links(topo, paths, rate_of)
-    rates = [0.0] * len(paths)
-    active = {i for i, path in enumerate(paths) if len(path) > 1}
+    usage: list[dict[tuple[str, str], float]] = [{} for _ in paths]
+    for e, flows in users.items():
+        for i in flows:
+            usage[i][e] = usage[i].get(e, 0.0) + 1.0
+    # (a "path" of one node crosses no link and carries nothing)
+    return [r if len(p) > 1 else 0.0 for r, p in zip(weighted_maxmin(capacity, usage), paths)]
+
+
+def weighted_maxmin(capacity: Mapping[K, float], usage: Sequence[Mapping[K, float]]
+                    ) -> list[float]:
+    """Max-min fair rates by progressive filling, where flow i puts usage[i][e] times its
+    rate on link e: 1 for a link its one path crosses, a path's share for a flow sprayed
+    over several, or the number of its members crossing e for a group of flows that
+    advance together (a ring collective, whose steps wait for its slowest member: each
+    member's rate is the group's). A flow that uses no link gets an infinite rate."""
+    rates = [0.0] * len(usage)
+    users: dict[K, list[int]] = {}
+    for i, u in enumerate(usage):
+        for e, a in u.items():
+            if a > 0:
+                users.setdefault(e, []).append(i)
+    active = {i for i, u in enumerate(usage) if any(a > 0 for a in u.values())}
+    for i in set(range(len(usage))) - active:
+        rates[i] = math.inf
     while active:
         # the link that fills first when every active flow grows by the same amount
-        step = min((capacity[e] - sum(rates[i] for i in users[e])) /
-                   sum(1 for i in users[e] if i in active)
-                   for e in users if any(i in active for i in users[e]))
+        step = min((capacity[e] - sum(rates[i] * usage[i][e] for i in flows)) /
+                   sum(usage[i][e] for i in flows if i in active)
+                   for e, flows in users.items() if any(i in active for i in flows))
+        step = max(step, 0.0)
         for i in active:
             rates[i] += step
         done = {i for e, flows in users.items()
-                if capacity[e] - sum(rates[j] for j in flows) <= 1e-9 * capacity[e]
-                for i in flows}
+                if capacity[e] - sum(rates[j] * usage[j][e] for j in flows)
+                <= 1e-9 * capacity[e] for i in flows}
+        if not done & active:   # (rounding: at least the flows of the fullest link stop)
+            fullest = min((e for e, flows in users.items() if any(i in active for i in flows)),
+                          key=lambda e: capacity[e] - sum(rates[j] * usage[j][e]
+                                                          for j in users[e]))
+            done = set(users[fullest])
         active -= done
+    return rates
+
+
+def class_maxmin(capacity: Mapping[K, float], usage: Sequence[Mapping[K, float]],
+                 klass: Sequence[str], rounds: int = 50) -> list[float]:
+    """Max-min fair rates (as `weighted_maxmin`) where each link serves the classes of the
+    flows crossing it round-robin with equal weights, as a switch port's deficit round
+    robin does: a class gets an equal share of a link, what a class leaves unused (its
+    flows limited elsewhere) goes to the others, and inside a class the flows share
+    max-min. Found by solving on per-(link, class) shares and re-dividing each link among
+    the classes that filled theirs until the shares settle."""
+    if len(set(klass)) <= 1:
+        return weighted_maxmin(capacity, usage)
+    on: dict[K, set[str]] = {}
+    for u, k in zip(usage, klass):
+        for e, a in u.items():
+            if a > 0:
+                on.setdefault(e, set()).add(k)
+    share = {(e, k): capacity[e] / len(ks) for e, ks in on.items() for k in ks}
+    sub = [{(e, k): a for e, a in u.items() if a > 0} for u, k in zip(usage, klass)]
+    rates = weighted_maxmin(share, sub)
+    for _ in range(rounds):
+        used = dict.fromkeys(share, 0.0)
+        for flow, r in zip(sub, rates):
+            for ek, a in flow.items():
+                used[ek] += a * r
+        new: dict[tuple[K, str], float] = {}
+        for e, ks in on.items():
+            full = [k for k in ks if used[(e, k)] >= share[(e, k)] * (1 - 1e-9)]
+            level = capacity[e] / len(ks)
+            if full:
+                level = (capacity[e] - sum(used[(e, k)] for k in ks if k not in full)) / len(full)
+            for k in ks:   # the classes limited elsewhere are not limited here
+                new[(e, k)] = max(level, used[(e, k)])
+        if all(abs(new[x] - share[x]) <= 1e-9 * share[x] for x in share):
+            break
+        share = new
+        rates = weighted_maxmin(share, sub)
     return rates
 
 

@@ -69,9 +69,10 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
               core_measured: dict[str, int] | None,
               busiest_measured: dict[str, int] | None, rate_mbps: float, mtu: int,
               rtt: dict[str, float], queue: dict, measured: dict, checks: dict,
-              wire: float | None = None, transport: str = "gloo",
+              wire: float | None = None, transport: str = "gloo", paths: dict | None = None,
               ) -> tuple[dict, list[list], list[list]]:
-    """(the job's summary row, its rows per collective type, every rank's iteration rows)."""
+    """(the job's summary row, its rows per collective type, every rank's iteration rows).
+    `paths`: the path-aware model's (model.path_model), None without one."""
     lay = plan.layout
     steady = [row for rs in rows.values() for row in rs[warmup:]]
     iters = {it: [rs[it] for rs in rows.values() if it < len(rs)]
@@ -136,6 +137,12 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
         **{f"{k}_rtt_ms": round(v * 1000, 3) for k, v in rtt.items()},
         "iter_s_median": _r(iter_s), "model_iter_s": _r(pred["iteration_s"]),
         "iter_over_model": _ratio(iter_s, pred["iteration_s"]),
+        "model_paths_iter_s": _r(paths["iteration_s"]) if paths else None,
+        "model_paths_p10_s": _r(paths["p10_s"]) if paths else None,
+        "model_paths_p90_s": _r(paths["p90_s"]) if paths else None,
+        "iter_over_paths_model": _ratio(iter_s, paths["iteration_s"]) if paths else None,
+        "model_paths_pipeline_s": _r(paths["pipeline_s"]) if paths else None,
+        "model_paths_sync_s": _r(paths["sync_s"]) if paths else None,
         "pipeline_s_median": _r(median_or_none([r["pipeline_s"] for r in steady])),
         "model_pipeline_s": _r(pred["pipeline_s"]),
         "sync_s_median": _r(median_or_none([r["sync_s"] for r in steady])),

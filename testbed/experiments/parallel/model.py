@@ -3,15 +3,23 @@ collective type gets on this fabric with this placement, the model's volumes and
 the bytes the model expects to cross the core, and the switch classes."""
 from __future__ import annotations
 
+import random
 import re
+import statistics
+from collections.abc import Callable
 
+from controllers import trace
+from controllers.plans import IP_PROTO_TCP, IP_PROTO_UDP
 from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.units import (
     ETHERNET_HEADER_BYTES,
     IP_TCP_HEADER_BYTES,
+    htb_burst_bytes,
     tcp_payload_fraction,
 )
+from testbed.results.stats import percentile
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network, predict, sent_bytes
+from testbed.workloads.model.parallel.fluid import UsageOf, replay
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
 from testbed.workloads.model.rdma import WIRE_OVERHEAD
@@ -174,14 +182,137 @@ def core_bytes(plan: JobShape, topo: Topology, hosts: list[str]) -> dict[str, fl
     return out
 
 
-def prediction(plan: JobShape, net: Network, spf: float, profile: dict[str, float]) -> dict:
-    """The model's iteration for the job (a measured per-layer profile replaces FLOPs:
-    seconds per FLOP chosen so that a whole layer's forward takes the profiled time)."""
+def seconds_per_flop(plan: JobShape, spf: float, profile: dict[str, float]) -> float:
+    """The compute speed the models take: `spf`, or with a measured per-layer profile the
+    seconds per FLOP that make a whole layer's forward take the profiled time."""
     if profile:
         work = plan.layers()[0]
         flops = work.fwd_flops * plan.layout.tp
-        spf = profile["fwd_s"] / flops if flops else 0.0
-    return predict(plan, net, spf)
+        return profile["fwd_s"] / flops if flops else 0.0
+    return spf
+
+
+def prediction(plan: JobShape, net: Network, spf: float, profile: dict[str, float]) -> dict:
+    """The model's iteration for the job."""
+    return predict(plan, net, seconds_per_flop(plan, spf, profile))
+
+
+PATH_DRAWS = 10   # hash draws of every connection's path for the path-aware model
+PATH_ITERS = 3    # iterations each replay runs (the first, a warm-up, not counted)
+# how a job's connections meet the fabric's ECMP: a Gloo (TCP) connection per group and
+# pair, each hashed on its ports; RoCE queue pairs all from one UDP port (a host pair's
+# traffic on one path); each queue pair from its own port (a flow split over its
+# `channels`, each hashed); or every packet sprayed over all paths
+ENTROPY = ("tcp", "host", "qp", "spray")
+
+
+def entropy_of(exp: Parallel, scheme: str | None) -> str:
+    if scheme is None:
+        return "tcp"
+    r = exp.roce
+    if r.spray_entropies:
+        return "spray"
+    return "qp" if r.source_port == "per_qp" else "host"
+
+
+def usage_draw(topo: Topology, route_plan, hosts: list[str], entropy: str, channels: int,
+               rng: random.Random) -> UsageOf:
+    """One draw of every connection's links (the path model's `usage`): each connection (or
+    queue pair) on one path its routing's hash could give it, drawn by the paths' shares
+    (controllers/trace.py), or every path at its share when sprayed."""
+    proto = IP_PROTO_TCP if entropy == "tcp" else IP_PROTO_UDP
+    choices: dict[tuple[str, str], dict[tuple[str, ...], float]] = {}
+    drawn: dict[tuple, tuple[str, ...]] = {}
+
+    def paths(a: str, b: str) -> dict[tuple[str, ...], float]:
+        if (a, b) not in choices:
+            choices[(a, b)] = trace.paths(topo, route_plan, a, b, proto) if a != b else {}
+        return choices[(a, b)]
+
+    def one(key: tuple, a: str, b: str) -> tuple[str, ...]:
+        if key not in drawn:
+            c = paths(a, b)
+            drawn[key] = rng.choices(list(c), weights=list(c.values()))[0]
+        return drawn[key]
+
+    def usage(src: int, dst: int, via: str) -> dict[tuple[str, str], float]:
+        a, b = hosts[src], hosts[dst]
+        if a == b:
+            return {}
+        if entropy == "spray":
+            weighted = list(paths(a, b).items())
+        elif entropy == "host":
+            weighted = [(one((a, b), a, b), 1.0)]
+        elif entropy == "qp":
+            weighted = [(one((src, dst, via, c), a, b), 1 / channels) for c in range(channels)]
+        else:
+            weighted = [(one((src, dst, via), a, b), 1.0)]
+        out: dict[tuple[str, str], float] = {}
+        for path, share in weighted:
+            for e in zip(path, path[1:]):
+                out[e] = out.get(e, 0.0) + share
+        return out
+    return usage
+
+
+def link_capacity(topo: Topology, payload_share: float) -> dict[tuple[str, str], float]:
+    """Payload bytes per second each direction of every link carries."""
+    out = {}
+    for link in topo.links:
+        bps = link.rate_mbps * 1e6 / 8 * payload_share
+        out[(link.a, link.b)] = out[(link.b, link.a)] = bps
+    return out
+
+
+def link_burst(topo: Topology, burst_us: int, mtu: int,
+               payload_share: float) -> dict[tuple[str, str], float]:
+    """The payload bytes each direction of every link lets through at once after idling:
+    its HTB burst (units.htb_burst_bytes, at the link's rate)."""
+    out = {}
+    for link in topo.links:
+        b = htb_burst_bytes(link.rate_mbps, burst_us, mtu) * payload_share
+        out[(link.a, link.b)] = out[(link.b, link.a)] = b
+    return out
+
+
+def class_of_kind(exp: Parallel, qos: QosConfig | None) -> Callable[[str], str] | None:
+    """The switch class each collective type is served in, when the port serves classes
+    round-robin with equal weights (the default: one class per type); None when the
+    types share one class or strict priority decides (each flow then on its own)."""
+    if qos is None or qos.scheduler != "wrr" or qos.port_schedulers or \
+            len({c.weight for c in qos.classes}) > 1:
+        return None
+    by_dscp = {d: c.name for c in qos.classes for d in c.dscp}
+    named = {k: by_dscp.get(d, "") for k, d in exp.dscp.items()}
+    if len(set(named.values())) <= 1:
+        return None
+    return lambda kind: named.get(kind, "")
+
+
+def path_model(plan: JobShape, s_per_flop: float, topo: Topology, route_plan,
+               hosts: list[str], payload_share: float, latency_s: dict[str, float],
+               class_of: Callable[[str], str] | None, entropy: str, channels: int = 1,
+               burst: dict[tuple[str, str], float] | None = None, seed: int = 0,
+               draws: int = PATH_DRAWS) -> dict | None:
+    """The path-aware model's iteration (fluid.replay) over `draws` draws of the
+    connections' paths: its mean, 10th and 90th percentiles (one run is one draw), and
+    the mean pipeline and synchronisation phases. `burst`: the links' HTB buckets, for
+    senders that can draw on them (TCP; not the RoCE engine, paced at its line rate).
+    None without a routing plan (a scheduler whose paths change as it runs)."""
+    if route_plan is None:
+        return None
+    rng = random.Random(seed)
+    capacity = link_capacity(topo, payload_share)
+    if entropy == "spray":
+        draws = 1
+    got = [replay(plan, s_per_flop, capacity,
+                  usage_draw(topo, route_plan, hosts, entropy, channels, rng),
+                  latency_s, class_of, PATH_ITERS, burst) for _ in range(draws)]
+    its = [g["iteration_s"] for g in got]
+    return {"iteration_s": statistics.mean(its), "p10_s": percentile(its, 10),
+            "p90_s": percentile(its, 90),
+            "pipeline_s": statistics.mean(g["pipeline_s"] for g in got),
+            "sync_s": statistics.mean(g["sync_s"] for g in got)}
 
 
 def parallel_qos(exp: Parallel, spec_qos: QosConfig | None,

@@ -46,10 +46,18 @@ def jobs(rows: list[dict], plots: Path) -> list[Path]:
     labels = [tagged(f"{r['fabric']}\n{r['job']}", r, several) for r in rows]
     x = list(range(len(rows)))
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4.5))
-    ax.bar([i - 0.2 for i in x], [cell(r["iter_s_median"]) for r in rows], 0.4, label="measured")
-    ax.bar([i + 0.2 for i in x], [cell(r["model_iter_s"]) for r in rows], 0.4, label="model",
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 2), 4.5))
+    ax.bar([i - 0.27 for i in x], [cell(r["iter_s_median"]) for r in rows], 0.27,
+           label="measured")
+    ax.bar([i for i in x], [cell(r["model_iter_s"]) for r in rows], 0.27, label="model",
            color="tab:gray")
+    # the path-aware model, its hash draws' 10th to 90th percentile as a range
+    paths = [cell(r.get("model_paths_iter_s")) for r in rows]
+    lo = [cell(r.get("model_paths_p10_s")) for r in rows]
+    hi = [cell(r.get("model_paths_p90_s")) for r in rows]
+    ax.bar([i + 0.27 for i in x], paths, 0.27, label="model on its paths (draws p10-p90)",
+           color="tab:olive", yerr=[[max(0.0, p - a) for p, a in zip(paths, lo)],
+                                    [max(0.0, b - p) for p, b in zip(paths, hi)]], capsize=3)
     mark_cpu_bound(ax, rows, [cell(r["iter_s_median"]) for r in rows])
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("iteration time (s, median)")

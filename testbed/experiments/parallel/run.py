@@ -7,7 +7,10 @@ import dataclasses
 import json
 import time
 
+from controllers.routing import plan as routing_plan
 from testbed.config.loader import dump_json
+from testbed.config.qos import QosConfig
+from testbed.config.units import tcp_payload_fraction
 from testbed.core.errors import TestbedError
 from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv
@@ -18,6 +21,7 @@ from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
+from ..permutation.model import UNMODELLED
 from ..qos_common import pfc_summary, switch_slots
 from ..rdma import RdmaFlow, host_engine, parse_scheme, rdma_qos, scheme_record, telemetry
 from ..trainers.analysis import queue_stats, read_records
@@ -26,13 +30,18 @@ from ..trainers.ranks import run_processes
 from .analysis import ITER_FIELDS, KIND_FIELDS, summarise
 from .model import (
     CORE_ROLES,
+    class_of_kind,
     core_bytes,
+    entropy_of,
     job_config,
+    link_burst,
     network,
     parallel_qos,
+    path_model,
     prediction,
     probe_pairs,
     roce_wire,
+    seconds_per_flop,
     unanswered,
 )
 from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
@@ -142,7 +151,8 @@ def pause_counts(pfc: dict, iters: int) -> dict:
 
 def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: int,
             fabric_label: str, rate: float, outcome: Outcome, experiment: int,
-            scheme: str | None = None) -> tuple[dict, list[list], list[list], list[list]]:
+            scheme: str | None = None, routing: str = "ecmp", qos: QosConfig | None = None
+            ) -> tuple[dict, list[list], list[list], list[list]]:
     topo = fab.topo
     hosts = job_hosts(job, topo)
     label = job.label()
@@ -211,6 +221,14 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     net, loads = network(topo, job.layout, hosts, host_rate, mtu, rtt, share)
     plan = cfg.plan()
     pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
+    payload = share if share is not None else tcp_payload_fraction(mtu)
+    paths = path_model(
+        plan, seconds_per_flop(plan, cfg.s_per_flop, cfg.profile), topo,
+        None if routing in UNMODELLED else routing_plan(topo, routing), hosts, payload,
+        net.latency_s, class_of_kind(exp, qos) if scheme is None else None,
+        entropy_of(exp, scheme), exp.roce.qps_per_flow if scheme is not None else 1,
+        burst=link_burst(topo, fab.links.burst_us, mtu, payload) if scheme is None else None,
+        seed=exp.seed)
     model_sent = {r: sent_bytes(plan, r) for r in range(world)}
     summary, kind_rows, iter_rows = summarise(
         experiment=experiment, fabric=fabric_label, label=label, plan=plan,
@@ -220,7 +238,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         core_measured=core if kinds else None,
         busiest_measured=busiest if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
         queue=queue, measured=measured, checks=checks, wire=wire,
-        transport="gloo" if scheme is None else f"roce {scheme}")
+        transport="gloo" if scheme is None else f"roce {scheme}", paths=paths)
     if scheme is not None:
         summary.update(roce_counters(job_dir, world))
         summary["roce_base_rtt_us"] = record.get("base_rtt_us")
@@ -261,13 +279,15 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
             link_rate = rate or min(link.rate_mbps for link in fabric.links)
             for job in exp.jobs:
                 summary, kr, ir, _ = run_job(ctx, fab, exp, job, index, fabric_label,
-                                             link_rate, out, experiment, scheme)
+                                             link_rate, out, experiment, scheme, routing, qos)
                 index += 1
                 rows.append(summary)
                 kind_rows += kr
                 iter_rows += ir
                 ctx.log(f"    iteration {summary['iter_s_median']} s (model "
-                        f"{summary['model_iter_s']} s, x{summary['iter_over_model']}), "
+                        f"{summary['model_iter_s']} s, x{summary['iter_over_model']}; on its "
+                        f"paths {summary['model_paths_iter_s']} s, "
+                        f"x{summary['iter_over_paths_model']}), "
                         f"bubble {summary['bubble']} (ideal {summary['bubble_ideal']}), "
                         f"core {summary['core_bytes_per_iter']} B/iter (model "
                         f"{summary['model_core_bytes_per_iter']}), machine idle "
@@ -284,6 +304,7 @@ def run(ctx: Context, exp: Parallel) -> Outcome:
                   iter_rows)
     out.headline = {"jobs": len(rows), "results": [
         {k: r[k] for k in ("fabric", "job", "transport", "iter_s_median", "model_iter_s",
-                           "iter_over_model", "bubble", "bubble_ideal", "cpu_bound")}
+                           "iter_over_model", "model_paths_iter_s", "iter_over_paths_model",
+                           "bubble", "bubble_ideal", "cpu_bound")}
         for r in rows]}
     return out
