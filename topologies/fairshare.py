@@ -119,6 +119,12 @@ def class_maxmin(capacity: Mapping[K, float], usage: Sequence[Mapping[K, float]]
             break
         share = new
         rates = weighted_maxmin(share, sub)
+    load: dict[K, float] = {}
+    for u, r in zip(usage, rates):
+        for e, a in u.items():
+            load[e] = load.get(e, 0.0) + a * r
+    if any(load[e] > capacity[e] * (1 + 1e-6) for e in load):
+        return weighted_maxmin(capacity, usage)   # not settled: per flow, always feasible
     return rates
 
 

@@ -34,6 +34,15 @@ def htb_burst_bytes(rate_mbps: float, burst_us: int, mtu_bytes: int) -> int:
     return max(2 * frame_bytes(mtu_bytes), int(rate_mbps * burst_us / 8))
 
 
+TC_HTB_DEFAULT_MTU = 1600  # tc's htb: without `burst`, rate / HZ + this many bytes
+
+
+def htb_default_burst(rate_bytes_per_s: int) -> int:
+    """tc's bucket for an HTB class given no `burst` (the hosts' NICs): rate / HZ + 1600
+    bytes, HZ = 1e9 with high-resolution timers (/proc/net/psched)."""
+    return rate_bytes_per_s // 1_000_000_000 + TC_HTB_DEFAULT_MTU
+
+
 def class_minor(cls: int) -> int:
     """Minor number of traffic class `cls`'s HTB class and of its tbf gate's handle."""
     return CLASS_MINOR_BASE + cls

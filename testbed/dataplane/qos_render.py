@@ -29,7 +29,7 @@ from testbed.config.qos import (
     QosConfig,
     threshold_bytes,
 )
-from testbed.config.units import class_minor, frame_bytes, htb_burst_bytes
+from testbed.config.units import class_minor, frame_bytes, htb_burst_bytes, htb_default_burst
 
 MAX_PORTS = 1024
 NONE = 0xFFFFFFFF
@@ -197,7 +197,6 @@ NLM_F_REQUEST, NLM_F_ACK = 1, 4
 TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS, TCA_TBF_BURST = 1, 2, 1, 6
 TCA_HTB_PARMS = 1
 TC_LINKLAYER_ETHERNET = 1
-TC_HTB_DEFAULT_MTU = 1600  # tc's htb: without `burst`, rate / HZ + this many bytes
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -239,10 +238,8 @@ def htb_class_change_message(ifindex: int, c: HtbClass, seq: int = 0) -> bytes:
     rate, ceil = c.rate_bit // 8, c.ceil_bit // 8
     if ceil >= 1 << 32:
         raise ValueError("HTB rates above 32 Gbit/s need TCA_HTB_RATE64")
-    # tc's default bucket (no `burst`): rate / HZ + 1600 bytes, HZ = 1e9 with high-resolution
-    # timers (/proc/net/psched)
-    burst_r = c.burst or rate // 1_000_000_000 + TC_HTB_DEFAULT_MTU
-    burst_c = c.burst or ceil // 1_000_000_000 + TC_HTB_DEFAULT_MTU
+    burst_r = c.burst or htb_default_burst(rate)     # tc's own, given no `burst`
+    burst_c = c.burst or htb_default_burst(ceil)
     opt = (struct.pack("BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, rate)
            + struct.pack("BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, ceil)
            + struct.pack("IIIII", _ticks(burst_r, rate), _ticks(burst_c, ceil), c.quantum, 0,

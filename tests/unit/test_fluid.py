@@ -15,6 +15,7 @@ from testbed.workloads.model.parallel.fluid import (
     RING_ALLREDUCE,
     Collective,
     Replay,
+    flops_time,
     program,
     programs,
     replay,
@@ -68,7 +69,7 @@ def test_replay_matches_the_analytical_model_where_nothing_contends():
     bps, lat, spf = 1e6, {"dp": 1e-4, "pp": 2e-4, "tp": 5e-5}, 1e-10
     for lay, micro in ((Layout(dp=4), 1), (Layout(pp=2, dp=2), 4), (Layout(tp=2, dp=2), 2)):
         plan = JobShape(m, lay, micro_batches=micro)
-        got = replay(plan, spf, _star(lay.world, bps), _via_switch, lat)
+        got = replay(plan, flops_time(spf), _star(lay.world, bps), _via_switch, lat)
         want = predict(plan, Network(dict.fromkeys(KINDS, bps), lat), spf)
         # the replay runs a ring step's latency per layer's allreduce, cost.py one per
         # stage: allow those
@@ -85,7 +86,7 @@ def test_pipeline_alone_is_the_schedule_replayed():
     plan = JobShape(m, Layout(pp=2), micro_batches=4)
     spf, bps = 1e-10, 2e6
     act = plan.stage_work(0)[-1].act_elems * plan.dtype_bytes
-    got = replay(plan, spf, _star(2, bps), _via_switch, {})
+    got = replay(plan, flops_time(spf), _star(2, bps), _via_switch, {})
     fwd = [sum(w.fwd_flops for w in plan.stage_work(s)) * spf for s in (0, 1)]
     bwd = [sum(w.bwd_flops for w in plan.stage_work(s)) * spf for s in (0, 1)]
     want = simulate("1f1b", 2, 4, fwd, bwd, act / bps)
@@ -153,18 +154,19 @@ def test_spread_placement_contends_where_packed_does_not():
 
     def it(hosts, entropy, seed=0):
         use = usage_draw(topo, rp, hosts, entropy, 1, random.Random(seed))
-        return replay(plan, 1e-11, cap, use, lat)["iteration_s"]
+        return replay(plan, flops_time(1e-11), cap, use, lat)["iteration_s"]
     packed, spread = place(topo, 16, "packed"), place(topo, 16, "spread")
     assert it(spread, "tcp") > 1.2 * it(packed, "tcp")
     draws = [it(spread, "tcp", seed) for seed in range(4)]
     assert it(spread, "spray") <= sum(draws) / len(draws) * 1.0001
     # every rank's program sends what cost.py counts
     for r in range(lay.world):
-        sent = sum(c.flows()[0][2] for op in program(plan, r, 0.0, 1) if op[0] == "coll"
+        sent = sum(c.flows()[0][2] for op in program(plan, r, flops_time(0.0), 1)
+                   if op[0] == "coll"
                    for c in [op[1]] if c.pattern != ALL_TO_ALL)
         want = sent_bytes(plan, r)
         assert sent == pytest.approx(want["tp"] + want["dp"]), r
-    assert len(programs(plan, 0.0, 2)) == lay.world
+    assert len(programs(plan, flops_time(0.0), 2)) == lay.world
 
 
 def test_a_banked_link_lets_its_burst_through_then_its_rate():
@@ -176,9 +178,9 @@ def test_a_banked_link_lets_its_burst_through_then_its_rate():
 
     def via(src, dst, kind):
         return {("h0", "s"): 1.0, ("s", "h1"): 1.0}
-    sender = [("send", 1, 10.0, "a"), ("sends",), ("mark", "a"),
-              ("send", 1, 10.0, "b"), ("sends",), ("mark", "b"),
-              ("compute", 5.0), ("send", 1, 10.0, "c"), ("sends",), ("mark", "c")]
+    sender = [("send", 1, 10.0, "a", 0), ("sends",), ("mark", "a"),
+              ("send", 1, 10.0, "b", 0), ("sends",), ("mark", "b"),
+              ("compute", 5.0), ("send", 1, 10.0, "c", 0), ("sends",), ("mark", "c")]
     receiver = [("recv", "a"), ("recv", "b"), ("recv", "c")]
     marks = Replay([sender, receiver], cap, via, {}, burst=burst).run()
     t = dict(marks[0])
@@ -188,3 +190,17 @@ def test_a_banked_link_lets_its_burst_through_then_its_rate():
     # without buckets, every transfer at the rate
     t = dict(Replay([sender, receiver], cap, via, {}).run()[0])
     assert (t["a"], t["b"], t["c"]) == pytest.approx((10.0, 20.0, 35.0))
+
+
+def test_a_gloo_send_waits_for_the_posted_receive():
+    """With posted receives (Gloo), a send of iteration 1 waits until its receiver has
+    started iteration 1; without (RoCE WRITEs), it leaves at once."""
+    cap = {("h0", "s"): 1.0, ("s", "h1"): 1.0}
+
+    def via(src, dst, kind):
+        return {("h0", "s"): 1.0, ("s", "h1"): 1.0}
+    sender = [("mark", "start"), ("send", 1, 2.0, "x", 0), ("sends",)]
+    receiver = [("compute", 5.0), ("mark", "start"), ("recv", "x"), ("mark", "got")]
+    for posted, got in ((True, 7.0), (False, 5.0)):
+        marks = Replay([sender, receiver], cap, via, {}, posted_recv=posted).run()
+        assert dict(marks[1])["got"] == pytest.approx(got), posted

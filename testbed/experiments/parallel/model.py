@@ -14,12 +14,20 @@ from testbed.config.qos import QosConfig, TrafficClass
 from testbed.config.units import (
     ETHERNET_HEADER_BYTES,
     IP_TCP_HEADER_BYTES,
+    frame_bytes,
     htb_burst_bytes,
+    htb_default_burst,
     tcp_payload_fraction,
 )
 from testbed.results.stats import percentile
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network, predict, sent_bytes
-from testbed.workloads.model.parallel.fluid import UsageOf, replay
+from testbed.workloads.model.parallel.fluid import (
+    Compute,
+    UsageOf,
+    flops_time,
+    profile_time,
+    replay,
+)
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
 from testbed.workloads.model.rdma import WIRE_OVERHEAD
@@ -192,13 +200,21 @@ def seconds_per_flop(plan: JobShape, spf: float, profile: dict[str, float]) -> f
     return spf
 
 
+def compute_time(plan: JobShape, spf: float, profile: dict[str, float]) -> Compute:
+    """A layer's emulated compute, as the worker waits it (emulated.py): the profiled
+    layer time split over the TP group, or its FLOPs at `spf`."""
+    if profile:
+        return profile_time(profile["fwd_s"], profile["bwd_s"], plan.layout.tp)
+    return flops_time(spf)
+
+
 def prediction(plan: JobShape, net: Network, spf: float, profile: dict[str, float]) -> dict:
     """The model's iteration for the job."""
     return predict(plan, net, seconds_per_flop(plan, spf, profile))
 
 
 PATH_DRAWS = 10   # hash draws of every connection's path for the path-aware model
-PATH_ITERS = 3    # iterations each replay runs (the first, a warm-up, not counted)
+PATH_ITERS = 4    # iterations each replay runs (the first and the last not counted)
 # how a job's connections meet the fabric's ECMP: a Gloo (TCP) connection per group and
 # pair, each hashed on its ports; RoCE queue pairs all from one UDP port (a host pair's
 # traffic on one path); each queue pair from its own port (a flow split over its
@@ -216,10 +232,11 @@ def entropy_of(exp: Parallel, scheme: str | None) -> str:
 
 
 def usage_draw(topo: Topology, route_plan, hosts: list[str], entropy: str, channels: int,
-               rng: random.Random) -> UsageOf:
+               rng: random.Random, entropies: int = 0) -> UsageOf:
     """One draw of every connection's links (the path model's `usage`): each connection (or
     queue pair) on one path its routing's hash could give it, drawn by the paths' shares
-    (controllers/trace.py), or every path at its share when sprayed."""
+    (controllers/trace.py); sprayed, each queue pair's packets evenly over the paths of its
+    `entropies` source ports, each port hashed."""
     proto = IP_PROTO_TCP if entropy == "tcp" else IP_PROTO_UDP
     choices: dict[tuple[str, str], dict[tuple[str, ...], float]] = {}
     drawn: dict[tuple, tuple[str, ...]] = {}
@@ -240,7 +257,8 @@ def usage_draw(topo: Topology, route_plan, hosts: list[str], entropy: str, chann
         if a == b:
             return {}
         if entropy == "spray":
-            weighted = list(paths(a, b).items())
+            weighted = [(one((src, dst, via, c, port), a, b), 1 / (channels * entropies))
+                        for c in range(channels) for port in range(entropies)]
         elif entropy == "host":
             weighted = [(one((a, b), a, b), 1.0)]
         elif entropy == "qp":
@@ -266,12 +284,16 @@ def link_capacity(topo: Topology, payload_share: float) -> dict[tuple[str, str],
 
 def link_burst(topo: Topology, burst_us: int, mtu: int,
                payload_share: float) -> dict[tuple[str, str], float]:
-    """The payload bytes each direction of every link lets through at once after idling:
-    its HTB burst (units.htb_burst_bytes, at the link's rate)."""
+    """The payload bytes each direction of a link lets through at once after idling: its
+    sender's HTB bucket (a switch port's `burst_us` allowance, units.htb_burst_bytes; a
+    host's NIC tc's default), plus one frame, since HTB sends a packet whenever its tokens
+    are not negative and charges it whole."""
     out = {}
     for link in topo.links:
-        b = htb_burst_bytes(link.rate_mbps, burst_us, mtu) * payload_share
-        out[(link.a, link.b)] = out[(link.b, link.a)] = b
+        for a, b in ((link.a, link.b), (link.b, link.a)):
+            bucket = (htb_default_burst(int(link.rate_mbps * 1e6 / 8)) if topo.is_host(a)
+                      else htb_burst_bytes(link.rate_mbps, burst_us, mtu))
+            out[(a, b)] = (bucket + frame_bytes(mtu)) * payload_share
     return out
 
 
@@ -289,25 +311,25 @@ def class_of_kind(exp: Parallel, qos: QosConfig | None) -> Callable[[str], str] 
     return lambda kind: named.get(kind, "")
 
 
-def path_model(plan: JobShape, s_per_flop: float, topo: Topology, route_plan,
+def path_model(plan: JobShape, compute: Compute, topo: Topology, route_plan,
                hosts: list[str], payload_share: float, latency_s: dict[str, float],
                class_of: Callable[[str], str] | None, entropy: str, channels: int = 1,
-               burst: dict[tuple[str, str], float] | None = None, seed: int = 0,
-               draws: int = PATH_DRAWS) -> dict | None:
+               entropies: int = 0, burst: dict[tuple[str, str], float] | None = None,
+               seed: int = 0, draws: int = PATH_DRAWS) -> dict | None:
     """The path-aware model's iteration (fluid.replay) over `draws` draws of the
     connections' paths: its mean, 10th and 90th percentiles (one run is one draw), and
     the mean pipeline and synchronisation phases. `burst`: the links' HTB buckets, for
-    senders that can draw on them (TCP; not the RoCE engine, paced at its line rate).
+    senders that can draw on them (TCP: Gloo, whose sends also wait for a posted
+    receive; not the RoCE engine, paced at its line rate, whose WRITEs need none).
     None without a routing plan (a scheduler whose paths change as it runs)."""
     if route_plan is None:
         return None
     rng = random.Random(seed)
     capacity = link_capacity(topo, payload_share)
-    if entropy == "spray":
-        draws = 1
-    got = [replay(plan, s_per_flop, capacity,
-                  usage_draw(topo, route_plan, hosts, entropy, channels, rng),
-                  latency_s, class_of, PATH_ITERS, burst) for _ in range(draws)]
+    got = [replay(plan, compute, capacity,
+                  usage_draw(topo, route_plan, hosts, entropy, channels, rng, entropies),
+                  latency_s, class_of, PATH_ITERS, burst, posted_recv=entropy == "tcp")
+           for _ in range(draws)]
     its = [g["iteration_s"] for g in got]
     return {"iteration_s": statistics.mean(its), "p10_s": percentile(its, 10),
             "p90_s": percentile(its, 90),

@@ -31,6 +31,7 @@ from .analysis import ITER_FIELDS, KIND_FIELDS, summarise
 from .model import (
     CORE_ROLES,
     class_of_kind,
+    compute_time,
     core_bytes,
     entropy_of,
     job_config,
@@ -41,7 +42,6 @@ from .model import (
     prediction,
     probe_pairs,
     roce_wire,
-    seconds_per_flop,
     unanswered,
 )
 from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
@@ -222,11 +222,13 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     plan = cfg.plan()
     pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
     payload = share if share is not None else tcp_payload_fraction(mtu)
-    paths = path_model(
-        plan, seconds_per_flop(plan, cfg.s_per_flop, cfg.profile), topo,
+    # (real compute's time is not the model's to know: no path model)
+    paths = None if exp.compute != "emulated" else path_model(
+        plan, compute_time(plan, cfg.s_per_flop, cfg.profile), topo,
         None if routing in UNMODELLED else routing_plan(topo, routing), hosts, payload,
         net.latency_s, class_of_kind(exp, qos) if scheme is None else None,
         entropy_of(exp, scheme), exp.roce.qps_per_flow if scheme is not None else 1,
+        exp.roce.spray_entropies if scheme is not None else 0,
         burst=link_burst(topo, fab.links.burst_us, mtu, payload) if scheme is None else None,
         seed=exp.seed)
     model_sent = {r: sent_bytes(plan, r) for r in range(world)}

@@ -1357,6 +1357,12 @@ int main(int argc, char **argv)
 		struct pollfd p[3] = { { .fd = fd, .events = POLLIN }, { .fd = raw_fd },
 				       { .fd = control ? 0 : -1, .events = POLLIN } };
 
+		/* SIOCOUTQ: what the engine's sending socket still holds (in the host's qdisc, or
+		 * not yet taken by the switch), read before this pass's ACKs add to it */
+		backlog_held = now > lose_from &&
+			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
+		lose_from = UINT64_MAX;
+
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
 			char cbuf[CMSG_SPACE(sizeof(int))];
@@ -1375,10 +1381,6 @@ int main(int argc, char **argv)
 			on_packet(fd, buf, (size_t)n, tos, now_ns());
 		}
 		now = now_ns();
-		/* (SIOCOUTQ: what the engine's sending socket holds unsent, in the host's qdisc) */
-		backlog_held = now > lose_from &&
-			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
-		lose_from = UINT64_MAX;
 		if (control) {
 			read_commands(t0, now);
 			if (stop)

@@ -66,7 +66,8 @@ class Collective:
 
 
 # a rank's program: ("mark", name) | ("compute", s) | ("coll", Collective)
-# | ("send", peer, bytes, tag) | ("recv", tag) | ("sends",): wait for every send to end
+# | ("send", peer, bytes, tag, iteration) | ("recv", tag)
+# | ("sends",): wait for every send to end
 Op = tuple
 
 
@@ -78,13 +79,26 @@ def _coll(plan: JobShape, rank: int, kind: str, via: str, pattern: str,
     return [("coll", Collective(kind, via, group, pattern, nbytes))]
 
 
+Compute = Callable[[LayerWork, bool], float]   # a layer's time, forward or backward
+
+
+def flops_time(s_per_flop: float) -> Compute:
+    """A layer's compute from its FLOPs (emulated compute without a profile)."""
+    return lambda w, backward: (w.bwd_flops if backward else w.fwd_flops) * s_per_flop
+
+
+def profile_time(fwd_s: float, bwd_s: float, tp: int) -> Compute:
+    """Every layer the profiled time, split over the TP group (emulated.py)."""
+    return lambda w, backward: (bwd_s if backward else fwd_s) / tp
+
+
 def _layer(plan: JobShape, rank: int, w: LayerWork, backward: bool,
-           s_per_flop: float) -> list[Op]:
+           compute: Compute) -> list[Op]:
     """One layer, forward or backward (emulated.py): half the compute, the TP allreduce,
     the dispatch all-to-all, the other half, the combine all-to-all, the TP allreduce;
     under ZeRO-3 the layer's parameters gathered first."""
     nb = plan.dtype_bytes
-    c = (w.bwd_flops if backward else w.fwd_flops) * s_per_flop
+    c = compute(w, backward)
     tp = _coll(plan, rank, "tp", "tp", RING_ALLREDUCE, w.tp_elems * nb) if w.tp_allreduces \
         else []
     a2a = _coll(plan, rank, "ep", "ep", ALL_TO_ALL, w.a2a_elems * nb) if w.a2a_elems else []
@@ -113,7 +127,7 @@ def _sync(plan: JobShape, rank: int, work: list[LayerWork]) -> list[Op]:
     return ops
 
 
-def program(plan: JobShape, rank: int, s_per_flop: float, iters: int) -> list[Op]:
+def program(plan: JobShape, rank: int, compute: Compute, iters: int) -> list[Op]:
     """The rank's program over `iters` iterations, as the emulated worker runs it
     (parallel/runner.py): the schedule's forwards and backwards, each waiting for its
     input from the neighbour stage and sending its output on; every send ended; the
@@ -131,16 +145,16 @@ def program(plan: JobShape, rank: int, s_per_flop: float, iters: int) -> list[Op
             if s != (0 if fwd else lay.pp - 1):
                 ops.append(("recv", (kind, it, mb, rank)))
             for j in (range(len(work)) if fwd else reversed(range(len(work)))):
-                ops += _layer(plan, rank, work[j], not fwd, s_per_flop)
+                ops += _layer(plan, rank, work[j], not fwd, compute)
             if s != (lay.pp - 1 if fwd else 0):
                 peer = nxt if fwd else prev
-                ops.append(("send", peer, act, (kind, it, mb, peer)))
+                ops.append(("send", peer, act, (kind, it, mb, peer), it))
         ops += [("sends",), ("mark", "pipeline")] + _sync(plan, rank, work) + [("mark", "end")]
     return ops
 
 
-def programs(plan: JobShape, s_per_flop: float, iters: int) -> list[list[Op]]:
-    return [program(plan, r, s_per_flop, iters) for r in range(plan.layout.world)]
+def programs(plan: JobShape, compute: Compute, iters: int) -> list[list[Op]]:
+    return [program(plan, r, compute, iters) for r in range(plan.layout.world)]
 
 
 @dataclass
@@ -178,11 +192,15 @@ class Replay:
     def __init__(self, progs: list[list[Op]], capacity: Mapping[Link, float],
                  usage_of: UsageOf, latency_s: Mapping[str, float],
                  class_of: Callable[[str], str] | None = None,
-                 burst: Mapping[Link, float] | None = None, peak: float = PEAK):
+                 burst: Mapping[Link, float] | None = None, peak: float = PEAK,
+                 posted_recv: bool = False):
         self.progs, self.capacity, self.usage_of = progs, capacity, usage_of
         self.latency_s, self.class_of = latency_s, class_of
         self.burst, self.peak = burst or {}, peak
         self.bucket = dict(self.burst)          # an idle fabric: every bucket full
+        self.posted_recv = posted_recv
+        self.begun: set[tuple[int, int]] = set()          # (rank, iteration) started
+        self.deferred: dict[tuple[int, int], list[tuple[int, int]]] = {}
         n = len(progs)
         self.pc = [0] * n
         self.blocked: list[tuple | None] = [None] * n
@@ -281,6 +299,11 @@ class Replay:
             what = op[0]
             if what == "mark":
                 self.marks[r].append((op[1], self.st.t))
+                if op[1] == "start":             # its receives for the iteration posted
+                    it = sum(1 for name, _ in self.marks[r] if name == "start") - 1
+                    self.begun.add((r, it))
+                    for conn in self.deferred.pop((r, it), []):
+                        self._send_head(conn)
             elif what == "compute":
                 if op[1] > 0:
                     self.blocked[r] = ("compute",)
@@ -298,13 +321,13 @@ class Replay:
                     self._collective(c, key)
                 return
             elif what == "send":
-                _, peer, nbytes, tag = op
+                _, peer, nbytes, tag, it = op
                 conn = (r, peer)
                 q = self.fifo.setdefault(conn, deque())
-                q.append((nbytes, tag))
+                q.append((nbytes, tag, it))
                 self.sends_out[r] += 1
                 if len(q) == 1:
-                    self._start(self._usage([conn], "pp"), "pp", nbytes, ("send", conn))
+                    self._send_head(conn)
             elif what == "recv":
                 if op[1] not in self.arrived:
                     self.blocked[r] = ("recv", op[1])
@@ -315,6 +338,16 @@ class Replay:
                     self.blocked[r] = ("sends",)
                     return
             self.pc[r] += 1
+
+    def _send_head(self, conn: tuple[int, int]) -> None:
+        """The first send queued on a connection starts, once the receiver has posted its
+        receive (with `posted_recv`: a Gloo receiver posts an iteration's as it starts it,
+        and Gloo sends only into a posted receive)."""
+        nbytes, _, it = self.fifo[conn][0]
+        if self.posted_recv and (conn[1], it) not in self.begun:
+            self.deferred.setdefault((conn[1], it), []).append(conn)
+            return
+        self._start(self._usage([conn], "pp"), "pp", nbytes, ("send", conn))
 
     def _collective(self, c: Collective, key: tuple) -> None:
         flows = c.flows()
@@ -344,10 +377,10 @@ class Replay:
             return
         conn = x.done[1]
         q = self.fifo[conn]
-        _, tag = q.popleft()
+        _, tag, _ = q.popleft()
         self._timer(t + self.latency_s.get("pp", 0.0), ("arrive", tag))
         if q:   # the next on the connection (before the sender runs on and queues more)
-            self._start(self._usage([conn], "pp"), "pp", q[0][0], ("send", conn))
+            self._send_head(conn)
         self.sends_out[conn[0]] -= 1
         if self.sends_out[conn[0]] == 0 and self.blocked[conn[0]] == ("sends",):
             self._release([conn[0]])
@@ -399,30 +432,34 @@ class Replay:
                 self._fire(heapq.heappop(st.timers)[2])
 
 
-def iteration_times(marks: list[list[tuple[str, float]]], warmup: int = 1) -> dict[str, float]:
-    """The job's iteration as the experiment measures it: per iteration its slowest rank's
-    (start to end), the median over the iterations after `warmup`; likewise the pipeline
-    and synchronisation phases."""
+def iteration_times(marks: list[list[tuple[str, float]]], warmup: int = 1,
+                    tail: int = 1) -> dict[str, float]:
+    """The job's times as the experiment reports them (parallel/analysis.py), over the
+    iterations after `warmup` and before the last `tail` (which no following iteration's
+    traffic met): the iteration, per iteration its slowest rank's (start to end), the
+    median over iterations; the pipeline and synchronisation phases, the median over every
+    rank's every such iteration."""
     per_rank = []
     for ms in marks:
         starts = [t for n, t in ms if n == "start"]
         pipes = [t for n, t in ms if n == "pipeline"]
         ends = [t for n, t in ms if n == "end"]
         per_rank.append(list(zip(starts, pipes, ends)))
-    iters = range(warmup, min(len(x) for x in per_rank))
+    iters = range(warmup, min(len(x) for x in per_rank) - tail)
     it = [max(x[i][2] - x[i][0] for x in per_rank) for i in iters]
-    pipe = [max(x[i][1] - x[i][0] for x in per_rank) for i in iters]
-    sync = [max(x[i][2] - x[i][1] for x in per_rank) for i in iters]
+    pipe = [x[i][1] - x[i][0] for x in per_rank for i in iters]
+    sync = [x[i][2] - x[i][1] for x in per_rank for i in iters]
     return {"iteration_s": statistics.median(it), "pipeline_s": statistics.median(pipe),
             "sync_s": statistics.median(sync)}
 
 
-def replay(plan: JobShape, s_per_flop: float, capacity: Mapping[Link, float],
+def replay(plan: JobShape, compute: Compute, capacity: Mapping[Link, float],
            usage_of: UsageOf, latency_s: Mapping[str, float],
-           class_of: Callable[[str], str] | None = None, iters: int = 3,
-           burst: Mapping[Link, float] | None = None) -> dict[str, float]:
+           class_of: Callable[[str], str] | None = None, iters: int = 4,
+           burst: Mapping[Link, float] | None = None,
+           posted_recv: bool = False) -> dict[str, float]:
     """The job's iteration, pipeline and synchronisation times on these paths (Replay's
     arguments)."""
-    marks = Replay(programs(plan, s_per_flop, iters), capacity, usage_of, latency_s,
-                   class_of, burst).run()
+    marks = Replay(programs(plan, compute, iters), capacity, usage_of, latency_s,
+                   class_of, burst, posted_recv=posted_recv).run()
     return iteration_times(marks)
