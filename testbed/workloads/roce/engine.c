@@ -654,7 +654,6 @@ static int64_t next_seq(struct qp *q)
 	return -1;
 }
 
-/* one data packet of q, sequence `seq`; 0 if sent */
 static uint32_t payload_of(const struct qp *q, uint32_t seq)
 {
 	const struct msg *m = msg_of(q, seq);
@@ -663,13 +662,19 @@ static uint32_t payload_of(const struct qp *q, uint32_t seq)
 	return i + 1 == m->npkts ? (uint32_t)(m->bytes - (uint64_t)i * mtu) : mtu;
 }
 
+/* the time a packet of `payload` bytes takes on the wire at the QP's rate: its pace */
+static uint64_t pace_gap(const struct qp *q, uint32_t payload)
+{
+	return (uint64_t)(wire_len(payload) * 8e9 / q->rate_bps);
+}
+
 /* when a late wake-up starts to cost the QP its pace: past its burst credit */
 static uint64_t late_from(const struct qp *q, uint32_t seq)
 {
-	return q->next_tx_ns + BURST_PKTS * (uint64_t)(wire_len(payload_of(q, seq)) * 8e9 /
-							 q->rate_bps);
+	return q->next_tx_ns + BURST_PKTS * pace_gap(q, payload_of(q, seq));
 }
 
+/* one data packet of q, sequence `seq`; 0 if sent */
 static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 {
 	static uint8_t buf[MAX_PKT];
@@ -679,7 +684,6 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	struct bth h = { .opcode = write_opcode(i, m->npkts), .dest_qp = q->peer_qpn,
 			 .psn = seq, .ackreq = i + 1 == m->npkts, .intf = use_int };
 	size_t len = ROCE_BTH_LEN + (use_int ? INT_LEN : 0) + payload + ROCE_ICRC_LEN;
-	double wire = (double)wire_len(payload) * 8;
 	int retx = (int32_t)(seq - q->high) < 0;
 	uint64_t gap;
 
@@ -716,7 +720,7 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 	}
 	/* a late wake-up may catch up by at most BURST_PKTS packets: the limiter banks no
 	 * more credit than that while the loop was late or the QP idle */
-	gap = (uint64_t)(wire * 1e9 / q->rate_bps);
+	gap = pace_gap(q, payload);
 	if (q->next_tx_ns + BURST_PKTS * gap < now) {
 		/* it was due, and the engine (the machine) was late: from when it was due or
 		 * the host's queue took sends again, whichever came last */
