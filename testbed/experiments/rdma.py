@@ -32,7 +32,7 @@ from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
 from testbed.results.plots import pyplot, save, several_experiments, title
-from testbed.results.verdict import CPU_BOUND, engine_late
+from testbed.results.verdict import CPU_BOUND, HOST_STALLED, engine_verdict
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
@@ -546,8 +546,9 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                                                                        exp.qps_per_flow)]
         set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
         if late := late_engines(scheme_rows):
-            checks["cpu"]["cpu_bound"] = True   # the phase's record in events.jsonl too
-            out.warnings.append(f"{label}: {CPU_BOUND} ({late}); its numbers are not faithful")
+            if late.startswith(CPU_BOUND):      # the phase's record in events.jsonl too
+                checks["cpu"]["cpu_bound"] = True
+            out.warnings.append(f"{label}: {late}; its numbers are not faithful")
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
                       "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
@@ -735,6 +736,7 @@ def tcp_flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "ce_marked": s.get("delivered_ce"), "cnps": None, "rate_cuts": None,
             "rate_updates": None, "rtt_mean_us": None, "rtt_max_us": None, "int_hops": None,
             "ooo_kept": None, "reordered": None, "reorder_max": None, "pace_lost_us": None,
+            "pace_lost_cpu_us": None,
             "engine_cpu_s": round(cpu[f.src], 4),
             "dst_engine_cpu_s": round(cpu[f.dst], 4),
             "tcp_cc": s.get("cc"), "tcp_min_rtt_us": s.get("min_rtt_us"),
@@ -912,6 +914,7 @@ def merged(qps: list[dict]) -> dict:
     out["reorder_max"] = max(q["reorder_max"] for q in qps)
     # one late wake-up costs every QP that was due: the flow lost what its worst QP did
     out["pace_lost_us"] = max(q["pace_lost_us"] for q in qps)
+    out["pace_lost_cpu_us"] = max(q["pace_lost_cpu_us"] for q in qps)
     return out
 
 
@@ -951,21 +954,30 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "reordered": got["reordered"], "reorder_max": got["reorder_max"],
             # sending time its engine lost by waking past the limiter's burst credit
             "pace_lost_us": round(sent["pace_lost_us"], 1),
+            # the part of it the engine spent waiting for a core (the rest: its timer late)
+            "pace_lost_cpu_us": round(sent["pace_lost_cpu_us"], 1),
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
 
 
 def late_engines(rows: list[dict]) -> str | None:
-    """What says the engines fell behind their pace (`engine_late`): the flow that lost the
-    largest share of its completion to late wake-ups, if any lost too much."""
-    late = [r for r in rows if engine_late(r.get("pace_lost_us"), r.get("fct_us"))]
-    if not late:
+    """What says the engines fell behind their pace (`engine_verdict`), starting with
+    CPU_BOUND or HOST_STALLED (CPU_BOUND if any flow's was): the flow that lost the largest
+    share of its completion to late wake-ups among those, if any lost too much."""
+    verdicts = {id(r): engine_verdict(r.get("pace_lost_us"), r.get("pace_lost_cpu_us"),
+                                      r.get("fct_us")) for r in rows}
+    kind = CPU_BOUND if CPU_BOUND in verdicts.values() else \
+        HOST_STALLED if HOST_STALLED in verdicts.values() else None
+    if kind is None:
         return None
+    late = [r for r in rows if verdicts[id(r)] == kind]
     r = max(late, key=lambda r: r["pace_lost_us"] / r["fct_us"])
-    return (f"the RoCE engine on {r['src']} woke late: flow {r['flow']} lost "
+    cpu = r["pace_lost_us"] if r.get("pace_lost_cpu_us") is None else r["pace_lost_cpu_us"]
+    return (f"{kind} (the RoCE engine on {r['src']} woke late: flow {r['flow']} lost "
             f"{r['pace_lost_us'] / 1e3:.1f} ms of sending, {r['pace_lost_us'] / r['fct_us']:.0%} "
-            f"of its completion, and {len(late)} flow(s) more than {ENGINE_PACE_LOST_MAX:.0%}")
+            f"of its completion, {cpu / 1e3:.1f} ms of it waiting for a core; {len(late)} "
+            f"flow(s) more than {ENGINE_PACE_LOST_MAX:.0%})")
 
 
 def set_ideals(rows: list[dict]) -> None:

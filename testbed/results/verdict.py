@@ -7,6 +7,9 @@ from __future__ import annotations
 from testbed.config.capacity import ENGINE_PACE_LOST_MAX
 
 CPU_BOUND = "CPU-bound"  # how every warning of a phase limited by the machine's CPU says it
+# how every warning of a phase whose timers the hypervisor held back says it (a virtual
+# machine's CPU not run while it was due: docs/FIDELITY.md); not faithful, not CPU-bound
+HOST_STALLED = "stalled by the host"
 
 
 def cpu_bound(warnings: list[str]) -> list[str]:
@@ -17,26 +20,43 @@ def cpu_bound(warnings: list[str]) -> list[str]:
 
 
 def engine_late(lost_us: float | None, span_us: float | None) -> bool:
-    """The RoCE engine's verdict: it lost more than ENGINE_PACE_LOST_MAX of `span_us` (a
-    flow's completion, a job's run) to waking late (`pace_lost_us` of its queue pairs)."""
+    """Whether the RoCE engine lost more than ENGINE_PACE_LOST_MAX of `span_us` (a flow's
+    completion, a job's run) to waking late (`lost_us`: its queue pairs' `pace_lost_us`)."""
     return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
+def engine_verdict(lost_us: float | None, cpu_us: float | None,
+                   span_us: float | None) -> str | None:
+    """Why the RoCE engine's pace is not faithful over `span_us`, if it is not: CPU_BOUND
+    when the part of its late wake-ups it spent waiting for a core (`cpu_us`,
+    `pace_lost_cpu_us`; None: unknown, all of it) is too much (`engine_late`); HOST_STALLED
+    when the wake-ups cost too much but mostly because its timer fired late (a virtual
+    machine's CPU the hypervisor did not run)."""
+    cpu = lost_us if cpu_us is None else cpu_us
+    if engine_late(cpu, span_us):
+        return CPU_BOUND
+    return HOST_STALLED if engine_late(lost_us, span_us) else None
+
+
 def late_rank(row: dict, iters: int) -> str | None:
-    """Why a job's row (parallel or jobs experiment) is CPU-bound by its RoCE engines: its
-    worst rank's sending lost to waking late (`roce_pace_lost_us`) against `iters`
-    iterations of its median (`engine_late`); None when it is not."""
+    """Why a job's row (parallel or jobs experiment) is not faithful by its RoCE engines
+    (`engine_verdict` of its worst rank's `roce_pace_lost_us` and `roce_pace_lost_cpu_us`
+    against `iters` iterations of its median), starting with CPU_BOUND or HOST_STALLED; None
+    when it is."""
     lost = row.get("roce_pace_lost_us") or 0
-    if not engine_late(lost, iters * (row.get("iter_s_median") or 0) * 1e6):
+    cpu = row.get("roce_pace_lost_cpu_us")
+    why = engine_verdict(lost, cpu, iters * (row.get("iter_s_median") or 0) * 1e6)
+    if why is None:
         return None
-    return f"{CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking late)"
+    return (f"{why} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking late, "
+            f"{(lost if cpu is None else cpu) / 1e3:.0f} ms of it waiting for a core)")
 
 
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:
-    """One line per reason: every CPU-bound warning, packets lost inside the switches or
-    at OVS's sockets with no fault in the phase to explain them, and every `degraded`
-    reason (pings lost, flows that carried nothing)."""
-    out = cpu_bound(warnings)
+    """One line per reason: every CPU-bound or host-stalled warning, packets lost inside
+    the switches or at OVS's sockets with no fault in the phase to explain them, and every
+    `degraded` reason (pings lost, flows that carried nothing)."""
+    out = [w for w in warnings if CPU_BOUND in w or HOST_STALLED in w]
     for ev in events:
         if "cpu" not in ev or "phase" not in ev:
             continue

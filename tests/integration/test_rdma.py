@@ -17,16 +17,19 @@ def spec(name, flows, schemes):
 
 
 def test_one_flow_alone_completes_at_the_line_rate(tmp_path):
+    # 2 s at 100 Mb/s: the engine's verdict is a share of the flow's time lost to waiting
+    # for a core (0.6-1.2% here, in waits of 1-4 ms), which a half-second flow leaves to
+    # one or two such waits
     out, summary = run(tmp_path, spec("it-rdma-one", [
-        {"src": "h1", "dst": "h3", "size_bytes": 6_000_000}], ["none"]))
+        {"src": "h1", "dst": "h3", "size_bytes": 24_000_000}], ["none"]))
     (row,) = rows(out, "rdma_flows.csv")
-    assert int(row["rx_bytes"]) == 6_000_000, row
+    assert int(row["rx_bytes"]) == 24_000_000, row
     not_cpu_bound(row, summary)
     # alone on its path: within 5% of its bytes on the wire at 100 Mb/s plus a base RTT
     assert 0.97 <= float(row["slowdown"]) <= 1.05, row
     assert int(row["retx_pkts"]) == int(row["timeouts"]) == int(row["naks"]) == 0, row
     assert int(row["switch_drops"]) == 0, row
-    assert not summary.get("warnings"), summary.get("warnings")
+    assert not summary["fidelity_warnings"], summary["fidelity_warnings"]
 
 
 def test_two_flows_into_one_uplink_pfc_then_dcqcn(tmp_path):

@@ -1,6 +1,7 @@
 """The RoCEv2 engine on loopback (no root: two engines on 127.0.0.1 and 127.0.0.2): its
 wire format against the layout rxe uses, a transfer paced at its line rate, and go-back-N
 recovering every packet a receiver discards."""
+import os
 import shutil
 import signal
 import subprocess
@@ -121,6 +122,45 @@ def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
     # WRITE, which its burst credit lets out at once
     assert lost_ms >= 95, (lost_ms, res.qps[7])
     assert first.fct_us / 1e3 >= ideal_ms + lost_ms - 1, (first.fct_us, ideal_ms, lost_ms)
+    # stopped, it was not waiting for a core: the stop is no CPU's (as a hypervisor's is not)
+    assert res.qps[7]["pace_lost_cpu_us"] / 1e3 < 0.2 * lost_ms, res.qps[7]
+
+
+def test_the_engine_tells_waiting_for_a_core_from_a_late_timer(tmp_path):
+    """A sender that shares its core with a busy loop at a far higher priority (nice 19
+    against 0) wakes late because it waits for the core: most of what it lost is counted
+    as waiting for a core (`pace_lost_cpu_us`), which is what makes a phase CPU-bound."""
+    binary = roce.build()
+    pa, pb = free_udp_port(), free_udp_port()
+    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
+                    link_mbps=50.0)
+    a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=50.0)
+    a.write(7, start_us=0, nbytes=300_000)            # 50 ms at 50 Mb/s
+    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, link_mbps=50.0)
+    b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=50.0)
+    core = min(os.sched_getaffinity(0))
+
+    def on_the_core(niceness):
+        return lambda: (os.sched_setaffinity(0, {core}), os.nice(niceness))
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=on_the_core(0))
+    rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
+                           str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rb.stdout is not None and rb.stdout.readline().strip() == "ready"
+        ra = subprocess.Popen([str(binary), str(a.save(tmp_path / "a.conf")),
+                               str(tmp_path / "a.json")], stdout=subprocess.PIPE, text=True,
+                              preexec_fn=on_the_core(19))
+        assert ra.wait(timeout=60) == 0
+    finally:
+        spin.kill()
+        spin.wait(timeout=10)
+        rb.terminate()
+        rb.wait(timeout=10)
+    qp = roce.read_result(tmp_path / "a.json").qps[7]
+    assert qp["pace_lost_us"] > 5000, qp
+    assert qp["pace_lost_cpu_us"] >= 0.7 * qp["pace_lost_us"], qp
 
 
 def test_a_transfer_is_paced_at_the_line_rate_and_complete(tmp_path):

@@ -242,13 +242,14 @@ def test_a_flow_on_several_queue_pairs_is_one_flow_in_the_results():
     a = {k: 1 for k in rdma.QP_SUMMED} | {"rtt_samples": 1, "rtt_min_us": 100.0,
                                            "rtt_mean_us": 200.0, "rtt_max_us": 300.0,
                                            "int_hops": 0, "reorder_max": 2,
-                                           "pace_lost_us": 40.0}
+                                           "pace_lost_us": 40.0, "pace_lost_cpu_us": 10.0}
     b = a | {"rtt_samples": 3, "rtt_min_us": 50.0, "rtt_mean_us": 400.0, "rtt_max_us": 900.0,
-             "reorder_max": 7, "pace_lost_us": 30.0}
+             "reorder_max": 7, "pace_lost_us": 30.0, "pace_lost_cpu_us": 30.0}
     m = rdma.merged([a, b])
     assert m["tx_pkts"] == 2 and m["rtt_samples"] == 4
     assert m["reordered"] == 2 and m["reorder_max"] == 7
     assert m["pace_lost_us"] == 40.0      # one late wake-up cost both QPs: not summed
+    assert m["pace_lost_cpu_us"] == 30.0
     assert (m["rtt_min_us"], m["rtt_mean_us"], m["rtt_max_us"]) == (50.0, 350.0, 900.0)
     assert rdma.merged([a]) is a
     assert rdma.flow_fct_us([Message(1, 10, 100.0, 900.0), Message(2, 10, 100.0, 1500.0)]) \
@@ -376,8 +377,27 @@ def test_an_engine_that_lost_its_pace_makes_the_phase_cpu_bound():
     rows.append({"src": "h4", "flow": 3, "fct_us": 200_000.0, "pace_lost_us": 5000.0})
     rows.append({"src": "h2", "flow": 4, "fct_us": 100_000.0, "pace_lost_us": 8000.0})
     why = rdma.late_engines(rows)
-    assert why is not None and "h2" in why and "flow 4" in why and "8.0 ms" in why, why
+    assert why is not None and why.startswith("CPU-bound"), why
+    assert "h2" in why and "flow 4" in why and "8.0 ms" in why, why
     assert "8%" in why and "2 flow(s)" in why, why
+
+
+def test_an_engine_whose_timer_fired_late_is_host_stalled_not_cpu_bound():
+    """Lost sending the engine did not spend waiting for a core (its timer fired late: the
+    hypervisor did not run the CPU) is not faithful either, but is the host's, not the
+    CPU's; any flow that waited for a core too long makes the phase CPU-bound."""
+    rows = [{"src": "h1", "flow": 0, "fct_us": 100_000.0, "pace_lost_us": 6000.0,
+             "pace_lost_cpu_us": 1000.0}]
+    why = rdma.late_engines(rows)
+    assert why is not None and why.startswith("stalled by the host"), why
+    assert "6.0 ms" in why and "1.0 ms of it waiting for a core" in why, why
+    rows.append({"src": "h2", "flow": 1, "fct_us": 100_000.0, "pace_lost_us": 3000.0,
+                 "pace_lost_cpu_us": 2500.0})
+    why = rdma.late_engines(rows)
+    assert why is not None and why.startswith("CPU-bound") and "flow 1" in why, why
+    from testbed.results.verdict import unfaithful
+    assert unfaithful([], [], ["rdma none: stalled by the host (...)"]) == [
+        "rdma none: stalled by the host (...)"]
 
 
 def test_nscc_is_a_scheme_with_its_window_from_the_measured_network():
@@ -408,4 +428,7 @@ def test_a_job_whose_worst_rank_lost_its_pace_is_cpu_bound():
     why = late_rank({"roce_pace_lost_us": 250_000.0, "iter_s_median": 1.0}, 10)
     assert why is not None and "CPU-bound" in why and "250 ms" in why, why
     assert late_rank({"iter_s_median": 1.0}, 10) is None
+    why = late_rank({"roce_pace_lost_us": 250_000.0, "roce_pace_lost_cpu_us": 50_000.0,
+                     "iter_s_median": 1.0}, 10)
+    assert why is not None and why.startswith("stalled by the host") and "50 ms" in why, why
     assert late_rank({"roce_pace_lost_us": 5.0, "iter_s_median": None}, 10) is None

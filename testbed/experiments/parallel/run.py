@@ -12,7 +12,7 @@ from testbed.config.loader import dump_json
 from testbed.config.qos import QosConfig
 from testbed.config.units import tcp_payload_fraction
 from testbed.core.errors import TestbedError
-from testbed.results.verdict import late_rank
+from testbed.results.verdict import CPU_BOUND, late_rank
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
@@ -135,7 +135,7 @@ def roce_counters(job_dir, world: int) -> dict:
         totals = json.loads(path.read_text()).get("roce") if path.exists() else None
         for k, v in (totals or {}).items():
             out[f"roce_{k}"] = (max(out.get(f"roce_{k}", 0), v)
-                                if k in ("reorder_max", "pace_lost_us")
+                                if k in ("reorder_max", "pace_lost_us", "pace_lost_cpu_us")
                                 else round(out.get(f"roce_{k}", 0) + v, 6))
     return out
 
@@ -250,7 +250,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
     if why := late_rank(summary, exp.iters):
-        summary["cpu_bound"] = True
+        summary["cpu_bound"] = summary["cpu_bound"] or why.startswith(CPU_BOUND)
         outcome.warnings.append(f"{fabric_label} {label}: {why}; its times are not the "
                                 "network's")
     return summary, kind_rows, iter_rows, groups

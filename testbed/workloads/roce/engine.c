@@ -128,6 +128,7 @@ struct qp {
 	int paced;                   /* it had a packet ready at the last pass: its pace alone
 				      * held it, so the engine owed it a wake-up at next_tx_ns */
 	uint64_t late_ns;            /* pacing time lost to the engine waking late */
+	uint64_t late_cpu_ns;        /* the part of it the engine waited for a CPU */
 	struct msg *m;               /* its messages, in sequence order */
 	int nm, cap_m;
 	int posted;                  /* how many of them are posted */
@@ -224,6 +225,14 @@ static uint64_t unblocked_ns;        /* when it last took sends again */
  * NIC drains its queue while the CPU is away), so the lateness cost no pace */
 static uint64_t lose_from = UINT64_MAX;  /* the previous pass's earliest late_from() */
 static int backlog_held;
+/* A late wake-up is this machine's CPU only as far as the engine waited for one (runnable,
+ * not running: /proc/thread-self/schedstat's second field); the rest of it, its timer fired
+ * late (a virtual machine's CPU the hypervisor did not run: docs/FIDELITY.md). The wait is
+ * read at every rate sample and at a pass's first lateness, which is charged the wait
+ * since the read before it. Without schedstat, all lateness counts as the CPU's. */
+static int schedstat_fd = -1;
+static uint64_t wait_mark;            /* the engine's wait for a CPU at the last read */
+static uint64_t pass_wait = UINT64_MAX;  /* this pass's share of it (MAX: not read yet) */
 static volatile sig_atomic_t stop;
 
 static uint64_t now_ns(void)
@@ -668,6 +677,33 @@ static uint64_t pace_gap(const struct qp *q, uint32_t payload)
 	return (uint64_t)(wire_len(payload) * 8e9 / q->rate_bps);
 }
 
+/* The engine's time runnable but waiting for a CPU, in ns; 0 if unknown. */
+static uint64_t cpu_wait_ns(void)
+{
+	char buf[128];
+	unsigned long long run, wait;
+	ssize_t n = schedstat_fd < 0 ? -1 : pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
+}
+
+/* How much of a late wake-up of `lost` ns this pass waited for a CPU. */
+static uint64_t lost_to_cpu(uint64_t lost)
+{
+	if (schedstat_fd < 0)
+		return lost;
+	if (pass_wait == UINT64_MAX) {
+		uint64_t w = cpu_wait_ns();
+
+		pass_wait = w > wait_mark ? w - wait_mark : 0;
+		wait_mark = w;
+	}
+	return lost < pass_wait ? lost : pass_wait;
+}
+
 /* when a late wake-up starts to cost the QP its pace: past its burst credit */
 static uint64_t late_from(const struct qp *q, uint32_t seq)
 {
@@ -726,8 +762,12 @@ static int send_data(int fd, struct qp *q, uint32_t seq, uint64_t now)
 		 * the host's queue took sends again, whichever came last */
 		uint64_t due = q->next_tx_ns > unblocked_ns ? q->next_tx_ns : unblocked_ns;
 
-		if (q->paced && due + BURST_PKTS * gap < now && !backlog_held)
-			q->late_ns += now - BURST_PKTS * gap - due;
+		if (q->paced && due + BURST_PKTS * gap < now && !backlog_held) {
+			uint64_t lost = now - BURST_PKTS * gap - due;
+
+			q->late_ns += lost;
+			q->late_cpu_ns += lost_to_cpu(lost);
+		}
 		q->next_tx_ns = now - BURST_PKTS * gap;
 	}
 	q->next_tx_ns += gap;
@@ -1080,7 +1120,8 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			"\"alpha\": %.6f, \"hpcc_u\": %.6f, \"rtt_samples\": %llu, "
 			"\"rtt_min_us\": %.3f, \"rtt_mean_us\": %.3f, \"rtt_max_us\": %.3f, "
 			"\"int_hops\": %u, \"ooo_kept\": %llu, \"sacks_rx\": %llu, "
-			"\"reordered\": %llu, \"reorder_max\": %llu, \"pace_lost_us\": %.1f, \"becn_rx\": %llu}",
+			"\"reordered\": %llu, \"reorder_max\": %llu, \"pace_lost_us\": %.1f, "
+			"\"pace_lost_cpu_us\": %.1f, \"becn_rx\": %llu}",
 			i ? "," : "", q->qpn, q->peer_qpn,
 			q->line_bps / 1e6,
 			(unsigned long long)q->tx_pkts, (unsigned long long)q->tx_bytes,
@@ -1098,7 +1139,7 @@ static void write_out(const char *path, uint64_t t0, double t0_unix)
 			q->rtt_samples ? q->rtt_sum_ns / 1e3 / (double)q->rtt_samples : 0.0,
 			q->rtt_max_ns / 1e3, q->int_hops, (unsigned long long)q->ooo_kept,
 			(unsigned long long)q->sacks_rx, (unsigned long long)q->reordered,
-			(unsigned long long)q->reorder_max, q->late_ns / 1e3,
+			(unsigned long long)q->reorder_max, q->late_ns / 1e3, q->late_cpu_ns / 1e3,
 			(unsigned long long)q->becn_rx);
 	}
 	fprintf(f, "],\n \"msgs\": [");
@@ -1275,6 +1316,7 @@ int main(int argc, char **argv)
 		die_errno("cannot turn the UDP checksum off");
 	open_raw(fd);
 	prctl(PR_SET_TIMERSLACK, 1UL);  /* wake-ups on time (the default slack is 50 us) */
+	schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	if (control && fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK))
@@ -1290,6 +1332,7 @@ int main(int argc, char **argv)
 	}
 	clock_gettime(CLOCK_REALTIME, &wall);
 	t0 = now_ns();
+	wait_mark = cpu_wait_ns();
 	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
 	next_sample = t0 + sample_ns;
 	last_sample_ns = t0;
@@ -1366,6 +1409,7 @@ int main(int argc, char **argv)
 		backlog_held = now > lose_from &&
 			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
 		lose_from = UINT64_MAX;
+		pass_wait = UINT64_MAX;
 
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
@@ -1481,6 +1525,7 @@ int main(int argc, char **argv)
 			 * above the line */
 			take_samples(now);
 			next_sample = now + sample_ns;
+			wait_mark = cpu_wait_ns();
 		}
 		if (next_sample < wake)
 			wake = next_sample;
