@@ -1,6 +1,6 @@
-"""CPU headroom while a run is live: the machine's idle share, OVS's forwarding thread, and
-the packets waiting in OVS's receive sockets, from which the queueing delay OVS adds is
-estimated (the verdict `cpu_bound`)."""
+"""CPU headroom while a run is live: the machine's idle share, the share the hypervisor took
+(steal), OVS's forwarding thread, and the packets waiting in OVS's receive sockets, from
+which the queueing delay OVS adds is estimated (the verdict `cpu_bound`)."""
 from __future__ import annotations
 
 import os
@@ -36,6 +36,10 @@ def ovs_main_thread() -> str | None:
 class CpuSample:
     t: float
     machine_busy: float  # fraction of all cores
+    # fraction of all cores' time the hypervisor ran something else while this machine had
+    # work for them (/proc/stat's steal; 0 on bare metal); it counts as busy
+    machine_steal: float
+    steal_s: float  # the same in seconds, summed over the cores
     ovs_thread: float  # fraction of one core
     ovs_rx_backlog_bytes: int  # waiting in OVS's receive sockets (truesize)
 
@@ -57,19 +61,20 @@ class CpuMonitor(threading.Thread):
         self.ifaces = set(ifaces)
 
     @staticmethod
-    def _machine() -> tuple[int, int]:
+    def _machine() -> tuple[int, int, int]:
+        """All cores' ticks, their idle (with I/O wait) and steal ticks."""
         vals = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]))
-        return sum(vals), vals[3] + vals[4]
+        return sum(vals), vals[3] + vals[4], vals[7] if len(vals) > 7 else 0
 
     def _ovs_seconds(self) -> float:
         return _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
 
     def run(self) -> None:
-        total0, idle0 = self._machine()
+        total0, idle0, steal0 = self._machine()
         ovs0 = self._ovs_seconds()
         t0 = time.time()
         while not self._halt.wait(self.period_s):
-            total1, idle1 = self._machine()
+            total1, idle1, steal1 = self._machine()
             t1 = time.time()
             try:
                 ovs1 = self._ovs_seconds()
@@ -78,9 +83,11 @@ class CpuMonitor(threading.Thread):
                 ovs0 = ovs1 = self._ovs_seconds()
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
+                                          machine_steal=(steal1 - steal0) / max(1, total1 - total0),
+                                          steal_s=(steal1 - steal0) / CLK_TCK,
                                           ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0),
                                           ovs_rx_backlog_bytes=ovs.rx_backlog_bytes(self.ifaces)))
-            total0, idle0, ovs0, t0 = total1, idle1, ovs1, t1
+            total0, idle0, steal0, ovs0, t0 = total1, idle1, steal1, ovs1, t1
 
     def stop(self) -> None:
         self._halt.set()
@@ -92,6 +99,8 @@ class CpuMonitor(threading.Thread):
         if not sel:  # too short to have been sampled: say so rather than borrow other samples
             return {"ovs_rx_backlog_p50_bytes": None, "ovs_rx_backlog_p90_bytes": None,
                     "machine_idle_min": None, "machine_idle_mean": None,
+                    "machine_steal_mean": None, "machine_steal_max": None,
+                    "machine_steal_s": None,
                     "ovs_thread_p90": None, "ovs_thread_mean": None}
         idle = [1 - s.machine_busy for s in sel]
         ovs_load = [s.ovs_thread for s in sel]
@@ -100,6 +109,9 @@ class CpuMonitor(threading.Thread):
                 "ovs_rx_backlog_p90_bytes": percentile(backlog, 90),
                 "machine_idle_min": round(min(idle), 3),
                 "machine_idle_mean": round(sum(idle) / len(idle), 3),
+                "machine_steal_mean": round(sum(s.machine_steal for s in sel) / len(sel), 3),
+                "machine_steal_max": round(max(s.machine_steal for s in sel), 3),
+                "machine_steal_s": round(sum(s.steal_s for s in sel), 3),
                 "ovs_thread_p90": round(percentile(ovs_load, 90), 3),
                 "ovs_thread_mean": round(sum(ovs_load) / len(ovs_load), 3)}
 

@@ -25,31 +25,35 @@ def engine_late(lost_us: float | None, span_us: float | None) -> bool:
     return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
-def engine_verdict(lost_us: float | None, cpu_us: float | None,
-                   span_us: float | None) -> str | None:
+def engine_verdict(lost_us: float | None, cpu_us: float | None, span_us: float | None,
+                   stolen_us: float | None = None) -> str | None:
     """Why the RoCE engine's pace is not faithful over `span_us`, if it is not: CPU_BOUND
-    when the part of its late wake-ups it spent waiting for a core (`cpu_us`,
-    `pace_lost_cpu_us`; None: unknown, all of it) is too much (`engine_late`); HOST_STALLED
-    when the wake-ups cost too much but mostly because its timer fired late (a virtual
-    machine's CPU the hypervisor did not run)."""
+    when the part of its late wake-ups it spent running or waiting for a core (`cpu_us`,
+    `pace_lost_cpu_us`; None: unknown, all of it), beyond what the hypervisor took from the
+    cores meanwhile (`stolen_us`, steal summed over the cores: a runnable engine waits while
+    its virtual CPU is not run), is too much (`engine_late`); HOST_STALLED when that part is
+    not, but the whole of its lateness is (the rest: it slept past its timer, or the
+    hypervisor held its core)."""
     cpu = lost_us if cpu_us is None else cpu_us
-    if engine_late(cpu, span_us):
+    if engine_late(max(0.0, (cpu or 0) - (stolen_us or 0)), span_us):
         return CPU_BOUND
     return HOST_STALLED if engine_late(lost_us, span_us) else None
 
 
 def late_rank(row: dict, iters: int) -> str | None:
     """Why a job's row (parallel or jobs experiment) is not faithful by its RoCE engines
-    (`engine_verdict` of its worst rank's `roce_pace_lost_us` and `roce_pace_lost_cpu_us`
-    against `iters` iterations of its median), starting with CPU_BOUND or HOST_STALLED; None
-    when it is."""
+    (`engine_verdict` of its worst rank's `roce_pace_lost_us` and `roce_pace_lost_cpu_us`,
+    less the phase's `machine_steal_s`, against `iters` iterations of its median), starting
+    with CPU_BOUND or HOST_STALLED; None when it is."""
     lost = row.get("roce_pace_lost_us") or 0
     cpu = row.get("roce_pace_lost_cpu_us")
-    why = engine_verdict(lost, cpu, iters * (row.get("iter_s_median") or 0) * 1e6)
+    stolen = (row.get("machine_steal_s") or 0) * 1e6
+    why = engine_verdict(lost, cpu, iters * (row.get("iter_s_median") or 0) * 1e6, stolen)
     if why is None:
         return None
     return (f"{why} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking late, "
-            f"{(lost if cpu is None else cpu) / 1e3:.0f} ms of it waiting for a core)")
+            f"{(lost if cpu is None else cpu) / 1e3:.0f} ms of it running or waiting for a "
+            f"core; the hypervisor took {stolen / 1e3:.0f} ms of the cores)")
 
 
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:

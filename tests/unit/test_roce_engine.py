@@ -147,6 +147,7 @@ def test_the_engine_tells_waiting_for_a_core_from_a_late_timer(tmp_path):
                             preexec_fn=on_the_core(0))
     rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
                            str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
+    ra = None
     try:
         assert rb.stdout is not None and rb.stdout.readline().strip() == "ready"
         ra = subprocess.Popen([str(binary), str(a.save(tmp_path / "a.conf")),
@@ -154,10 +155,9 @@ def test_the_engine_tells_waiting_for_a_core_from_a_late_timer(tmp_path):
                               preexec_fn=on_the_core(19))
         assert ra.wait(timeout=60) == 0
     finally:
-        spin.kill()
-        spin.wait(timeout=10)
-        rb.terminate()
-        rb.wait(timeout=10)
+        for proc in (spin, rb) if ra is None else (spin, rb, ra):
+            proc.kill()
+            proc.wait(timeout=10)
     qp = roce.read_result(tmp_path / "a.json").qps[7]
     assert qp["pace_lost_us"] > 5000, qp
     assert qp["pace_lost_cpu_us"] >= 0.7 * qp["pace_lost_us"], qp

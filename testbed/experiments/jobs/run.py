@@ -376,7 +376,9 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
             if row["cpu_bound"]:
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: "
                                     "CPU-bound; its times are not the network's")
-            if why := late_rank(row, row["iters"]):
+            why = late_rank(row, row["iters"])
+            row["host_stalled"] = bool(why) and not why.startswith(CPU_BOUND)
+            if why:
                 row["cpu_bound"] = row["cpu_bound"] or why.startswith(CPU_BOUND)
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: {why}; its "
                                     "times are not the network's")

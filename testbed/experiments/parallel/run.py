@@ -249,7 +249,9 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{fabric_label} {label}: CPU-bound (a rank waited "
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
-    if why := late_rank(summary, exp.iters):
+    why = late_rank(summary, exp.iters)
+    summary["host_stalled"] = bool(why) and not why.startswith(CPU_BOUND)
+    if why:
         summary["cpu_bound"] = summary["cpu_bound"] or why.startswith(CPU_BOUND)
         outcome.warnings.append(f"{fabric_label} {label}: {why}; its times are not the "
                                 "network's")

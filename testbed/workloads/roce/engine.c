@@ -225,14 +225,13 @@ static uint64_t unblocked_ns;        /* when it last took sends again */
  * NIC drains its queue while the CPU is away), so the lateness cost no pace */
 static uint64_t lose_from = UINT64_MAX;  /* the previous pass's earliest late_from() */
 static int backlog_held;
-/* A late wake-up is this machine's CPU only as far as the engine waited for one (runnable,
- * not running: /proc/thread-self/schedstat's second field); the rest of it, its timer fired
- * late (a virtual machine's CPU the hypervisor did not run: docs/FIDELITY.md). The wait is
- * read at every rate sample and at a pass's first lateness, which is charged the wait
- * since the read before it. Without schedstat, all lateness counts as the CPU's. */
+/* A late wake-up is this machine's CPU as far as the engine ran or waited for a core
+ * (runnable, not running) since it went to sleep: /proc/thread-self/schedstat's first two
+ * fields, read before every sleep while a QP is paced and at every late send. The rest of
+ * it, the engine slept past its timer (a virtual machine's CPU the hypervisor did not run:
+ * docs/FIDELITY.md). Without schedstat, all lateness counts as the CPU's. */
 static int schedstat_fd = -1;
-static uint64_t wait_mark;            /* the engine's wait for a CPU at the last read */
-static uint64_t pass_wait = UINT64_MAX;  /* this pass's share of it (MAX: not read yet) */
+static uint64_t cpu_mark;             /* the engine's run plus wait before its last sleep */
 static volatile sig_atomic_t stop;
 
 static uint64_t now_ns(void)
@@ -677,8 +676,9 @@ static uint64_t pace_gap(const struct qp *q, uint32_t payload)
 	return (uint64_t)(wire_len(payload) * 8e9 / q->rate_bps);
 }
 
-/* The engine's time runnable but waiting for a CPU, in ns; 0 if unknown. */
-static uint64_t cpu_wait_ns(void)
+/* The engine's time on a core plus its time runnable waiting for one, in ns; 0: unknown
+ * (no schedstat, or a kernel that keeps none and reads all zeros). */
+static uint64_t cpu_time_ns(void)
 {
 	char buf[128];
 	unsigned long long run, wait;
@@ -687,21 +687,18 @@ static uint64_t cpu_wait_ns(void)
 	if (n <= 0)
 		return 0;
 	buf[n] = 0;
-	return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
+	return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? run + wait : 0;
 }
 
-/* How much of a late wake-up of `lost` ns this pass waited for a CPU. */
+/* How much of a late wake-up of `lost` ns the engine spent running or waiting for a core
+ * since it last went to sleep (all of it when that is unknown). */
 static uint64_t lost_to_cpu(uint64_t lost)
 {
-	if (schedstat_fd < 0)
-		return lost;
-	if (pass_wait == UINT64_MAX) {
-		uint64_t w = cpu_wait_ns();
+	uint64_t t = cpu_time_ns();
 
-		pass_wait = w > wait_mark ? w - wait_mark : 0;
-		wait_mark = w;
-	}
-	return lost < pass_wait ? lost : pass_wait;
+	if (!t || !cpu_mark)
+		return lost;
+	return t - cpu_mark < lost ? t - cpu_mark : lost;
 }
 
 /* when a late wake-up starts to cost the QP its pace: past its burst credit */
@@ -1332,7 +1329,6 @@ int main(int argc, char **argv)
 	}
 	clock_gettime(CLOCK_REALTIME, &wall);
 	t0 = now_ns();
-	wait_mark = cpu_wait_ns();
 	t0_unix = wall.tv_sec + wall.tv_nsec / 1e9;
 	next_sample = t0 + sample_ns;
 	last_sample_ns = t0;
@@ -1409,7 +1405,6 @@ int main(int argc, char **argv)
 		backlog_held = now > lose_from &&
 			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
 		lose_from = UINT64_MAX;
-		pass_wait = UINT64_MAX;
 
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
@@ -1525,7 +1520,6 @@ int main(int argc, char **argv)
 			 * above the line */
 			take_samples(now);
 			next_sample = now + sample_ns;
-			wait_mark = cpu_wait_ns();
 		}
 		if (next_sample < wake)
 			wake = next_sample;
@@ -1557,6 +1551,8 @@ int main(int argc, char **argv)
 		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
 		if (tx_blocked)
 			p[raw_fd >= 0].events |= POLLOUT;
+		if (lose_from != UINT64_MAX)   /* a paced QP: a late wake-up is charged from here */
+			cpu_mark = cpu_time_ns();
 		if (ppoll(p, 3, &ts, NULL) > 0 && (p[raw_fd >= 0].revents & POLLOUT)) {
 			tx_blocked = 0;
 			unblocked_ns = now_ns();
