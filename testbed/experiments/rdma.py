@@ -32,7 +32,7 @@ from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
 from testbed.results.plots import pyplot, save, several_experiments, title
-from testbed.results.verdict import CPU_BOUND, HOST_STALLED, engine_verdict
+from testbed.results.verdict import CPU_BOUND, engine_late
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
@@ -545,16 +545,12 @@ def run(ctx: Context, exp: Rdma) -> Outcome:
                               for flow, t_us, rate, tx in flow_samples(res.samples,
                                                                        exp.qps_per_flow)]
         set_ideals(scheme_rows)         # for the log; again over every scheme's rows below
-        checks["cpu"]["host_stalled"] = False
-        stolen = checks["cpu"].get("machine_steal_s")
-        if late := late_engines(scheme_rows, None if stolen is None else stolen * 1e6):
-            # the phase's record in events.jsonl too
-            checks["cpu"]["cpu_bound" if late.startswith(CPU_BOUND) else "host_stalled"] = True
-            out.warnings.append(f"{label}: {late}; its numbers are not faithful")
+        if late := late_engines(scheme_rows, checks["cpu"].get("machine_steal_mean")):
+            checks["cpu"]["cpu_bound"] = True   # the phase's record in events.jsonl too
+            out.warnings.append(f"{label}: {CPU_BOUND} ({late}); its numbers are not faithful")
         for r in scheme_rows:
             r.update({"switch_drops": drops.get("switch_drops", 0), "pauses": pfc["pauses"],
-                      "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"],
-                      "host_stalled": checks["cpu"]["host_stalled"]})
+                      "timed_out": timed_out, "cpu_bound": checks["cpu"]["cpu_bound"]})
         rows += scheme_rows
         done = [r for r in scheme_rows if r["fct_us"] is not None]
         ctx.log(f"  {label}: {len(done)}/{len(scheme_rows)} flows complete, slowdown median "
@@ -957,36 +953,31 @@ def flow_rows(exp: Rdma, flows: list[RdmaFlow], topo: Topology, scheme: str,
             "reordered": got["reordered"], "reorder_max": got["reorder_max"],
             # sending time its engine lost by waking past the limiter's burst credit
             "pace_lost_us": round(sent["pace_lost_us"], 1),
-            # the part of it the engine spent waiting for a core (the rest: its timer late)
+            # the part of it the engine spent running or waiting for a core since it last
+            # slept (the rest: it slept past its timer)
             "pace_lost_cpu_us": round(sent["pace_lost_cpu_us"], 1),
             "engine_cpu_s": round(res.cpu_s, 4),
             "dst_engine_cpu_s": round(results[f.dst].cpu_s, 4)})
     return rows
 
 
-def late_engines(rows: list[dict], stolen_us: float | None = None) -> str | None:
-    """What says the engines fell behind their pace (`engine_verdict`, with `stolen_us`
-    the hypervisor's steal over the phase), starting with CPU_BOUND or HOST_STALLED
-    (CPU_BOUND if any flow's was): the flow that lost the largest share of its completion
-    that way, and how many did."""
-    def cpu(r: dict) -> float:
-        return r["pace_lost_us"] if r.get("pace_lost_cpu_us") is None else r["pace_lost_cpu_us"]
-
-    verdicts = {id(r): engine_verdict(r.get("pace_lost_us"), r.get("pace_lost_cpu_us"),
-                                      r.get("fct_us"), stolen_us) for r in rows}
-    kind = CPU_BOUND if CPU_BOUND in verdicts.values() else \
-        HOST_STALLED if HOST_STALLED in verdicts.values() else None
-    if kind is None:
+def late_engines(rows: list[dict], steal: float | None = None) -> str | None:
+    """What says the engines fell behind their pace (`engine_late`): the flow that lost the
+    largest share of its completion to late wake-ups, if any lost too much, with how much of
+    that its engine spent running or waiting for a core and the hypervisor's share of the
+    cores over the phase (`steal`, its steal)."""
+    late = [r for r in rows if engine_late(r.get("pace_lost_us"), r.get("fct_us"))]
+    if not late:
         return None
-    late = [r for r in rows if verdicts[id(r)] is not None]
-    r = max(late, key=lambda r: (cpu(r) if kind == CPU_BOUND else r["pace_lost_us"])
-            / r["fct_us"])
-    return (f"{kind} (the RoCE engine on {r['src']} woke late: flow {r['flow']} lost "
+    r = max(late, key=lambda r: r["pace_lost_us"] / r["fct_us"])
+    cpu = r.get("pace_lost_cpu_us")
+    return (f"the RoCE engine on {r['src']} woke late: flow {r['flow']} lost "
             f"{r['pace_lost_us'] / 1e3:.1f} ms of sending, {r['pace_lost_us'] / r['fct_us']:.0%} "
-            f"of its completion, {cpu(r) / 1e3:.1f} ms of it running or waiting for a core"
-            + (f", the hypervisor took {stolen_us / 1e3:.0f} ms of the cores" if stolen_us
+            f"of its completion"
+            + (f" ({cpu / 1e3:.1f} ms of it running or waiting for a core)" if cpu is not None
                else "")
-            + f"; {len(late)} flow(s) lost more than {ENGINE_PACE_LOST_MAX:.0%})")
+            + f", and {len(late)} flow(s) more than {ENGINE_PACE_LOST_MAX:.0%}"
+            + (f"; the hypervisor took {steal:.1%} of the cores" if steal else ""))
 
 
 def set_ideals(rows: list[dict]) -> None:

@@ -39,7 +39,6 @@ class CpuSample:
     # fraction of all cores' time the hypervisor ran something else while this machine had
     # work for them (/proc/stat's steal; 0 on bare metal); it counts as busy
     machine_steal: float
-    steal_s: float  # the same in seconds, summed over the cores
     ovs_thread: float  # fraction of one core
     ovs_rx_backlog_bytes: int  # waiting in OVS's receive sockets (truesize)
 
@@ -84,7 +83,6 @@ class CpuMonitor(threading.Thread):
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
                                           machine_steal=(steal1 - steal0) / max(1, total1 - total0),
-                                          steal_s=(steal1 - steal0) / CLK_TCK,
                                           ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0),
                                           ovs_rx_backlog_bytes=ovs.rx_backlog_bytes(self.ifaces)))
             total0, idle0, steal0, ovs0, t0 = total1, idle1, steal1, ovs1, t1
@@ -100,7 +98,6 @@ class CpuMonitor(threading.Thread):
             return {"ovs_rx_backlog_p50_bytes": None, "ovs_rx_backlog_p90_bytes": None,
                     "machine_idle_min": None, "machine_idle_mean": None,
                     "machine_steal_mean": None, "machine_steal_max": None,
-                    "machine_steal_s": None,
                     "ovs_thread_p90": None, "ovs_thread_mean": None}
         idle = [1 - s.machine_busy for s in sel]
         ovs_load = [s.ovs_thread for s in sel]
@@ -111,7 +108,6 @@ class CpuMonitor(threading.Thread):
                 "machine_idle_mean": round(sum(idle) / len(idle), 3),
                 "machine_steal_mean": round(sum(s.machine_steal for s in sel) / len(sel), 3),
                 "machine_steal_max": round(max(s.machine_steal for s in sel), 3),
-                "machine_steal_s": round(sum(s.steal_s for s in sel), 3),
                 "ovs_thread_p90": round(percentile(ovs_load, 90), 3),
                 "ovs_thread_mean": round(sum(ovs_load) / len(ovs_load), 3)}
 

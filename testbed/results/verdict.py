@@ -7,9 +7,6 @@ from __future__ import annotations
 from testbed.config.capacity import ENGINE_PACE_LOST_MAX
 
 CPU_BOUND = "CPU-bound"  # how every warning of a phase limited by the machine's CPU says it
-# how every warning of a phase whose timers the hypervisor held back says it (a virtual
-# machine's CPU not run while it was due: docs/FIDELITY.md); not faithful, not CPU-bound
-HOST_STALLED = "stalled by the host"
 
 
 def cpu_bound(warnings: list[str]) -> list[str]:
@@ -20,47 +17,32 @@ def cpu_bound(warnings: list[str]) -> list[str]:
 
 
 def engine_late(lost_us: float | None, span_us: float | None) -> bool:
-    """Whether the RoCE engine lost more than ENGINE_PACE_LOST_MAX of `span_us` (a flow's
-    completion, a job's run) to waking late (`lost_us`: its queue pairs' `pace_lost_us`)."""
+    """The RoCE engine's verdict: it lost more than ENGINE_PACE_LOST_MAX of `span_us` (a
+    flow's completion, a job's run) to waking late (`pace_lost_us` of its queue pairs)."""
     return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
-def engine_verdict(lost_us: float | None, cpu_us: float | None, span_us: float | None,
-                   stolen_us: float | None = None) -> str | None:
-    """Why the RoCE engine's pace is not faithful over `span_us`, if it is not: CPU_BOUND
-    when the part of its late wake-ups it spent running or waiting for a core (`cpu_us`,
-    `pace_lost_cpu_us`; None: unknown, all of it), beyond what the hypervisor took from the
-    cores meanwhile (`stolen_us`, steal summed over the cores: a runnable engine waits while
-    its virtual CPU is not run), is too much (`engine_late`); HOST_STALLED when that part is
-    not, but the whole of its lateness is (the rest: it slept past its timer, or the
-    hypervisor held its core)."""
-    cpu = lost_us if cpu_us is None else cpu_us
-    if engine_late(max(0.0, (cpu or 0) - (stolen_us or 0)), span_us):
-        return CPU_BOUND
-    return HOST_STALLED if engine_late(lost_us, span_us) else None
-
-
 def late_rank(row: dict, iters: int) -> str | None:
-    """Why a job's row (parallel or jobs experiment) is not faithful by its RoCE engines
-    (`engine_verdict` of its worst rank's `roce_pace_lost_us` and `roce_pace_lost_cpu_us`,
-    less the phase's `machine_steal_s`, against `iters` iterations of its median), starting
-    with CPU_BOUND or HOST_STALLED; None when it is."""
+    """Why a job's row (parallel or jobs experiment) is CPU-bound by its RoCE engines: its
+    worst rank's sending lost to waking late (`roce_pace_lost_us`) against `iters`
+    iterations of its median (`engine_late`); None when it is not. The reason says how much
+    of it a rank's engine spent running or waiting for a core (`roce_pace_lost_cpu_us`, the
+    largest of any rank) and the hypervisor's steal over the phase (`machine_steal_mean`)."""
     lost = row.get("roce_pace_lost_us") or 0
-    cpu = row.get("roce_pace_lost_cpu_us")
-    stolen = (row.get("machine_steal_s") or 0) * 1e6
-    why = engine_verdict(lost, cpu, iters * (row.get("iter_s_median") or 0) * 1e6, stolen)
-    if why is None:
+    if not engine_late(lost, iters * (row.get("iter_s_median") or 0) * 1e6):
         return None
-    return (f"{why} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking late, "
-            f"{(lost if cpu is None else cpu) / 1e3:.0f} ms of it running or waiting for a "
-            f"core; the hypervisor took {stolen / 1e3:.0f} ms of the cores)")
+    cpu, steal = row.get("roce_pace_lost_cpu_us"), row.get("machine_steal_mean")
+    return (f"{CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking "
+            "late" + (f"; up to {cpu / 1e3:.0f} ms running or waiting for a core"
+                      if cpu is not None else "")
+            + (f"; the hypervisor took {steal:.1%} of the cores" if steal else "") + ")")
 
 
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:
-    """One line per reason: every CPU-bound or host-stalled warning, packets lost inside
-    the switches or at OVS's sockets with no fault in the phase to explain them, and every
-    `degraded` reason (pings lost, flows that carried nothing)."""
-    out = [w for w in warnings if CPU_BOUND in w or HOST_STALLED in w]
+    """One line per reason: every CPU-bound warning, packets lost inside the switches or
+    at OVS's sockets with no fault in the phase to explain them, and every `degraded`
+    reason (pings lost, flows that carried nothing)."""
+    out = cpu_bound(warnings)
     for ev in events:
         if "cpu" not in ev or "phase" not in ev:
             continue

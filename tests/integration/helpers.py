@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 from testbed.config.spec import sweep_points
-from testbed.results.verdict import HOST_STALLED
 from testbed.runner import run_spec
 from testbed.spec import loads
 
@@ -12,31 +11,21 @@ from testbed.spec import loads
 def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
     """Run a spec given as data. TESTBED_TEST_DATAPATH (user | kernel | auto) sets the
     datapath of every spec that names none: how the suite is run on the kernel datapath
-    (README: Datapaths). A run whose only unfaithful reasons are the host's (HOST_STALLED:
-    the hypervisor held the machine's cores, measured) says nothing about the testbed: it is
-    run once more, and the second run is the result (the first's reasons are printed)."""
+    (README: Datapaths)."""
     if os.environ.get("TESTBED_TEST_DATAPATH") and "datapath" not in data:
         data = {**data, "datapath": os.environ["TESTBED_TEST_DATAPATH"]}
     spec, topo = loads(data)
-    for attempt in ("run", "rerun"):
-        out = run_spec(spec, topo, json.dumps(data), tmp_path / attempt, log=lambda m: None,
-                       points=sweep_points(data))
-        summary = json.loads((out / "summary.json").read_text())
-        why = summary.get("unfaithful") or []
-        if not why or not all(HOST_STALLED in u for u in why):
-            break
-        print(f"{attempt}: the host stalled it, run again: {why}")
-    return out, summary
+    out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None,
+                   points=sweep_points(data))
+    return out, json.loads((out / "summary.json").read_text())
 
 
 def not_cpu_bound(got: dict | list[dict], summary: dict) -> None:
-    """Every row measured with CPU to spare, and no phase of the run's engines stalled by
-    the host; if not, the failure says why in full (the run's CPU-bound and unfaithful
-    verdicts: pytest would cut a row's dict short)."""
-    why = f"\nCPU-bound: {summary.get('cpu_bound')}\nunfaithful: {summary.get('unfaithful')}"
+    """Every row measured with CPU to spare; if not, the failure says why in full (the run's
+    CPU-bound and unfaithful verdicts: pytest would cut a row's dict short)."""
     for r in [got] if isinstance(got, dict) else got:
-        assert r["cpu_bound"] == "False", f"{r}{why}"
-    assert not [u for u in summary.get("unfaithful", []) if HOST_STALLED in u], why
+        assert r["cpu_bound"] == "False", (
+            f"{r}\nCPU-bound: {summary.get('cpu_bound')}\nunfaithful: {summary.get('unfaithful')}")
 
 
 def rows(out: Path, name: str) -> list[dict]:

@@ -18,7 +18,7 @@ def spec(name, flows, schemes):
 
 def test_one_flow_alone_completes_at_the_line_rate(tmp_path):
     # 2 s at 100 Mb/s: the engine's verdict is a share of the flow's time lost to waking
-    # late (0.25-1.6% here, in waits of 1-5 ms for a core the hypervisor held), which a
+    # late (0.25-1.6% here, in waits of 1-5 ms for a core: docs/FIDELITY.md), which a
     # half-second flow leaves to one or two such waits
     out, summary = run(tmp_path, spec("it-rdma-one", [
         {"src": "h1", "dst": "h3", "size_bytes": 24_000_000}], ["none"]))

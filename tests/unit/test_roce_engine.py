@@ -83,19 +83,26 @@ def transfer(tmp_path, sizes, line_mbps=200.0, drop_every=0, ce_every=0, dcqcn=N
     return run_pair(tmp_path, binary, a, b)
 
 
-def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
-    """A sender stopped for 100 ms in the middle of a paced WRITE (a hypervisor or a busy
-    core that held it) lost that much sending beyond its two packets of burst credit, and
-    says so; a QP idle between two WRITEs lost nothing (its pace held nothing back)."""
-    binary = roce.build()
+def paced_pair(writes: list[tuple[int, int]]) -> tuple[Path, roce.Engine, roce.Engine]:
+    """A's QP 7 to B's QP 9 on loopback at 50 Mb/s, A posting `writes` (start in us,
+    bytes); the binary and both engines, not started."""
     pa, pb = free_udp_port(), free_udp_port()
     a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
                     link_mbps=50.0)
     a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=50.0)
-    a.write(7, start_us=0, nbytes=1_000_000)          # 170 ms at 50 Mb/s
-    a.write(7, start_us=400_000, nbytes=2000)         # after a 130 ms idle
+    for start_us, nbytes in writes:
+        a.write(7, start_us=start_us, nbytes=nbytes)
     b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, link_mbps=50.0)
     b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=50.0)
+    return roce.build(), a, b
+
+
+def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
+    """A sender stopped for 100 ms in the middle of a paced WRITE (a hypervisor or a busy
+    core that held it) lost that much sending beyond its two packets of burst credit, and
+    says so; a QP idle between two WRITEs lost nothing (its pace held nothing back)."""
+    # 170 ms at 50 Mb/s, then two packets after a 130 ms idle
+    binary, a, b = paced_pair([(0, 1_000_000), (400_000, 2000)])
     rb = subprocess.Popen([str(binary), str(b.save(tmp_path / "b.conf")),
                            str(tmp_path / "b.json")], stdout=subprocess.PIPE, text=True)
     try:
@@ -122,22 +129,16 @@ def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
     # WRITE, which its burst credit lets out at once
     assert lost_ms >= 95, (lost_ms, res.qps[7])
     assert first.fct_us / 1e3 >= ideal_ms + lost_ms - 1, (first.fct_us, ideal_ms, lost_ms)
-    # stopped, it was not waiting for a core: the stop is no CPU's (as a hypervisor's is not)
+    # stopped, it neither ran nor waited for a core: the stop is not counted as the CPU's
     assert res.qps[7]["pace_lost_cpu_us"] / 1e3 < 0.2 * lost_ms, res.qps[7]
 
 
 def test_the_engine_tells_waiting_for_a_core_from_a_late_timer(tmp_path):
     """A sender that shares its core with a busy loop at a far higher priority (nice 19
     against 0) wakes late because it waits for the core: most of what it lost is counted
-    as waiting for a core (`pace_lost_cpu_us`), which is what makes a phase CPU-bound."""
-    binary = roce.build()
-    pa, pb = free_udp_port(), free_udp_port()
-    a = roce.Engine(bind="127.0.0.1", port=pa, linger_ms=50, end_after_ms=20000,
-                    link_mbps=50.0)
-    a.qp(7, peer="127.0.0.2", peer_port=pb, peer_qpn=9, line_mbps=50.0)
-    a.write(7, start_us=0, nbytes=300_000)            # 50 ms at 50 Mb/s
-    b = roce.Engine(bind="127.0.0.2", port=pb, end_after_ms=20000, link_mbps=50.0)
-    b.qp(9, peer="127.0.0.1", peer_port=pa, peer_qpn=7, line_mbps=50.0)
+    as running or waiting for a core (`pace_lost_cpu_us`), where a stopped sender's is not
+    (above)."""
+    binary, a, b = paced_pair([(0, 300_000)])           # 50 ms at 50 Mb/s
     core = min(os.sched_getaffinity(0))
 
     def on_the_core(niceness):

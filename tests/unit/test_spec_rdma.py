@@ -377,31 +377,13 @@ def test_an_engine_that_lost_its_pace_makes_the_phase_cpu_bound():
     rows.append({"src": "h4", "flow": 3, "fct_us": 200_000.0, "pace_lost_us": 5000.0})
     rows.append({"src": "h2", "flow": 4, "fct_us": 100_000.0, "pace_lost_us": 8000.0})
     why = rdma.late_engines(rows)
-    assert why is not None and why.startswith("CPU-bound"), why
-    assert "h2" in why and "flow 4" in why and "8.0 ms" in why, why
+    assert why is not None and "h2" in why and "flow 4" in why and "8.0 ms" in why, why
     assert "8%" in why and "2 flow(s)" in why, why
-
-
-def test_an_engine_whose_timer_fired_late_is_host_stalled_not_cpu_bound():
-    """Lost sending the engine did not spend waiting for a core (its timer fired late: the
-    hypervisor did not run the CPU) is not faithful either, but is the host's, not the
-    CPU's; any flow that waited for a core too long makes the phase CPU-bound."""
-    rows = [{"src": "h1", "flow": 0, "fct_us": 100_000.0, "pace_lost_us": 6000.0,
-             "pace_lost_cpu_us": 1000.0}]
-    why = rdma.late_engines(rows)
-    assert why is not None and why.startswith("stalled by the host"), why
-    assert "6.0 ms" in why and "1.0 ms of it running or waiting for a core" in why, why
-    rows.append({"src": "h2", "flow": 1, "fct_us": 100_000.0, "pace_lost_us": 3000.0,
-                 "pace_lost_cpu_us": 2500.0})
-    why = rdma.late_engines(rows)
-    assert why is not None and why.startswith("CPU-bound") and "flow 1" in why, why
-    # the hypervisor took 1 ms of the cores meanwhile: 1.5 ms of the wait is the machine's
-    why = rdma.late_engines(rows, stolen_us=1000.0)
-    assert why is not None and why.startswith("stalled by the host"), why
-    assert "the hypervisor took 1 ms of the cores" in why, why
-    from testbed.results.verdict import unfaithful
-    assert unfaithful([], [], ["rdma none: stalled by the host (...)"]) == [
-        "rdma none: stalled by the host (...)"]
+    # what it says of the cause: the engine's own wait for a core, the hypervisor's steal
+    rows[-1]["pace_lost_cpu_us"] = 6000.0
+    why = rdma.late_engines(rows, steal=0.012)
+    assert why is not None and "6.0 ms of it running or waiting for a core" in why, why
+    assert "the hypervisor took 1.2% of the cores" in why, why
 
 
 def test_nscc_is_a_scheme_with_its_window_from_the_measured_network():
@@ -433,10 +415,7 @@ def test_a_job_whose_worst_rank_lost_its_pace_is_cpu_bound():
     assert why is not None and "CPU-bound" in why and "250 ms" in why, why
     assert late_rank({"iter_s_median": 1.0}, 10) is None
     why = late_rank({"roce_pace_lost_us": 250_000.0, "roce_pace_lost_cpu_us": 50_000.0,
-                     "iter_s_median": 1.0}, 10)
-    assert why is not None and why.startswith("stalled by the host") and "50 ms" in why, why
-    why = late_rank({"roce_pace_lost_us": 250_000.0, "roce_pace_lost_cpu_us": 250_000.0,
-                     "machine_steal_s": 0.1, "iter_s_median": 1.0}, 10)
-    assert why is not None and why.startswith("stalled by the host"), why
-    assert "the hypervisor took 100 ms" in why, why
+                     "machine_steal_mean": 0.004, "iter_s_median": 1.0}, 10)
+    assert why is not None and why.startswith("CPU-bound"), why
+    assert "up to 50 ms running or waiting" in why and "took 0.4% of the cores" in why, why
     assert late_rank({"roce_pace_lost_us": 5.0, "iter_s_median": None}, 10) is None

@@ -172,7 +172,7 @@ def job_rows(exp: Jobs, experiment: int, placement: str, names: list[str],
                                                       default=0) / n_it, 0),
                 "worker_cpu_wait_share": _r(share, 3),
                 "machine_idle_mean": cpu["machine_idle_mean"],
-                "machine_steal_s": cpu.get("machine_steal_s"),
+                "machine_steal_mean": cpu.get("machine_steal_mean"),
                 "background_mbps": rnd.get("background_mbps"),
                 "_monitor_cpu_bound": cpu["cpu_bound"],
             })

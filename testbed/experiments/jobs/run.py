@@ -16,7 +16,7 @@ from controllers.jobpolicy import JobInfo, Round, RoundFile
 from testbed.config.loader import dump_json
 from testbed.core.errors import TestbedError
 from testbed.results.pfc import read_pfc_events
-from testbed.results.verdict import CPU_BOUND, late_rank
+from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv, train_argv
 from testbed.workloads.model.jobsync import read_progress, write_start
 from topologies.model import Topology, at_rate, ifname
@@ -376,10 +376,8 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
             if row["cpu_bound"]:
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: "
                                     "CPU-bound; its times are not the network's")
-            why = late_rank(row, row["iters"])
-            row["host_stalled"] = bool(why) and not why.startswith(CPU_BOUND)
-            if why:
-                row["cpu_bound"] = row["cpu_bound"] or why.startswith(CPU_BOUND)
+            if why := late_rank(row, row["iters"]):
+                row["cpu_bound"] = True
                 out.warnings.append(f"jobs {where} {row['policy']} {row['job']}: {why}; its "
                                     "times are not the network's")
             ctx.log(f"    {row['policy']:>10} {row['job']}: iteration {row['iter_s_median']} s "

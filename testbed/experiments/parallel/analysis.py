@@ -162,7 +162,7 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
         "final_loss": round(statistics.mean(losses), 5) if losses else None,
         **queue, **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
-        "machine_steal_s": cpu.get("machine_steal_s"),
+        "machine_steal_mean": cpu.get("machine_steal_mean"),
         "worker_cpu_wait_s": _r(wait), "worker_cpu_wait_share": _r(wait_share, 3),
         "cpu_bound": cpu_bound_verdict(cpu["cpu_bound"], wait_share, None),
         "lost_in_switches_pkts": checks["conservation"]["lost_in_switches"],

@@ -12,7 +12,7 @@ from testbed.config.loader import dump_json
 from testbed.config.qos import QosConfig
 from testbed.config.units import tcp_payload_fraction
 from testbed.core.errors import TestbedError
-from testbed.results.verdict import CPU_BOUND, late_rank
+from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv
 from testbed.workloads.model.parallel.cost import KINDS, sent_bytes
 from testbed.workloads.model.parallel.job import JobConfig, RoceTransport
@@ -249,10 +249,8 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
             f"{fabric_label} {label}: CPU-bound (a rank waited "
             f"{(summary['worker_cpu_wait_share'] or 0):.0%} of an iteration for a core); its "
             "times are not the network's")
-    why = late_rank(summary, exp.iters)
-    summary["host_stalled"] = bool(why) and not why.startswith(CPU_BOUND)
-    if why:
-        summary["cpu_bound"] = summary["cpu_bound"] or why.startswith(CPU_BOUND)
+    if why := late_rank(summary, exp.iters):
+        summary["cpu_bound"] = True
         outcome.warnings.append(f"{fabric_label} {label}: {why}; its times are not the "
                                 "network's")
     return summary, kind_rows, iter_rows, groups

@@ -225,13 +225,14 @@ static uint64_t unblocked_ns;        /* when it last took sends again */
  * NIC drains its queue while the CPU is away), so the lateness cost no pace */
 static uint64_t lose_from = UINT64_MAX;  /* the previous pass's earliest late_from() */
 static int backlog_held;
-/* A late wake-up is this machine's CPU as far as the engine ran or waited for a core
- * (runnable, not running) since it went to sleep: /proc/thread-self/schedstat's first two
- * fields, read before every sleep while a QP is paced and at every late send. The rest of
- * it, the engine slept past its timer (a virtual machine's CPU the hypervisor did not run:
- * docs/FIDELITY.md). Without schedstat, all lateness counts as the CPU's. */
+/* How much of a late wake-up the engine spent running or waiting for a core (runnable,
+ * not running) since it last went to sleep: /proc/thread-self/schedstat's first two
+ * fields, read before every sleep and once in a pass that sends late. The rest of it, the
+ * engine slept past its timer (docs/FIDELITY.md). Unknown (no schedstat, or a kernel that
+ * keeps none): all of it. */
 static int schedstat_fd = -1;
 static uint64_t cpu_mark;             /* the engine's run plus wait before its last sleep */
+static uint64_t pass_cpu;             /* this pass's reading; 0: not read yet */
 static volatile sig_atomic_t stop;
 
 static uint64_t now_ns(void)
@@ -694,11 +695,11 @@ static uint64_t cpu_time_ns(void)
  * since it last went to sleep (all of it when that is unknown). */
 static uint64_t lost_to_cpu(uint64_t lost)
 {
-	uint64_t t = cpu_time_ns();
-
-	if (!t || !cpu_mark)
+	if (!pass_cpu)
+		pass_cpu = cpu_time_ns();
+	if (!pass_cpu || !cpu_mark)
 		return lost;
-	return t - cpu_mark < lost ? t - cpu_mark : lost;
+	return pass_cpu - cpu_mark < lost ? pass_cpu - cpu_mark : lost;
 }
 
 /* when a late wake-up starts to cost the QP its pace: past its burst credit */
@@ -1405,6 +1406,7 @@ int main(int argc, char **argv)
 		backlog_held = now > lose_from &&
 			ioctl(raw_fd >= 0 ? raw_fd : fd, SIOCOUTQ, &queued) == 0 && queued > 0;
 		lose_from = UINT64_MAX;
+		pass_cpu = 0;
 
 		for (;;) {           /* everything that has arrived */
 			uint8_t buf[MAX_PKT];
@@ -1551,8 +1553,7 @@ int main(int argc, char **argv)
 		ts.tv_nsec = (long)((wake - now) % 1000000000ull);
 		if (tx_blocked)
 			p[raw_fd >= 0].events |= POLLOUT;
-		if (lose_from != UINT64_MAX)   /* a paced QP: a late wake-up is charged from here */
-			cpu_mark = cpu_time_ns();
+		cpu_mark = cpu_time_ns();      /* a late wake-up is charged from here */
 		if (ppoll(p, 3, &ts, NULL) > 0 && (p[raw_fd >= 0].revents & POLLOUT)) {
 			tx_blocked = 0;
 			unblocked_ns = now_ns();
