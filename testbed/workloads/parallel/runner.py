@@ -218,8 +218,8 @@ ROCE_COUNTERS = ("tx_pkts", "tx_bytes", "retx_pkts", "naks_rx", "cnps_rx", "time
 
 def roce_totals(result) -> dict:
     """The rank's engine: its counters summed over its queue pairs, the largest reordering,
-    the sending lost to late wake-ups and the part of it spent waiting for a core (its worst
-    QP's: one late wake-up costs every QP that was due) and its CPU time."""
+    the sending lost to late wake-ups and the part of it spent running or waiting for a core
+    (its worst QP's: one late wake-up costs every QP that was due) and its CPU time."""
     qps = list(result.qps.values())
     out = {k: sum(q[k] for q in qps) for k in ROCE_COUNTERS}
     return out | {"reorder_max": max((q["reorder_max"] for q in qps), default=0),

@@ -128,7 +128,7 @@ struct qp {
 	int paced;                   /* it had a packet ready at the last pass: its pace alone
 				      * held it, so the engine owed it a wake-up at next_tx_ns */
 	uint64_t late_ns;            /* pacing time lost to the engine waking late */
-	uint64_t late_cpu_ns;        /* the part of it the engine waited for a CPU */
+	uint64_t late_cpu_ns;        /* the part of it the engine ran or waited for a core */
 	struct msg *m;               /* its messages, in sequence order */
 	int nm, cap_m;
 	int posted;                  /* how many of them are posted */
