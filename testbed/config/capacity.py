@@ -17,10 +17,11 @@ from dataclasses import dataclass
 OVS_DELAY_LIMIT_MS = 1.0
 MACHINE_IDLE_MEAN_MIN = 0.10
 # ... or when the RoCE engine, pacing its packets in software, woke so late that a flow
-# lost more than this share of its completion time beyond the limiter's burst credit (a
-# virtual machine's timer wake-ups run tens of microseconds late, and milliseconds late
-# when the hypervisor is busy: docs/FIDELITY.md)
-ENGINE_PACE_LOST_MAX = 0.02
+# lost more than this share of its completion time beyond the limiter's burst credit. On
+# these virtual machines a lone flow on a quiet machine loses 0.25-2.3% that way (wake-ups
+# that wait 1-5 ms runnable: docs/FIDELITY.md); the limit sits above that and at the 5%
+# the tests hold a lone flow's completion to. Rows carry the loss (`pace_lost_us`).
+ENGINE_PACE_LOST_MAX = 0.05
 
 
 @dataclass(frozen=True)
