@@ -32,7 +32,7 @@ from testbed.config.qos import validate as validate_qos
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.core.errors import TestbedError
 from testbed.results.plots import pyplot, save, several_experiments, title
-from testbed.results.verdict import CPU_BOUND, engine_late
+from testbed.results.verdict import CPU_BOUND, engine_late, steal_note
 from testbed.workloads.model.flowgen import load_cdf, poisson_flows
 from testbed.workloads.model.rdma import (
     INT_LEN,
@@ -977,7 +977,7 @@ def late_engines(rows: list[dict], steal: float | None = None) -> str | None:
             + (f" ({cpu / 1e3:.1f} ms of it running or waiting for a core)" if cpu is not None
                else "")
             + f", and {len(late)} flow(s) more than {ENGINE_PACE_LOST_MAX:.0%}"
-            + (f"; the hypervisor took {steal:.1%} of the cores" if steal else ""))
+            + steal_note(steal))
 
 
 def set_ideals(rows: list[dict]) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import TestbedError
+from testbed.results.verdict import steal_note
 
 from .conservation import conservation_report, conservation_snapshot
 from .cpu import CpuMonitor, servers_verdict
@@ -63,8 +64,7 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
         warnings.append(
             f"{label}: CPU-bound{where} (OVS's forwarding added {verdict['ovs_added_delay_p50_ms']} ms "
             f"of queueing (median), machine idle {verdict['machine_idle_mean']:.0%} on average"
-            + (f", the hypervisor took {steal:.1%}" if (steal := verdict.get("machine_steal_mean"))
-               else "") + "); its numbers are not faithful")
+            f"{steal_note(verdict.get('machine_steal_mean'))}); its numbers are not faithful")
     events.append({"phase": label, "seconds": round(t_end - t_start, 3),
                    "t_start": round(t_start, 3), "t_end": round(t_end, 3),
                    "conservation": report, "cpu": verdict, "faults": bool(checks.get("faults"))})

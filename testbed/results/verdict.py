@@ -22,6 +22,12 @@ def engine_late(lost_us: float | None, span_us: float | None) -> bool:
     return bool(lost_us and span_us and lost_us > ENGINE_PACE_LOST_MAX * span_us)
 
 
+def steal_note(steal: float | None) -> str:
+    """What a CPU-bound reason adds when the hypervisor took some of the cores (`steal`,
+    `machine_steal_mean`): "; the hypervisor took x% of the cores", else nothing."""
+    return f"; the hypervisor took {steal:.1%} of the cores" if steal else ""
+
+
 def late_rank(row: dict, iters: int) -> str | None:
     """Why a job's row (parallel or jobs experiment) is CPU-bound by its RoCE engines: its
     worst rank's sending lost to waking late (`roce_pace_lost_us`) against `iters`
@@ -35,7 +41,7 @@ def late_rank(row: dict, iters: int) -> str | None:
     return (f"{CPU_BOUND} (a rank's RoCE engine lost {lost / 1e3:.0f} ms of sending to waking "
             "late" + (f"; up to {cpu / 1e3:.0f} ms running or waiting for a core"
                       if cpu is not None else "")
-            + (f"; the hypervisor took {steal:.1%} of the cores" if steal else "") + ")")
+            + steal_note(steal) + ")")
 
 
 def unfaithful(events: list[dict], degraded: list[str], warnings: list[str]) -> list[str]:
