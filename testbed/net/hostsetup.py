@@ -5,8 +5,10 @@ dataplane of a phase with `qos` (dataplane/qosplane.py).
 """
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controllers.recovery import degraded, host_route_changes, host_route_line
@@ -22,10 +24,45 @@ from testbed.core.system import (
 )
 from testbed.dataplane import queues
 from testbed.dataplane.qosplane import QosPlane
+from topologies.mnplan import IP_BASE
 from topologies.model import ifname
 
 if TYPE_CHECKING:
     from .fabric import Fabric
+
+
+RESOLV_CONF = Path("/etc/resolv.conf")
+
+
+def read_resolv_conf() -> str:
+    try:
+        return RESOLV_CONF.read_text()
+    except OSError:
+        return ""
+
+
+def resolver_routes(resolv_conf: str, fabric_ips: set[str]) -> list[list[str]]:
+    """Routes that make the machine's name servers unreachable from a host at once.
+
+    Hosts share the machine's /etc/resolv.conf but have no way out of the fabric. A name
+    server outside the fabric's addresses fails at once (no route). One inside them (a
+    VM's 10.255.255.53 in Mininet's 10.0.0.0/8) is on the host's link: every lookup ARPs
+    into the fabric and times out, 5 s or more. Gloo's rendezvous looks up its peers'
+    names, so each rank waited that long before its first iteration. A fabric host's own
+    address is left alone (it is a host's, not a server's)."""
+    base = ipaddress.ip_network(IP_BASE)
+    out = []
+    for line in resolv_conf.splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0] != "nameserver":
+            continue
+        try:
+            addr = ipaddress.ip_address(words[1])
+        except ValueError:
+            continue
+        if addr.version == 4 and addr in base and words[1] not in fabric_ips:
+            out.append(["ip", "route", "replace", "unreachable", f"{addr}/32"])
+    return out
 
 
 class HostSetup:
@@ -76,6 +113,7 @@ class HostSetup:
         fab = self.fab
         relay_plan = routing_plan(fab.topo, fab.routing) if fab.topo.relays else None
         self.relay_plan = relay_plan
+        no_resolver = resolver_routes(read_resolv_conf(), {h.ip for h in fab.topo.hosts})
         for host in fab.topo.hosts:
             settings = [f"net.ipv4.tcp_congestion_control={fab.hosts.congestion_control}",
                         f"net.ipv4.tcp_ecn={1 if fab.hosts.ecn else 0}",
@@ -92,7 +130,8 @@ class HostSetup:
             fab.host_run(host.name, ["sh", "-c", " && ".join(
                 [shlex.join(["sysctl", "-q", "-w", *settings])]
                 + [shlex.join(queues.offload_command(ifname(host.name, port)))
-                   for port in range(host.ports)])])
+                   for port in range(host.ports)]
+                + [shlex.join(route) for route in no_resolver])])
             if host.relay:
                 self._relay_routes(host, relay_plan)
             if fab.hosts.initial_window_pkts is not None:

@@ -60,3 +60,17 @@ def test_a_cluster_is_the_same_fabric_with_its_executor(tmp_path, monkeypatch):
     fab.net = FakeNet()
     far = next(h.name for h in fab.topo.hosts if ex.where[h.name] == "b")
     assert "10.251.0.2" in " ".join(fab.host_argv(far, ["true"]))
+
+
+def test_hosts_find_the_machines_name_servers_unreachable_at_once():
+    """A name server inside the fabric's addresses would be on every host's link: its
+    lookups would ARP into the fabric and time out. It gets an unreachable route; one
+    outside them, IPv6, a fabric host's own address, and anything else are left alone."""
+    from testbed.net.hostsetup import resolver_routes
+    conf = ("# a VM's resolver\nnameserver 10.255.255.53\nnameserver 8.8.8.8\n"
+            "nameserver fd00::53\nnameserver 10.0.0.2\nsearch example\nnameserver bogus\n"
+            "  nameserver 10.1.2.3 \n")
+    assert resolver_routes(conf, {"10.0.0.1", "10.0.0.2"}) == [
+        ["ip", "route", "replace", "unreachable", "10.255.255.53/32"],
+        ["ip", "route", "replace", "unreachable", "10.1.2.3/32"]]
+    assert resolver_routes("", set()) == []
