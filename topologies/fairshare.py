@@ -64,22 +64,28 @@ def weighted_maxmin(capacity: Mapping[K, float], usage: Sequence[Mapping[K, floa
     active = {i for i, u in enumerate(usage) if any(a > 0 for a in u.values())}
     for i in set(range(len(usage))) - active:
         rates[i] = math.inf
+    # each link's capacity left, and its active flows (their number, their usage), kept
+    # as the flows grow and stop
+    left = {e: float(capacity[e]) for e in users}
+    weight = {e: sum(usage[i][e] for i in flows) for e, flows in users.items()}
+    count = {e: len(flows) for e, flows in users.items()}
     while active:
         # the link that fills first when every active flow grows by the same amount
-        step = min((capacity[e] - sum(rates[i] * usage[i][e] for i in flows)) /
-                   sum(usage[i][e] for i in flows if i in active)
-                   for e, flows in users.items() if any(i in active for i in flows))
-        step = max(step, 0.0)
+        busy = [e for e, n in count.items() if n]
+        fills = min(busy, key=lambda e: left[e] / weight[e])
+        step = max(left[fills] / weight[fills], 0.0)
         for i in active:
             rates[i] += step
-        done = {i for e, flows in users.items()
-                if capacity[e] - sum(rates[j] * usage[j][e] for j in flows)
-                <= 1e-9 * capacity[e] for i in flows}
-        if not done & active:   # (rounding: at least the flows of the fullest link stop)
-            fullest = min((e for e, flows in users.items() if any(i in active for i in flows)),
-                          key=lambda e: capacity[e] - sum(rates[j] * usage[j][e]
-                                                          for j in users[e]))
-            done = set(users[fullest])
+        for e in busy:
+            left[e] -= step * weight[e]
+        # the flows on a full link stop (rounding: at least those of the one that filled)
+        full = [e for e in busy if left[e] <= 1e-9 * capacity[e]] or [fills]
+        done = {i for e in full for i in users[e]} & active
+        for i in done:
+            for e, a in usage[i].items():
+                if a > 0:
+                    weight[e] -= a
+                    count[e] -= 1
         active -= done
     return rates
 

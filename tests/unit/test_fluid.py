@@ -37,6 +37,25 @@ def test_weighted_shares_by_hand():
     assert weighted_maxmin(cap, [{"a": 1}, {"b": 1}, {}]) == [1.0, 1.0, float("inf")]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_weighted_shares_are_max_min_fair(seed):
+    """On random links and flows: the rates fit every link, and every flow has a
+    bottleneck, a full link on which no flow gets more than it (what max-min means)."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        cap = {e: rng.choice([1.0, 2.0, rng.uniform(0.5, 10)]) for e in range(rng.randint(1, 20))}
+        usage = [{e: rng.choice([1.0, 2.0, 0.5, rng.uniform(0.01, 3)])
+                  for e in rng.sample(sorted(cap), rng.randint(1, min(4, len(cap))))}
+                 for _ in range(rng.randint(1, 30))]
+        rates = weighted_maxmin(cap, usage)
+        load = {e: sum(r * u.get(e, 0.0) for r, u in zip(rates, usage)) for e in cap}
+        assert all(load[e] <= cap[e] * (1 + 1e-9) for e in cap)
+        for r, u in zip(rates, usage):
+            assert any(load[e] >= cap[e] * (1 - 1e-9) and
+                       all(r >= r2 * (1 - 1e-9) for r2, u2 in zip(rates, usage) if e in u2)
+                       for e in u), (r, u)
+
+
 def test_round_robin_classes_by_hand():
     """Two classes on a link get half each, however many flows each has; a class limited
     elsewhere leaves the rest of the link to the other."""

@@ -198,6 +198,7 @@ class Replay:
         self.latency_s, self.class_of = latency_s, class_of
         self.burst, self.peak = burst or {}, peak
         self.bucket = dict(self.burst)          # an idle fabric: every bucket full
+        self.low: set[Link] = set()             # the buckets not full
         self.posted_recv = posted_recv
         self.begun: set[tuple[int, int]] = set()          # (rank, iteration) started
         self.deferred: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -282,14 +283,19 @@ class Replay:
     def _bank(self, loads: Mapping[Link, float], dt: float) -> None:
         """Each bucket over `dt`: credit at the link's rate less what it sent, within
         0 and its size; a bucket that runs out changes the links' capacities."""
-        for e, size in self.burst.items():
-            before = self.bucket[e]
+        # (a full bucket on an idle link stays full: only the others change)
+        for e in [e for e in loads if e in self.burst] + [e for e in self.low if e not in loads]:
+            size, before = self.burst[e], self.bucket[e]
             after = min(size, max(0.0, before + (self.capacity[e] - loads.get(e, 0.0)) * dt))
             if after <= 1e-6 * size:
                 after = 0.0
             if (before > 0) != (after > 0) and e in loads:
                 self.dirty = True
             self.bucket[e] = after
+            if after < size:
+                self.low.add(e)
+            else:
+                self.low.discard(e)
 
     # ---- ranks -------------------------------------------------------------------------------
     def _advance(self, r: int) -> None:
