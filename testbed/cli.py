@@ -107,9 +107,14 @@ def validate(spec: Path, topology: str | None, sets: tuple[str, ...]) -> None:
               "reference machine's, on which the costs were measured)")
 @topology_option
 @set_option
-def plan(spec: Path, cores: int | None, topology: str | None, sets: tuple[str, ...]) -> None:
+@click.option("--models", is_flag=True, help="also each parallel job's iteration by the "
+              "analytical and the path-aware model, per transport (the path-aware model "
+              "replays the job over its hash draws: seconds per job)")
+def plan(spec: Path, cores: int | None, topology: str | None, sets: tuple[str, ...],
+         models: bool) -> None:
     """The CPU SPEC needs at its link rates and MTU, whether one machine is enough, and how
-    many servers it would take (offline, from costs measured on the reference machine)."""
+    many servers it would take (offline, from costs measured on the reference machine);
+    with --models, what the models expect of each parallel job's iteration."""
     import dataclasses
 
     from .config.capacity import REFERENCE
@@ -123,9 +128,10 @@ def plan(spec: Path, cores: int | None, topology: str | None, sets: tuple[str, .
     points = sweep_points(spec_data(spec, topology, sets))
     for p in points:  # a sweep: each point's load (its spec, without the sweep)
         values = ", ".join(f"{k}={v}" for k, v in p.values.items())
-        click.echo(f"sweep point {p.index}: {values}\n{render(make_plan(p.spec, p.topo, cap))}\n")
+        click.echo(f"sweep point {p.index}: {values}\n"
+                   f"{render(make_plan(p.spec, p.topo, cap, models))}\n")
     if not points:
-        click.echo(render(make_plan(s, t, cap)))
+        click.echo(render(make_plan(s, t, cap, models)))
 
 
 LIVE_PORT = 8088

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, REFERENCE, Capacity
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.experiments import EXPERIMENTS
-from testbed.experiments.load import Flow, Load
+from testbed.experiments.load import Expectation, Flow, Load
 from testbed.experiments.trainers.model import CPU_WAIT_SHARE_LIMIT, LINK_BUSY_BOTTLENECK
 from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.graph import shortest_paths
@@ -185,12 +185,24 @@ def loads(spec: Spec, topo: Topology, exp: ExperimentSpec, cap: Capacity = REFER
 
 # ---- the plan ---------------------------------------------------------------------------
 
+def expectations(spec: Spec, topo: Topology, exp: ExperimentSpec, cap: Capacity = REFERENCE
+                 ) -> list[Expectation]:
+    """What the experiment's models expect of its phases, when its type has models that
+    can say it before a run (its `Experiment` record's `expect`)."""
+    record = EXPERIMENTS.get(exp.type)
+    if record is None or record.expect is None:
+        return []
+    return list(record.expect(spec, topo, exp, cap))
+
+
 @dataclass(frozen=True)
 class CapacityPlan:
     spec: str
     capacity: Capacity
     experiments: list[tuple[str, list[Demand]]]
     cluster_servers: int | None = None  # the spec's `cluster`, if it has one
+    # per experiment, what its models expect (parallel jobs' iterations)
+    expected: list[tuple[str, list[Expectation]]] = field(default_factory=list)
 
     @property
     def demands(self) -> list[Demand]:
@@ -209,11 +221,17 @@ class CapacityPlan:
 VERDICTS = ("fits", "marginal", "CPU-bound")
 
 
-def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE) -> CapacityPlan:
+def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE, models: bool = False
+         ) -> CapacityPlan:
+    """The spec's CPU plan; with `models`, what its experiments' models expect too (a
+    parallel job's path-aware model replays its iterations over its hash draws: seconds
+    of CPU per job)."""
     return CapacityPlan(spec.name, cap, [(f"{i}:{exp.type}", [demand(load, cap) for load in
                                                      loads(spec, topo, exp, cap)])
                                  for i, exp in enumerate(spec.experiments)],
-                len(spec.cluster.servers) if spec.cluster is not None else None)
+                len(spec.cluster.servers) if spec.cluster is not None else None,
+                [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
+                 if models and (e := expectations(spec, topo, exp, cap))])
 
 
 def render(p: CapacityPlan) -> str:
@@ -238,4 +256,16 @@ def render(p: CapacityPlan) -> str:
                      + ("enough" if p.cluster_servers >= p.servers else
                         f"{p.servers - p.cluster_servers} short (if they are like the "
                         "reference machine)"))
+    if p.expected:
+        lines += ["", f"what the models expect of an iteration (each step's latency "
+                      f"{cap.latency_s * 1e3:g} ms; on its paths: the path-aware model's "
+                      "mean over its hash draws, 10th-90th percentile)", "",
+                  f"{'experiment / job':<52} {'transport':<16} {'model':>8}  on its paths"]
+        for name, rows in p.expected:
+            for e in rows:
+                paths = "-" if e.paths_s is None else (
+                    f"{e.paths_s:.2f} s ({e.paths_p10_s:.2f}-{e.paths_p90_s:.2f}), "
+                    f"x{e.paths_s / e.model_s:.2f}")
+                lines.append(f"{(name + ' ' + e.label)[:52]:<52} {e.transport[:16]:<16} "
+                             f"{e.model_s:>6.2f} s  {paths}")
     return "\n".join(lines)

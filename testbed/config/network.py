@@ -96,6 +96,13 @@ class HostConfig:
     # routes' initcwnd); None: the kernel's 10 segments
     initial_window_pkts: int | None = None
 
+    def cc_label(self) -> str:
+        """The congestion control as result tables name it: the algorithm, or a user's
+        program's file name without `.bpf.c` or `.c`."""
+        cc = self.congestion_control
+        return cc if isinstance(cc, str) else \
+            Path(cc.bpf).name.removesuffix(".c").removesuffix(".bpf")
+
     def check(self) -> None:
         if self.initial_window_pkts is not None and self.initial_window_pkts < 1:
             raise SpecError(f"hosts.initial_window_pkts: at least 1 segment "

@@ -27,7 +27,7 @@ from testbed.results.plots import CsvPlot, DirPlot
 from testbed.workloads.model.flows import Flow, FlowResult
 from topologies.model import Topology
 
-from .load import LoadModel
+from .load import ExpectModel, LoadModel
 
 
 class Phase(Protocol):
@@ -130,6 +130,7 @@ class Experiment:
     load: LoadModel
     plots: dict[str, CsvPlot] = field(default_factory=dict)  # metrics CSV -> its plot
     dir_plots: tuple[DirPlot, ...] = ()
+    expect: ExpectModel | None = None  # what its models expect, shown by `testbed plan`
 
     @property
     def name(self) -> str:

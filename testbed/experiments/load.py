@@ -43,6 +43,23 @@ class Load:
     demands_mbps: list[float] | None = None  # each flow's most (an offered load); None: greedy
 
 
+@dataclass(frozen=True)
+class Expectation:
+    """What a type's models expect of one of its phases before it runs (a parallel job's
+    iteration on one fabric, rate, routing and transport), for `testbed plan` to show:
+    the analytical model's iteration, and the path-aware model's mean and 10th to 90th
+    percentile over its hash draws (None without one)."""
+    label: str
+    transport: str
+    model_s: float
+    paths_s: float | None = None
+    paths_p10_s: float | None = None
+    paths_p90_s: float | None = None
+
+
+# An experiment type's expectations: `expect(spec, topo, exp, cap)`, like its load model.
+ExpectModel = Callable[[Spec, Topology, Any, Capacity], Iterable[Expectation]]
+
 # An experiment type's load model: `loads(spec, topo, exp, cap)`, the phases of one of its
 # experiments (`exp`, the spec's entry of that type) on the spec's topology, in the order
 # they run; `cap` is the machine priced against (its latency enters the trainers' models).

@@ -134,8 +134,9 @@ def test_a_spec_names_a_program_by_path(tmp_path, monkeypatch):
     hosts = from_data(HostConfig, {"congestion_control": {"bpf": "mine.bpf.c"}}, "hosts")
     assert hosts.congestion_control == BpfProgram(bpf="mine.bpf.c")
     hosts.check()
-    assert from_data(HostConfig, {"congestion_control": "dctcp"}, "hosts") \
-        .congestion_control == "dctcp"
+    assert hosts.cc_label() == "mine"  # as result tables name it
+    dctcp = from_data(HostConfig, {"congestion_control": "dctcp"}, "hosts")
+    assert dctcp.congestion_control == "dctcp" and dctcp.cc_label() == "dctcp"
     with pytest.raises(SpecError, match="no such file: other.bpf.c"):
         from_data(HostConfig, {"congestion_control": {"bpf": "other.bpf.c"}}, "hosts").check()
     with pytest.raises(SpecError, match=r"\.bpf: a C source file"):

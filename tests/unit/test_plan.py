@@ -171,3 +171,48 @@ def test_a_spec_with_a_cluster_is_told_whether_its_servers_suffice():
                               "they are like the reference machine)")
     data["links"] = {"mtu_bytes": 9000}
     assert render(plan(*loads(data))).endswith("the spec's cluster has 2 servers: enough")
+
+
+def test_the_plan_shows_what_the_models_expect_of_a_parallel_job():
+    """Before a run: each job's iteration by the analytical model and on the paths its
+    routing gives it, by transport, exactly as the runner's model computes it."""
+    from testbed.experiments.parallel.expect import expected
+    from testbed.experiments.parallel.model import parallel_qos
+    from testbed.experiments.parallel.spec import job_hosts
+    from testbed.spec import loads
+    ring = {"type": "parallel", "model": "gpt2-small", "scale": 0.02, "device_tflops": 150,
+            "reference_link_gbps": 100, "iters": 2, "warmup_iters": 1,
+            "jobs": [{"name": "spread", "dp": 8, "placement": "spread"},
+                     {"name": "packed", "dp": 8, "placement": "packed"}]}
+    sprayed = {"transport": "roce", "roce": {"schemes": ["dcqcn+irn"], "source_port": "per_qp",
+                                             "spray_entropies": 16}}
+    data = {"name": "models", "topology": {"kind": "fattree",
+                                           "params": {"k": 4, "rate_mbps": 5}},
+            "links": {"mtu_bytes": 9000},
+            "experiments": [ring, ring | sprayed,
+                            {"type": "permutation", "patterns": ["stride:8"]}]}
+    spec, topo = loads(data)
+    assert plan(spec, topo).expected == []  # only when asked: they take seconds per job
+    p = plan(spec, topo, models=True)
+    assert [name for name, _ in p.expected] == ["0:parallel", "1:parallel"]  # no models: none
+    (_, gloo), (_, roce) = p.expected
+    assert [(e.label, e.transport) for e in gloo + roce] == [
+        ("fattree spread", "gloo cubic"), ("fattree packed", "gloo cubic"),
+        ("fattree spread", "roce dcqcn+irn"), ("fattree packed", "roce dcqcn+irn")]
+    for e in gloo + roce:
+        assert e.model_s > 0 and e.paths_p10_s <= e.paths_s <= e.paths_p90_s, e
+    # spread over the pods, the ring's hashed connections collide in the core (packed,
+    # in two pods, they meet less); sprayed, every packet takes any path: no collision
+    assert gloo[0].paths_p90_s > 1.2 * gloo[0].model_s and gloo[1].paths_s < gloo[0].paths_s
+    assert roce[0].paths_s == pytest.approx(roce[0].model_s, rel=0.05)
+    # the runner's own model, with the reference machine's latency for every round trip
+    exp, job = spec.experiments[0], spec.experiments[0].jobs[0]
+    want = expected(exp, job, topo, job_hosts(job, topo), 5, 9000,
+                    dict.fromkeys(("tp", "pp", "dp", "ep", "fsdp"), 2 * REFERENCE.latency_s),
+                    "ecmp", parallel_qos(exp, None, spec.links.buffer_pkts),
+                    spec.links.burst_us, None)
+    assert (gloo[0].model_s, gloo[0].paths_s) == (want.pred["iteration_s"],
+                                                  want.paths["iteration_s"])
+    shown = render(p)
+    assert "what the models expect of an iteration" in shown
+    assert "1:parallel fattree packed" in shown and "roce dcqcn+irn" in shown

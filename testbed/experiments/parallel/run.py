@@ -7,10 +7,8 @@ import dataclasses
 import json
 import time
 
-from controllers.routing import plan as routing_plan
 from testbed.config.loader import dump_json
 from testbed.config.qos import QosConfig
-from testbed.config.units import tcp_payload_fraction
 from testbed.core.errors import TestbedError
 from testbed.results.verdict import late_rank
 from testbed.workloads.launch import parallel_argv
@@ -21,27 +19,19 @@ from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate, ifname
 
 from ..base import Context, Outcome, Phase, slug
-from ..permutation.model import UNMODELLED
 from ..qos_common import pfc_summary, switch_slots
 from ..rdma import RdmaFlow, host_engine, parse_scheme, rdma_qos, scheme_record, telemetry
 from ..trainers.analysis import queue_stats, read_records
 from ..trainers.model import host_link
 from ..trainers.ranks import run_processes
 from .analysis import ITER_FIELDS, KIND_FIELDS, summarise
+from .expect import expected, transport_label
 from .model import (
     CORE_ROLES,
-    class_of_kind,
-    compute_time,
     core_bytes,
-    entropy_of,
     job_config,
-    link_burst,
-    network,
     parallel_qos,
-    path_model,
-    prediction,
     probe_pairs,
-    roce_wire,
     unanswered,
 )
 from .spec import Parallel, ParallelJob, job_hosts, parallel_topologies
@@ -216,21 +206,9 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
     rows = {r: read_records(job_dir / f"rank{r}.jsonl") for r in range(world)}
     host_rate = min(host_link(topo, h).rate_mbps for h in hosts)
     mtu = fab.links.mtu_bytes
-    share, wire = (roce_wire(cfg.roce.mtu, cfg.roce.telemetry_bytes) if cfg.roce is not None
-                   else (None, None))
-    net, loads = network(topo, job.layout, hosts, host_rate, mtu, rtt, share)
-    plan = cfg.plan()
-    pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
-    payload = share if share is not None else tcp_payload_fraction(mtu)
-    # (real compute's time is not the model's to know: no path model)
-    paths = None if exp.compute != "emulated" else path_model(
-        plan, compute_time(plan, cfg.s_per_flop, cfg.profile), topo,
-        None if routing in UNMODELLED else routing_plan(topo, routing), hosts, payload,
-        net.latency_s, class_of_kind(exp, qos) if scheme is None else None,
-        entropy_of(exp, scheme), exp.roce.qps_per_flow if scheme is not None else 1,
-        exp.roce.spray_entropies if scheme is not None else 0,
-        burst=link_burst(topo, fab.links.burst_us, mtu, payload) if scheme is None else None,
-        seed=exp.seed)
+    e = expected(exp, job, topo, hosts, rate, mtu, rtt, routing, qos, fab.links.burst_us,
+                 scheme)
+    plan, net, loads, pred, paths, wire = e.plan, e.net, e.loads, e.pred, e.paths, e.wire
     model_sent = {r: sent_bytes(plan, r) for r in range(world)}
     summary, kind_rows, iter_rows = summarise(
         experiment=experiment, fabric=fabric_label, label=label, plan=plan,
@@ -240,7 +218,7 @@ def run_job(ctx: Context, fab: Phase, exp: Parallel, job: ParallelJob, index: in
         core_measured=core if kinds else None,
         busiest_measured=busiest if kinds else None, rate_mbps=host_rate, mtu=mtu, rtt=rtt,
         queue=queue, measured=measured, checks=checks, wire=wire,
-        transport="gloo" if scheme is None else f"roce {scheme}", paths=paths)
+        transport=transport_label(ctx.spec.hosts, scheme), paths=paths)
     if scheme is not None:
         summary.update(roce_counters(job_dir, world))
         summary["roce_base_rtt_us"] = record.get("base_rtt_us")
