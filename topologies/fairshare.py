@@ -84,8 +84,8 @@ def weighted_maxmin(capacity: Mapping[K, float], usage: Sequence[Mapping[K, floa
         for i in done:
             for e, a in usage[i].items():
                 if a > 0:
-                    weight[e] -= a
                     count[e] -= 1
+                    weight[e] = weight[e] - a if count[e] else 0.0  # (no rounding residue)
         active -= done
     return rates
 

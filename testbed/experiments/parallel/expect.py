@@ -20,7 +20,7 @@ from testbed.workloads.model.rdma import INT_LEN
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
 
-from ..load import Expectation, rated
+from ..load import Expectation
 from ..permutation.model import UNMODELLED
 from ..rdma import rdma_qos, telemetry
 from ..trainers.model import host_link
@@ -100,9 +100,10 @@ def expectations(spec: Spec, topo: Topology, exp: Parallel, cap: Capacity
     schemes: list[str | None] = list(exp.roce.schemes) if exp.transport == "roce" else [None]
     rtt = dict.fromkeys(KINDS, 2 * cap.latency_s)
     mtu = spec.links.mtu_bytes
-    for fabric in parallel_topologies(exp, rated(spec, topo)):
-        for rate in exp.rates_mbps or [None]:
-            where = at_rate(fabric, rate) if rate else fabric
+    # as the runner builds them: every fabric at each rate, or at the spec's links' rate
+    for fabric in parallel_topologies(exp, topo):
+        for rate in exp.rates_mbps or [spec.links.rate_mbps]:
+            where = at_rate(fabric, rate)
             link_rate = rate or min(link.rate_mbps for link in where.links)
             for routing in exp.routings or [spec.controller.routing]:
                 routing = own_routing(where.kind, routing)

@@ -13,7 +13,7 @@ from testbed.workloads.model.parallel.layout import Layout
 from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.model import Topology, at_rate
 
-from ..load import Flow, Load, rated
+from ..load import Flow, Load
 from ..trainers.load import step_time
 from ..trainers.model import host_link
 from .model import job_config, kind_flows, network, prediction
@@ -61,9 +61,10 @@ def loads(spec: Spec, topo: Topology, exp: Parallel, cap: Capacity) -> Iterator[
     real model's step (its tensor- and pipeline-parallel split)."""
     mtu = spec.links.mtu_bytes
     roce = exp.transport == "roce"
-    for fabric in parallel_topologies(exp, rated(spec, topo)):
-        for rate in exp.rates_mbps or [None]:
-            where = at_rate(fabric, rate) if rate else fabric
+    # as the runner builds them: every fabric at each rate, or at the spec's links' rate
+    for fabric in parallel_topologies(exp, topo):
+        for rate in exp.rates_mbps or [spec.links.rate_mbps]:
+            where = at_rate(fabric, rate)
             for job in exp.jobs:
                 hosts = job_hosts(job, where)
                 comm, idle, sent, steps = parallel_timing(exp, job, where, hosts, mtu, cap)
