@@ -34,7 +34,7 @@ if ((${#specs[@]} == 0)); then
          parallel_roce parallel_roce_ecmp parallel_3d \
          parallel_smoke \
          fault_link fault_link_ff fault_controller fault_training jobs_two jobs_unequal jobs_fattree \
-         jobs_roce \
+         jobs_roce jobs_transports \
          jobs_training plugins_fattree)
 fi
 

@@ -114,6 +114,16 @@ class HostConfig:
             raise SpecError(f"hosts.congestion_control: not an algorithm name ({cc!r})")
 
 
+def check_cc_names(ccs: list[str], path: str) -> None:
+    """SpecError unless `ccs` are distinct algorithm names (whether the hosts' kernel has
+    each is known only on the machine that runs the spec)."""
+    if len(set(ccs)) != len(ccs):
+        raise SpecError(f"{path}: distinct names (got {ccs})")
+    for cc in ccs:
+        if not cc.isidentifier():
+            raise SpecError(f"{path}: not an algorithm name ({cc!r})")
+
+
 def positive(value: float | None, path: str, allow_none: bool = False) -> None:
     """SpecError unless `value` > 0 (or None, when allowed)."""
     if value is None and allow_none:

@@ -23,6 +23,7 @@ from testbed.config.faults import FabricFault
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.spec import ExperimentSpec, Spec, type_name
+from testbed.core.errors import TestbedError
 from testbed.results.plots import CsvPlot, DirPlot
 from testbed.workloads.model.flows import Flow, FlowResult
 from topologies.model import Topology
@@ -152,6 +153,14 @@ def check_cc(results: list[Any], expected: str, outcome: Outcome, label: str) ->
     if used != [expected]:
         outcome.warnings.append(f"{label}: senders used {used}, not {expected}")
     return used
+
+
+def require_congestion_controls(ctx: Context, ccs: list[str], who: str) -> None:
+    """TestbedError naming the first of `ccs` the hosts cannot select here."""
+    available = ctx.congestion_controls()
+    if missing := [cc for cc in ccs if cc not in available]:
+        raise TestbedError(f"{who}: congestion control {missing[0]} is not available "
+                           f"({' '.join(available)})")
 
 
 def ecn_congestion_control(available: list[str]) -> str:

@@ -14,18 +14,17 @@ from typing import Literal
 from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
-from testbed.config.network import positive
+from testbed.config.network import check_cc_names, positive
 from testbed.config.qos import EcnProfile, QosConfig, TrafficClass
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import frame_bytes
-from testbed.core.errors import TestbedError
 from testbed.results.plots import pyplot, save, several_experiments, tagged, title
 from testbed.results.stats import percentile
 from testbed.workloads.model.flows import Flow
 from topologies import dumbbell
 from topologies.model import Topology, ifname
 
-from .base import Context, Experiment, Outcome, check_cc
+from .base import Context, Experiment, Outcome, check_cc, require_congestion_controls
 from .load import Load, into_one
 from .qos_common import time_weights
 
@@ -69,13 +68,9 @@ class EcnQueue(ExperimentSpec):
             raise SpecError(f"{path}.access_rate_mbps: must exceed rate_mbps")
         if self.sample_hz > 5000:
             raise SpecError(f"{path}.sample_hz: at most 5000 (got {self.sample_hz})")
-        if not self.ecn_congestion_controls or \
-                len(set(self.ecn_congestion_controls)) != len(self.ecn_congestion_controls):
-            raise SpecError(f"{path}.ecn_congestion_controls: one or more distinct names")
-        for cc in self.ecn_congestion_controls:
-            if not cc.isidentifier():
-                raise SpecError(f"{path}.ecn_congestion_controls: not an algorithm name "
-                                f"({cc!r})")
+        if not self.ecn_congestion_controls:
+            raise SpecError(f"{path}.ecn_congestion_controls: one or more names")
+        check_cc_names(self.ecn_congestion_controls, f"{path}.ecn_congestion_controls")
 
 
 def run(ctx: Context, exp: EcnQueue) -> Outcome:
@@ -86,10 +81,7 @@ def run(ctx: Context, exp: EcnQueue) -> Outcome:
     bottleneck = ifname("s1", exp.senders + 1)
     receiver = f"h{exp.senders + 1}"
     receiver_ip = next(h.ip for h in topo.hosts if h.name == receiver)
-    available = ctx.congestion_controls()
-    if missing := [cc for cc in exp.ecn_congestion_controls if cc not in available]:
-        raise TestbedError(f"ecn_queue: congestion control {missing[0]} is not available "
-                           f"({' '.join(available)})")
+    require_congestion_controls(ctx, exp.ecn_congestion_controls, "ecn_queue")
     frame = frame_bytes(ctx.spec.links.mtu_bytes)
     k_bytes = int(exp.k_pkts * frame)
     phases = [("drop-tail", None, dataclasses.replace(ctx.spec.hosts, ecn=False))] + [

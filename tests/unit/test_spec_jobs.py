@@ -24,6 +24,7 @@ from testbed.experiments.jobs.model import (
     shared_ports,
     sharing_groups,
 )
+from testbed.experiments.jobs.run import carriers_of
 from testbed.experiments.jobs.spec import JOB_CLASSES, placements
 from testbed.spec import SpecError, loads
 from testbed.workloads.model.interference import Iteration
@@ -108,8 +109,20 @@ BAD_ROCE = [
      "has 6 besides best effort and RoCE control"),
 ]
 
+BAD_TCP = [
+    (ROCE | {"congestion_controls": ["dctcp"]},
+     "experiments[0].congestion_controls: TCP's congestion controls; over roce the scheme "
+     "is roce.schemes"),
+    ({"congestion_controls": ["cubic", "cubic"]},
+     "experiments[0].congestion_controls: distinct names"),
+    ({"congestion_controls": ["tcp cubic"]},
+     "experiments[0].congestion_controls: not an algorithm name ('tcp cubic')"),
+    ({"congestion_controls": ["cubic", "dctcp"]},
+     "experiments[0].congestion_controls: dctcp reacts to ECN marks; set `ecn`"),
+]
 
-@pytest.mark.parametrize("fields,field", BAD_JOBS + BAD_ROCE)
+
+@pytest.mark.parametrize("fields,field", BAD_JOBS + BAD_ROCE + BAD_TCP)
 def test_bad_jobs_specs_name_the_field(fields, field):
     with pytest.raises(SpecError) as err:
         loads(spec(**fields))
@@ -121,6 +134,17 @@ def test_good_jobs_spec_and_shared_hosts_when_allowed():
                placements=["packed", "spread", "random"]))
     loads(spec(jobs=[{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}],
                allow_shared_hosts=True))
+
+
+def test_one_fabric_per_scheme_or_tcp_congestion_control():
+    def carriers(**fields):
+        s, _ = loads(spec(**fields))
+        return carriers_of(s.experiments[0])
+    assert carriers() == [(None, None)]  # the spec's hosts' algorithm
+    assert carriers(congestion_controls=["cubic", "dctcp"], ecn={"k": 5}) == \
+        [(None, "cubic"), (None, "dctcp")]
+    assert carriers(transport="roce", roce={"schemes": ["dcqcn", "hpcc"]}) == \
+        [("dcqcn", None), ("hpcc", None)]
 
 
 def test_training_jobs_take_their_servers_hosts():

@@ -21,7 +21,8 @@ from testbed.workloads.launch import parallel_argv, train_argv
 from testbed.workloads.model.jobsync import read_progress, write_start
 from topologies.model import Topology, at_rate, ifname
 
-from ..base import Context, Outcome, Phase, slug
+from ..base import Context, Outcome, Phase, require_congestion_controls, slug
+from ..parallel.expect import transport_label
 from ..parallel.model import job_config, probe_pairs
 from ..parallel.run import roce_counters, roce_transport
 from ..trainers.analysis import read_records
@@ -306,6 +307,15 @@ def run_round(ctx: Context, fab: Phase, exp: Jobs, outcome: Outcome, *, round_id
             "decisions": made, "background_mbps": bg_mbps, "roce": roce}
 
 
+def carriers_of(exp: Jobs) -> list[tuple[str | None, str | None]]:
+    """What carries the jobs' collectives, one fabric each: (RoCE scheme, None) per scheme,
+    or (None, TCP congestion control) per congestion control over Gloo (None: the
+    spec's hosts')."""
+    if exp.transport == "roce":
+        return [(s, None) for s in exp.roce.schemes]
+    return [(None, cc) for cc in exp.congestion_controls] or [(None, None)]
+
+
 def run(ctx: Context, exp: Jobs) -> Outcome:
     out = Outcome()
     experiment = ctx.experiment or 0  # the spec index, which its rows carry
@@ -318,12 +328,19 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
     link_out: list[list] = []
     policy_out: list[dict] = []
     round_id = 0
-    # over RoCE, a fabric per placement and scheme (the scheme's classes)
-    schemes: list[str | None] = list(exp.roce.schemes) if exp.transport == "roce" else [None]
-    for placement, scheme in [(p, s) for p in exp.placements for s in schemes]:
+    # a fabric per placement and carrier: over RoCE each scheme (its classes), over Gloo
+    # each TCP congestion control of the hosts
+    carriers = carriers_of(exp)
+    require_congestion_controls(ctx, [cc for _, cc in carriers if cc is not None], "jobs")
+    for placement, (scheme, cc) in [(p, c) for p in exp.placements for c in carriers]:
         qos = jobs_qos(exp, ctx.spec.links.buffer_pkts, scheme)
-        hosts_cfg = dataclasses.replace(ctx.spec.hosts, ecn=True) if exp.ecn else None
-        where = placement + (f" roce:{scheme}" if scheme is not None else "")
+        hosts_cfg = None  # the spec's
+        if cc is not None or exp.ecn:
+            hosts_cfg = dataclasses.replace(
+                ctx.spec.hosts, ecn=ctx.spec.hosts.ecn or exp.ecn is not None,
+                congestion_control=ctx.spec.hosts.congestion_control if cc is None else cc)
+        where = placement + (f" roce:{scheme}" if scheme is not None
+                             else f" tcp:{cc}" if cc is not None else "")
         hosts = placements(exp, fabric, placement)
         links = [job_links(fabric, j, h) for j, h in zip(exp.jobs, hosts)]
         ports = shared_ports(fabric, links)
@@ -367,7 +384,7 @@ def run(ctx: Context, exp: Jobs) -> Outcome:
                         rates, flows)
         for row in rows:
             key = "alone:" + row["job"] if row["policy"] == "alone" else row["policy"]
-            row["transport"] = "gloo" if scheme is None else f"roce {scheme}"
+            row["transport"] = transport_label(hosts_cfg or ctx.spec.hosts, scheme)
             row.update(rounds[key]["roce"].get(row["job"], {}))
             if "pfc_pauses" in row:
                 row["pfc_pauses_per_iter"] = round(row["pfc_pauses"] / max(1, row["iters"]), 2)

@@ -10,7 +10,13 @@ from typing import Any, Literal
 
 from controllers.jobpolicy import BUILTIN
 from testbed.config.loader import SpecError
-from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
+from testbed.config.network import (
+    TopologySpec,
+    build_fabrics,
+    check_cc_names,
+    one_of,
+    positive,
+)
 from testbed.config.qos import NCLASS, EcnProfile
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.workloads.model.parallel.cost import KINDS
@@ -184,6 +190,9 @@ class Jobs(ExperimentSpec):
     # `roce.schemes` (the parallel experiment's `roce`)
     transport: str = "gloo"
     roce: ParallelRoce = field(default_factory=ParallelRoce)
+    # over gloo, once per TCP congestion control of the hosts (default: the spec's
+    # hosts.congestion_control); dctcp needs `ecn`, the switches' marking
+    congestion_controls: list[str] = field(default_factory=list)
 
     def check(self, path: str, spec: Spec, topo: Topology) -> None:
         check_jobs(self, path, topo, spec)
@@ -337,6 +346,7 @@ def check_jobs(exp: Jobs, path: str, topo: Topology, spec: Spec | None = None) -
                 raise SpecError(f"{jp}.fault.rank: rank {job.fault.rank} is a parameter "
                                 "server; a fault strikes a worker")
     one_of(exp.transport, TRANSPORTS, f"{path}.transport")
+    check_congestion_controls(exp, path)
     if exp.transport == "roce" and spec is not None:
         check_roce(exp, path, spec, fabric)
     for bi, bg in enumerate(exp.background):
@@ -348,6 +358,22 @@ def check_jobs(exp: Jobs, path: str, topo: Topology, spec: Spec | None = None) -
             placements(exp, fabric, pl)
         except ValueError as exc:
             raise SpecError(f"{path}.{exc}") from None
+
+
+def check_congestion_controls(exp: Jobs, path: str) -> None:
+    """TCP's congestion controls, for jobs over Gloo: distinct algorithm names, and ECN
+    marking in the switches for dctcp (whether the hosts' kernel has each is checked when
+    the experiment starts)."""
+    ccs, where = exp.congestion_controls, f"{path}.congestion_controls"
+    if not ccs:
+        return
+    if exp.transport != "gloo":
+        raise SpecError(f"{where}: TCP's congestion controls; over {exp.transport} the "
+                        f"scheme is {exp.transport}.schemes")
+    check_cc_names(ccs, where)
+    if "dctcp" in ccs and exp.ecn is None:
+        raise SpecError(f"{where}: dctcp reacts to ECN marks; set `ecn` (the switches' "
+                        "marking threshold)")
 
 
 def check_roce(exp: Jobs, path: str, spec: Spec, fabric: Topology) -> None:
