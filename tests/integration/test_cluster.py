@@ -44,17 +44,22 @@ def cluster(srv: NamespaceServer, **extra) -> dict:
             "ssh_config": str(srv.ssh_config), **extra}
 
 
+CUT = "--8<--"
+
+
 def server_state(srv: NamespaceServer) -> dict:
     """What a run may leave on the other server: bridges, interfaces, processes, BPF pins,
-    and this machine's and that server's devices toward each other with their qdiscs."""
-    return {"bridges": on(srv, "ovs-vsctl list-br").split(),
-            "pins": on(srv, "ls /sys/fs/bpf/testbed 2>/dev/null || true").split(),
-            "qdiscs": on(srv, "tc qdisc show").split() + subprocess.run(
+    and this machine's and that server's devices toward each other with their qdiscs (one
+    ssh session, so that its processes are the same every time)."""
+    bridges, pins, qdiscs, links, processes = on(srv, f" && echo {CUT} && ".join([
+        "set -e; ovs-vsctl list-br", "(ls /sys/fs/bpf/testbed 2>/dev/null || true)",
+        "tc qdisc show", "ip -br link", "ps -e -o comm="])).split(f"{CUT}\n")
+    return {"bridges": bridges.split(), "pins": pins.split(),
+            "qdiscs": qdiscs.split() + subprocess.run(
                 ["tc", "qdisc", "show", "dev", BRIDGE], capture_output=True,
                 text=True).stdout.split(),
-            "links": sorted(line.split("@")[0].split()[0]
-                            for line in on(srv, "ip -br link").splitlines()),
-            "processes": sorted(on(srv, "ps -e -o comm=").split())}
+            "links": sorted(line.split("@")[0].split()[0] for line in links.splitlines()),
+            "processes": sorted(processes.split())}
 
 
 def test_a_fattree_split_over_two_servers_matches_one_server(tmp_path, server):
