@@ -44,7 +44,7 @@ def cluster(srv: NamespaceServer, **extra) -> dict:
             "ssh_config": str(srv.ssh_config), **extra}
 
 
-CUT = "--8<--"
+CUT = "==cut=="  # (no character the shell reads)
 
 
 def server_state(srv: NamespaceServer) -> dict:
