@@ -129,8 +129,9 @@ def test_the_engine_counts_the_sending_it_lost_to_waking_late(tmp_path):
     # WRITE, which its burst credit lets out at once
     assert lost_ms >= 95, (lost_ms, res.qps[7])
     assert first.fct_us / 1e3 >= ideal_ms + lost_ms - 1, (first.fct_us, ideal_ms, lost_ms)
-    # stopped, it neither ran nor waited for a core: the stop is not counted as the CPU's
-    assert res.qps[7]["pace_lost_cpu_us"] / 1e3 < 0.2 * lost_ms, res.qps[7]
+    # stopped, it neither ran nor waited for a core: the stop is not counted as the CPU's,
+    # only what the machine added beyond it (waits for a core after SIGCONT, on a busy one)
+    assert res.qps[7]["pace_lost_cpu_us"] / 1e3 <= lost_ms - 90, res.qps[7]
 
 
 def test_the_engine_tells_waiting_for_a_core_from_a_late_timer(tmp_path):
