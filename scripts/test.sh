@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README's quick start: installs what is missing, runs the linter
 # (ruff) and the type checker (mypy, on the layers pyproject.toml names), then the unit tests
-# and (as root, with OVS and Mininet) the integration tests. Arguments go to both pytest runs.
+# and (as root, with OVS and Mininet) the integration tests.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/scripts/bootstrap.sh" --test
@@ -15,25 +15,17 @@ cd "$ROOT"
   --disable-error-code arg-type --disable-error-code assignment --disable-error-code operator \
   --disable-error-code misc --disable-error-code var-annotated --disable-error-code list-item \
   --disable-error-code return-value --disable-error-code index testbed controllers topologies
-# the unit tests on every core (pytest-xdist), then, as root, the integration tests one at a
-# time: each builds a fabric whose numbers are only as good as the CPU headroom it has
-set +e
-.venv/bin/python -m pytest -p no:cacheprovider --durations=25 -n auto tests/unit "$@"
-unit=$?
-integration=5
+targets=(tests/unit)
 if [ "$(id -u)" -eq 0 ]; then
+  targets+=(tests/integration)
   .venv/bin/testbed clean >/dev/null  # leftovers of an interrupted earlier run, only those
-  .venv/bin/python -m pytest -p no:cacheprovider --durations=25 tests/integration "$@"
-  integration=$?
 fi
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider --durations=25 "${targets[@]}" "$@"
+rc=$?
 set -e
-if [ "$unit" -eq 5 ] && [ "$integration" -eq 5 ]; then
+if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
   exit 1
 fi
-for rc in "$unit" "$integration"; do
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
-    exit "$rc"
-  fi
-done
-exit 0
+exit "$rc"
