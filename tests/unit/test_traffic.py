@@ -35,6 +35,14 @@ def test_parse_iperf3():
     assert (r.goodput_mbps, r.retransmits, r.sender_cc, r.error) == (19.1, 7, "cubic", "")
     assert parse_iperf3("a", "b", json.dumps({"error": "unable to connect"})).error == "unable to connect"
     assert "unparsable" in parse_iperf3("a", "b", "garbage").error
+    # a remote server's shell wrote to stderr around the report (seen: pyenv's rehash
+    # racing in concurrent ssh sessions): the report is still read
+    noisy = ("rm: cannot remove '/root/.pyenv/shims/tmp.Qp': No such file or directory\n"
+             "pyenv: cannot rehash: /root/.pyenv/shims isn't writable\n"
+             + json.dumps(doc, indent="\t") + "\nwarning: after\n")
+    assert (parse_iperf3("h1", "h2", noisy).goodput_mbps, parse_iperf3("h1", "h2", noisy).error) \
+        == (19.1, "")
+    assert "unparsable" in parse_iperf3("a", "b", "pyenv: no\n{\n truncated").error
 
 
 def test_conservation_report():

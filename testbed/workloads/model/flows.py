@@ -59,10 +59,25 @@ class FlowResult:
     #                       to the same server port is another)
 
 
+def iperf3_json(text: str) -> dict:
+    """iperf3's JSON report out of its output, which also holds what the process wrote to
+    stderr: a remote server's shell may write a line or two before it (a shell start-up
+    file's warnings) or after. ValueError when there is no report."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        lines = text.splitlines(keepends=True)
+        first = next((i for i, line in enumerate(lines) if line.rstrip() == "{"), None)
+        if first is None:
+            raise
+        data, _ = json.JSONDecoder().raw_decode("".join(lines[first:]))
+        return data
+
+
 def parse_iperf3(src: str, dst: str, text: str) -> FlowResult:
     """Goodput is what the receiver got (payload bits per second), after the omit period."""
     try:
-        data = json.loads(text)
+        data = iperf3_json(text)
     except ValueError:
         return FlowResult(src=src, dst=dst, goodput_mbps=0.0, sent_mbps=0.0, retransmits=0,
                           max_cwnd_bytes=0, sender_cc="", receiver_cc="",
