@@ -289,9 +289,6 @@ class ClusterExecutor(LocalExecutor):
                  check: bool = True) -> subprocess.CompletedProcess:
         return self.conns[self.where[switch]].run(argv, input=input, check=check)
 
-    def switch_activity(self) -> tuple[int, int] | None:
-        return None  # the other servers' queues: a round trip each; the checks wait instead
-
     def switch_counters(self) -> dict[str, SwitchCounters]:
         groups = self.switch_groups()
 

@@ -55,17 +55,6 @@ def root_stats(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int, 
     return out
 
 
-def ports_activity(ifnames: list[str]) -> tuple[int, int]:
-    """(packets the root qdiscs of these interfaces have sent so far, packets queued in
-    them now), from one dump."""
-    indexes = {socket.if_nametoindex(name) for name in ifnames}
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
-        sock.bind((0, 0))
-        stats = root_stats(sock, 1)
-    mine = [q for index, q in stats.items() if index in indexes]
-    return sum(q[3] for q in mine), sum(q[1] for q in mine)
-
-
 def root_queues(sock: socket.socket, seq: int) -> dict[int, tuple[int, int, int]]:
     """{ifindex: (backlog bytes, qlen packets, drops)} of every interface's root qdisc."""
     return {index: q[:3] for index, q in root_stats(sock, seq).items()}

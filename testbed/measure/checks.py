@@ -17,35 +17,6 @@ if TYPE_CHECKING:
     from testbed.net.fabric import Fabric
 
 
-SETTLE_MAX_S = 0.8   # the longest the checks wait for the switches to fall quiet
-SETTLE_STEP_S = 0.1  # quiet: no packet queued, and none sent for this long
-
-
-def quiet(before: tuple[int, int], now: tuple[int, int]) -> bool:
-    """Whether the switches fell quiet between two readings of (packets their egress queues
-    have sent, packets queued): nothing queued now and nothing sent in between."""
-    return now[1] == 0 and now[0] == before[0]
-
-
-def settle(fab: Fabric, longest: float = SETTLE_MAX_S, step: float = SETTLE_STEP_S) -> None:
-    """Waits, after a phase's traffic, until no packet is left in the switches' queues or
-    on its way between them (the packet conservation counts are read then), at most
-    `longest`; where the queues cannot be read cheaply, `longest`."""
-    deadline = time.monotonic() + longest
-    before = fab.switch_activity()
-    if before is None:
-        time.sleep(longest)
-        return
-    while time.monotonic() + step <= deadline:
-        time.sleep(step)
-        now = fab.switch_activity()
-        assert now is not None
-        if quiet(before, now):
-            return
-        before = now
-    time.sleep(max(0.0, deadline - time.monotonic()))
-
-
 @contextlib.contextmanager
 def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: list[str],
                   label: str) -> Iterator[dict]:
@@ -59,7 +30,7 @@ def traffic_phase(cpu: CpuMonitor, events: list[dict], fab: Fabric, warnings: li
     before = conservation_snapshot(fab)
     yield checks
     t_end = time.time()
-    settle(fab)
+    time.sleep(0.8)  # let queues drain and the controller's counters be written
     report = conservation_report(before, conservation_snapshot(fab))
     # this machine's CPU, and a cluster's other servers' (their own monitors)
     windows = {fab.here: cpu.window(t_start - cpu.t0, t_end - cpu.t0),

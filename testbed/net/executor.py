@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.system import in_netns, run
-from testbed.dataplane import nlqdisc, ovs
+from testbed.dataplane import ovs
 from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.conservation import SwitchCounters, switch_counters
 
@@ -73,11 +73,6 @@ class LocalExecutor:
         return switch_counters({s.name: self.fab.switch_ifaces([s.name])
                                 for s in self.fab.topo.switches},
                                self.fab.traits.socket_drops)
-
-    def switch_activity(self) -> tuple[int, int] | None:
-        """(packets the switches' egress queues have sent so far, packets queued in them
-        now), cheaply (one netlink dump); None where that cannot be read here."""
-        return nlqdisc.ports_activity(self.fab.switch_ifaces())
 
     def send_buffers(self) -> dict[str, int | None]:
         """OVS's send socket buffer where switches run, by server ('': this machine)."""

@@ -351,11 +351,6 @@ class Fabric:
         """Every switch's packet counters now (measure/conservation.py)."""
         return self.executor.switch_counters()
 
-    def switch_activity(self) -> tuple[int, int] | None:
-        """(packets the switches' egress queues have sent, packets queued now); None where
-        it cannot be read cheaply (a cluster)."""
-        return self.executor.switch_activity()
-
     def send_buffers(self) -> dict[str, int | None]:
         """OVS's send socket buffer where switches run, by server ('': this machine)."""
         return self.executor.send_buffers()
