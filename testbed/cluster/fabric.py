@@ -213,6 +213,10 @@ class ClusterExecutor(LocalExecutor):
             ifindex.update(part)
         plane.write_description(ifindex, servers, server_of, self.here)
 
+    def teardown(self, net: Any) -> None:
+        """Mininet's own stop: its nodes and links are on several servers."""
+        net.stop()
+
     def remove_qos(self, plane: QosPlane) -> None:
         """Every server's pins, and its program on its own devices."""
         record = self.fab.record

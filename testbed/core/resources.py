@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.core.system import TestbedError, run, sysctl_set
+from testbed.core.system import (
+    TestbedError,
+    delete_bridges,
+    delete_links,
+    expedited_rcu,
+    run,
+    sysctl_set,
+)
 
 BPF_PIN_ROOT = Path("/sys/fs/bpf/testbed")
 
@@ -184,16 +191,11 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
             removed.append(f"process {entry['pid']} ({entry['what']})")
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]
-    if doomed:
-        argv = ["ovs-vsctl", "--timeout=20"]
-        for b in doomed:
-            argv += ["--", "--if-exists", "del-br", b]
-        run(argv, check=False, timeout=60)
-        removed += [f"bridge {b}" for b in doomed]
-    for name in rec.root_ifaces:
-        if Path(f"/sys/class/net/{name}").exists():
-            run(["ip", "link", "del", name], check=False)
-            removed.append(f"interface {name}")
+    with expedited_rcu():
+        delete_bridges(doomed)
+        ifaces = [name for name in rec.root_ifaces if Path(f"/sys/class/net/{name}").exists()]
+        delete_links(ifaces)
+    removed += [f"bridge {b}" for b in doomed] + [f"interface {name}" for name in ifaces]
     for pin in rec.bpf_pins:
         path = Path(pin)
         if path.parent == BPF_PIN_ROOT and path.exists():

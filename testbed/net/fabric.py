@@ -266,7 +266,7 @@ class Fabric:
             self.supervisor.stop()
             if self.net is not None:
                 controllers = list(self.net.controllers)
-                self.net.stop()
+                self.executor.teardown(self.net)
                 for node in controllers:  # RemoteController.stop() leaves its shell running
                     node.terminate()
                 self.net = None

@@ -3,6 +3,8 @@ factory chooses the executor from the spec's `cluster`, and the fabric's command
 node only through it. Nothing is built: no root, no Mininet, no server."""
 from __future__ import annotations
 
+import contextlib
+
 import testbed.spec  # noqa: F401  (registers the experiment types)
 from testbed.cluster import fabric as cluster_fabric
 from testbed.cluster.fabric import ClusterExecutor
@@ -74,3 +76,69 @@ def test_hosts_find_the_machines_name_servers_unreachable_at_once():
         ["ip", "route", "replace", "unreachable", "10.255.255.53/32"],
         ["ip", "route", "replace", "unreachable", "10.1.2.3/32"]]
     assert resolver_routes("", set()) == []
+
+
+def test_a_local_fabric_is_torn_down_all_at_once(tmp_path, monkeypatch):
+    """One ovs-vsctl transaction for the bridges and one group of links, with grace periods
+    expedited; each link by the end in the root namespace (a switch's), a link with none
+    stopped as Mininet does; then every node's shell ended, as Mininet ends them."""
+    from testbed.net import executor as executor_mod
+    done: list = []
+
+    class Node:
+        def __init__(self, name: str, in_ns: bool):
+            self.name, self.inNamespace = name, in_ns
+
+        def terminate(self):
+            done.append(("terminate", self.name))
+
+        stop = terminate
+
+    class Link:
+        def __init__(self, a: Node, b: Node):
+            self.intf1 = type("Intf", (), {"node": a, "name": f"{a.name}-eth"})()
+            self.intf2 = type("Intf", (), {"node": b, "name": f"{b.name}-eth"})()
+
+        def stop(self):
+            done.append(("link", self.intf1.name))
+
+    h1, h2, s1, s2 = Node("h1", True), Node("h2", True), Node("s1", False), Node("s2", False)
+    net = type("Net", (), {"controllers": [Node("c0", False)], "switches": [s1, s2],
+                           "hosts": [h1, h2],
+                           "links": [Link(h1, s1), Link(s1, s2), Link(h1, h2)]})()
+
+    @contextlib.contextmanager
+    def expedited(remember):
+        done.append("expedited")
+        yield True
+        done.append("as before")
+
+    monkeypatch.setattr(executor_mod, "expedited_rcu", expedited)
+    monkeypatch.setattr(executor_mod, "delete_bridges", lambda n: done.append(("bridges", n)))
+    monkeypatch.setattr(executor_mod, "delete_links", lambda n: done.append(("links", n)))
+    fab = fabric_of({}, tmp_path)
+    fab.executor.teardown(net)
+    assert done == [("terminate", "c0"), "expedited", ("bridges", ["s1", "s2"]),
+                    ("links", ["s1-eth", "s1-eth"]), "as before", ("link", "h1-eth"),
+                    ("terminate", "s1"), ("terminate", "s2"), ("terminate", "h1"),
+                    ("terminate", "h2")]
+
+
+def test_grace_periods_expedited_only_while_asked_and_put_back(tmp_path, monkeypatch):
+    from testbed.core import system
+    knob = tmp_path / "rcu_expedited"
+    monkeypatch.setattr(system, "RCU_EXPEDITED", str(knob))
+    knob.write_text("0\n")
+    remembered: dict = {}
+    with system.expedited_rcu(remembered.setdefault) as on:
+        assert on and knob.read_text() == "1\n"
+    assert knob.read_text() == "0\n" and remembered == {str(knob): "0"}
+    knob.write_text("1\n")  # expedited already (the machine's own setting): left alone
+    with system.expedited_rcu(remembered.setdefault) as on:
+        assert on
+    assert knob.read_text() == "1\n"
+    knob.unlink()  # no such setting: nothing to do
+    with system.expedited_rcu() as on:
+        assert not on
+    assert system.sysctl_path(str(knob)) == knob
+    assert str(system.sysctl_path("net.core.wmem_max")) == "/proc/sys/net/core/wmem_max"
