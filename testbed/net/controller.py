@@ -63,6 +63,15 @@ class ControllerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> int:
+        """Started and listening; its PID."""
+        pid = self.spawn()
+        self.wait_listening(timeout)
+        return pid
+
+    def spawn(self) -> int:
+        """Started (its PID); Ryu takes about a second to import before it listens, which
+        a fabric spends building its network (`wait_listening` before the switches
+        start)."""
         self.state_json.unlink(missing_ok=True)
         dump_json(self.launch.config, self.launch.config_path)
         log = open(self.log_path, "ab")
@@ -70,14 +79,19 @@ class ControllerProcess:
                                      stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        return self.proc.pid
+
+    def wait_listening(self, timeout: float = 30.0) -> None:
+        """Until the spawned controller accepts OpenFlow connections."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise TestbedError(f"the controller exited at start; see {self.log_path}")
             with socket.socket() as s:
                 if s.connect_ex((self.launch.host, self.launch.port)) == 0:
-                    return self.proc.pid
-            time.sleep(0.1)
+                    return
+            time.sleep(0.05)
         raise TestbedError(f"the controller did not listen on {self.launch.host}:{self.launch.port} "
                            f"within {timeout:.0f} s; see {self.log_path}")
 

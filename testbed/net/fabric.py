@@ -226,6 +226,7 @@ class Fabric:
         self.record.add_pid(c0.pid, "mininet controller node shell")
         populate(net, self.topo, self.executor.node_params, self.executor.link_params)
         net.build()
+        self.supervisor.wait_listening()  # before the switches start: none waits to retry
         for host in net.hosts:
             if getattr(host, "isRemote", False):  # its shell here is the ssh to its server
                 self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")

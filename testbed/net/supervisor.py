@@ -41,11 +41,15 @@ class ControllerSupervisor:
         self._watch_stop = threading.Event()
 
     def launch(self, launch: ControllerLaunch, log_path: Path) -> None:
-        """The controller started (its PID in the run's record), no command sent to it yet."""
+        """The controller started (its PID in the run's record), no command sent to it yet;
+        it listens once `wait_listening` returns."""
         self.fab.commands_jsonl.unlink(missing_ok=True)
         self.commands_sent = 0
         self.controller = ControllerProcess(launch, log_path)
-        self.fab.record.add_pid(self.controller.start(), "ryu controller")
+        self.fab.record.add_pid(self.controller.spawn(), "ryu controller")
+
+    def wait_listening(self) -> None:
+        self.controller.wait_listening()
 
     def wait_connected(self, t0: float, timeout: float = 60.0) -> float:
         """Until every switch has connected to the controller; how long that took since
