@@ -283,6 +283,15 @@ class ClusterExecutor(LocalExecutor):
         return self.conns[self.where[host]].argv(argv, netns_pid=self.fab.host_pid(host),
                                                  tty=hangup)
 
+    def hosts_run(self, argvs: dict[str, list[str]], inputs: dict[str, str] | None = None
+                  ) -> dict[str, subprocess.CompletedProcess]:
+        # one at a time: each is a session of its server's one ssh connection
+        return {host: self.host_run(host, argv, (inputs or {}).get(host))
+                for host, argv in argvs.items()}
+
+    def create_links(self, net: Any) -> None:
+        """Made by Mininet's own classes (net_classes), each on its server."""
+
     def switch_groups(self) -> list[list[str]]:
         groups: dict[str, list[str]] = {}
         for sw in self.fab.topo.switches:

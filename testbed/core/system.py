@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import shutil
 import socket
 import struct
@@ -134,6 +135,17 @@ def expedited_rcu(remember: Callable[[str, str], None] | None = None) -> Iterato
         yield True
     finally:
         path.write_text(old + "\n")
+
+
+def side_by_side(commands: list[list[str]], ways: int = 4) -> list[str]:
+    """One `sh -c` argv that runs `commands` in `ways` chains side by side (each chain in
+    order, stopping at its first failure) and fails if any chain failed: hundreds of short
+    processes (a Fat-Tree k=8's 384 switch ports' ethtool) take half the time on two cores.
+    """
+    chains = [commands[i::ways] for i in range(ways) if commands[i::ways]]
+    script = "".join(f"( {' && '.join(shlex.join(c) for c in chain)} ) & pids=\"$pids $!\"; "
+                     for chain in chains)
+    return ["sh", "-c", f'pids=; {script}for p in $pids; do wait "$p" || exit 1; done']
 
 
 def is_root() -> bool:

@@ -226,6 +226,7 @@ class Fabric:
         self.record.add_pid(c0.pid, "mininet controller node shell")
         populate(net, self.topo, self.executor.node_params, self.executor.link_params)
         net.build()
+        self.executor.create_links(net)
         self.supervisor.wait_listening()  # before the switches start: none waits to retry
         for host in net.hosts:
             if getattr(host, "isRemote", False):  # its shell here is the ssh to its server
@@ -323,6 +324,10 @@ class Fabric:
     def host_run(self, host: str, argv: list[str], input: str | None = None,
                  check: bool = True) -> subprocess.CompletedProcess:
         return self.executor.host_run(host, argv, input=input, check=check)
+
+    def hosts_run(self, argvs: dict[str, list[str]], inputs: dict[str, str] | None = None
+                  ) -> dict[str, subprocess.CompletedProcess]:
+        return self.executor.hosts_run(argvs, inputs)
 
     def switch_groups(self) -> list[list[str]]:
         """The switches by the machine they run on."""

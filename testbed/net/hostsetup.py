@@ -19,6 +19,7 @@ from testbed.core.system import (
     TestbedError,
     batch_input,
     route_with_initcwnd,
+    side_by_side,
     sysctl_get,
     sysctl_set,
 )
@@ -114,6 +115,7 @@ class HostSetup:
         relay_plan = routing_plan(fab.topo, fab.routing) if fab.topo.relays else None
         self.relay_plan = relay_plan
         no_resolver = resolver_routes(read_resolv_conf(), {h.ip for h in fab.topo.hosts})
+        argvs = {}
         for host in fab.topo.hosts:
             settings = [f"net.ipv4.tcp_congestion_control={fab.hosts.congestion_control}",
                         f"net.ipv4.tcp_ecn={1 if fab.hosts.ecn else 0}",
@@ -127,17 +129,20 @@ class HostSetup:
                 settings += ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
                              "net.ipv4.conf.default.rp_filter=0",
                              "net.ipv4.fib_multipath_hash_policy=1"]
-            fab.host_run(host.name, ["sh", "-c", " && ".join(
+            # ends by reading back the congestion control the host took
+            argvs[host.name] = ["sh", "-c", " && ".join(
                 [shlex.join(["sysctl", "-q", "-w", *settings])]
                 + [shlex.join(queues.offload_command(ifname(host.name, port)))
                    for port in range(host.ports)]
-                + [shlex.join(route) for route in no_resolver])])
+                + [shlex.join(route) for route in no_resolver]
+                + ["cat /proc/sys/net/ipv4/tcp_congestion_control"])]
+        for name, done in fab.hosts_run(argvs).items():
+            self.host_cc[name] = (done.stdout.split() or [""])[-1]  # after any ethtool says
+        for host in fab.topo.hosts:
             if host.relay:
                 self._relay_routes(host, relay_plan)
             if fab.hosts.initial_window_pkts is not None:
                 self.initial_window(host.name, fab.hosts.initial_window_pkts)
-            self.host_cc[host.name] = fab.host_run(
-                host.name, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         wrong = {h: cc for h, cc in self.host_cc.items() if cc != fab.hosts.congestion_control}
         if wrong:
             raise TestbedError(f"hosts did not take congestion control "
@@ -147,8 +152,8 @@ class HostSetup:
             names = fab.switch_ifaces(group)
             fab.root_run(group[0], ["sysctl", "-q", "-w", *(
                 f"net.ipv6.conf.{name}.disable_ipv6=1" for name in names)], check=False)
-            fab.root_run(group[0], ["sh", "-c", " && ".join(
-                shlex.join(queues.offload_command(name)) for name in names)])
+            fab.root_run(group[0], side_by_side([queues.offload_command(name)
+                                                 for name in names]))
 
     def initial_window(self, host: str, n: int) -> None:
         """A TCP initial window of `n` segments on every route of the host (the kernel reads
@@ -208,9 +213,9 @@ class HostSetup:
             for group in fab.switch_groups():
                 fab.root_run(group[0], IP_BATCH, input=batch_input(
                     queues.mtu_commands(fab.switch_ifaces(group), mtu)))
-            for host, mine in host_q.items():
-                fab.host_run(host, IP_BATCH, input=batch_input(
-                    queues.mtu_commands([q.ifname for q in mine], mtu)))
+            fab.hosts_run({host: IP_BATCH for host in host_q}, inputs={
+                host: batch_input(queues.mtu_commands([q.ifname for q in mine], mtu))
+                for host, mine in host_q.items()})
         if fab.qos_plane is not None:
             fab.executor.install_qos(fab.qos_plane)
             return
@@ -218,6 +223,6 @@ class HostSetup:
             names = set(fab.switch_ifaces(group))
             fab.root_run(group[0], queues.TC_BATCH, input=queues.tc_lines(
                 [c for q in switch_q if q.ifname in names for c in queues.htb_commands(q)]))
-        for host, mine in host_q.items():
-            fab.host_run(host, queues.TC_BATCH, input=queues.tc_lines(
-                [c for q in mine for c in queues.htb_commands(q, fab.fair_object)]))
+        fab.hosts_run({host: queues.TC_BATCH for host in host_q}, inputs={
+            host: queues.tc_lines([c for q in mine for c in queues.htb_commands(
+                q, fab.fair_object)]) for host, mine in host_q.items()})

@@ -142,3 +142,51 @@ def test_grace_periods_expedited_only_while_asked_and_put_back(tmp_path, monkeyp
         assert not on
     assert system.sysctl_path(str(knob)) == knob
     assert str(system.sysctl_path("net.core.wmem_max")) == "/proc/sys/net/core/wmem_max"
+
+
+def test_links_and_host_addresses_are_made_in_batches():
+    """Each recorded pair is one `ip -batch` line that puts each end straight into its
+    node's namespace with its MAC (a switch's end stays in the root namespace); a host's
+    loopback, address and ports are one batch of its own; what a batch cannot set raises."""
+    import pytest
+
+    from testbed.net.mnbatch import BatchHost, BatchIntf, link_add_line
+    host = type("Node", (), {"inNamespace": True, "pid": 4242})()
+    switch = type("Node", (), {"inNamespace": False, "pid": 77})()
+    assert link_add_line((("h1-eth0", "00:00:00:00:00:01", host), ("e1-eth1", None, switch))
+                         ) == ("link add name h1-eth0 address 00:00:00:00:00:01 netns 4242 "
+                               "type veth peer name e1-eth1")
+    assert link_add_line((("e1-eth3", None, switch), ("a1-eth1", None, switch))) == \
+        "link add name e1-eth3 type veth peer name a1-eth1"
+
+    class Intf:
+        def __init__(self, name, mac):
+            self.name, self.mac, self.ip, self.prefixLen = name, mac, None, None
+
+    ports = [Intf("h1-eth0", "00:00:00:00:00:01"), Intf("h1-eth1", "00:00:00:00:00:02")]
+    fake = type("Fake", (), {"name": "h1", "defaultIntf": lambda self: ports[0],
+                             "intfList": lambda self: ports})()
+    assert BatchHost.config(fake, mac="00:00:00:00:00:01", ip="10.0.0.1/8") == {}
+    assert fake.batch_lines == ["link set dev lo up", "addr add 10.0.0.1/8 brd + dev h1-eth0",
+                                "link set dev h1-eth0 up", "link set dev h1-eth1 up"]
+    assert (ports[0].ip, ports[0].prefixLen) == ("10.0.0.1", "8")  # as Mininet keeps them
+    BatchHost.config(fake, mac="00:00:00:00:00:09", ip="10.0.0.2/32")
+    assert fake.batch_lines[1:3] == ["link set dev h1-eth0 address 00:00:00:00:00:09",
+                                     "addr add 10.0.0.2/32 brd + dev h1-eth0"]
+    assert ports[0].mac == "00:00:00:00:00:09"
+    with pytest.raises(NotImplementedError, match="defaultRoute"):
+        BatchHost.config(fake, ip="10.0.0.1/8", defaultRoute="h1-eth0")
+    with pytest.raises(NotImplementedError, match="only a MAC"):
+        BatchIntf.config(Intf("s1-eth1", None), ip="10.0.0.9/8")
+
+
+def test_short_commands_side_by_side_fail_if_any_fails():
+    import subprocess
+
+    from testbed.core.system import side_by_side
+    argv = side_by_side([["echo", "a b"], ["echo", "c"], ["echo", "d"]], ways=2)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0 and sorted(done.stdout.split("\n")) == ["", "a b", "c", "d"]
+    assert subprocess.run(side_by_side([["true"], ["false"], ["true"]], ways=2)).returncode == 1
+    assert subprocess.run(side_by_side([["false"], ["true"]], ways=4)).returncode == 1
+    assert subprocess.run(side_by_side([], ways=2)).returncode == 0
