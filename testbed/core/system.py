@@ -76,28 +76,35 @@ def delete_bridges(names: list[str]) -> None:
         run(argv, check=False, timeout=90)
 
 
-# the interface group a fabric's links are moved into to be deleted in one call (any number
-# no other interface uses: checked before the group is deleted)
-LINK_GROUP = 0x7E57
+def link_group() -> int:
+    """The interface group this process moves a fabric's links into to delete them in one
+    call: one per process (any number no other interface uses is fine; delete_links checks
+    the group holds nothing else before deleting it)."""
+    return 0x7E570000 + os.getpid() % 0x10000
+
+
+def iface_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()
 
 
 def delete_links(names: list[str]) -> None:
     """Interfaces `names` of the root namespace, with their veth peers, at once. Deleted one
-    by one, each waits for the kernel's network to quiesce (about 15 ms here: 12 s for a
-    Fat-Tree k=8's 768 links, most of Mininet's stop); moved into one interface group and
-    deleted as a group, the kernel unregisters them together (0.1 s for 160). If any other
-    interface is in that group, they are deleted one by one instead."""
-    here = [n for n in names if Path(f"/sys/class/net/{n}").exists()]
+    by one, each waits for the kernel's network to quiesce (about 15 ms here; Mininet's
+    stop spent 9 s of a Fat-Tree k=8's teardown on its 384 links); moved into one interface
+    group and deleted as a group, the kernel unregisters them together (0.1 s for 160). If
+    any other interface is in that group, they are deleted one by one instead."""
+    here = [n for n in names if iface_exists(n)]
     if not here:
         return
+    group = str(link_group())
     run(["ip", "-force", *IP_BATCH[1:]], check=False,
-        input=batch_input([f"link set dev {n} group {LINK_GROUP}" for n in here]))
-    listed = run(["ip", "-o", "link", "show", "group", str(LINK_GROUP)], check=False).stdout
+        input=batch_input([f"link set dev {n} group {group}" for n in here]))
+    listed = run(["ip", "-o", "link", "show", "group", group], check=False).stdout
     grouped = {line.split(":")[1].strip().split("@")[0] for line in listed.splitlines()
                if line.count(":") >= 2}
     if grouped and grouped <= set(here):
-        run(["ip", "link", "del", "group", str(LINK_GROUP)], check=False)
-    left = [n for n in here if Path(f"/sys/class/net/{n}").exists()]
+        run(["ip", "link", "del", "group", group], check=False)
+    left = [n for n in here if iface_exists(n)]
     if left:
         run(["ip", "-force", *IP_BATCH[1:]], check=False,
             input=batch_input([f"link del dev {n}" for n in left]))
@@ -111,8 +118,9 @@ def expedited_rcu(remember: Callable[[str, str], None] | None = None) -> Iterato
     """The kernel's RCU grace periods expedited while a fabric is torn down, then as they
     were; yields whether they are. OVS closes a packet socket for every port it removes, and
     the kernel waits a full grace period for each (packet_release calls synchronize_net):
-    14 ms a port here, 2.4 s for a Fat-Tree k=4's 160 ports. Expedited, a grace period is
-    forced at once (an interrupt to each other core): 0.5 s for the same. Nothing is left
+    14-19 ms a port here, 12 s of a Fat-Tree k=8's teardown (640 switch ports), 2.4 s for 20
+    bridges of 8 ports. Expedited, a grace period is forced at once (an interrupt to each
+    other core): 0.5 s for those 20 bridges. Nothing is left
     changed: `remember(path, old value)` before the change (a run's record, so that `testbed
     clean` restores it after a SIGKILL that skips the `finally`). Where the setting cannot
     be written (no /sys, not root), grace periods stay as they are."""
@@ -140,12 +148,13 @@ def expedited_rcu(remember: Callable[[str, str], None] | None = None) -> Iterato
 def side_by_side(commands: list[list[str]], ways: int = 4) -> list[str]:
     """One `sh -c` argv that runs `commands` in `ways` chains side by side (each chain in
     order, stopping at its first failure) and fails if any chain failed: hundreds of short
-    processes (a Fat-Tree k=8's 384 switch ports' ethtool) take half the time on two cores.
-    """
+    processes (ethtool on a Fat-Tree k=8's 640 switch ports) take half the time on two
+    cores. Every chain is waited for, failed or not."""
     chains = [commands[i::ways] for i in range(ways) if commands[i::ways]]
     script = "".join(f"( {' && '.join(shlex.join(c) for c in chain)} ) & pids=\"$pids $!\"; "
                      for chain in chains)
-    return ["sh", "-c", f'pids=; {script}for p in $pids; do wait "$p" || exit 1; done']
+    return ["sh", "-c",
+            f'pids=; rc=0; {script}for p in $pids; do wait "$p" || rc=1; done; exit $rc']
 
 
 def is_root() -> bool:
@@ -179,9 +188,13 @@ def have(tool: str) -> bool:
 
 
 def sysctl_path(name: str) -> Path:
-    """A sysctl's file (`net.core.wmem_max`), or a kernel setting given by its absolute path
-    (RCU_EXPEDITED)."""
-    return Path(name) if name.startswith("/") else Path("/proc/sys") / name.replace(".", "/")
+    """A sysctl's file (`net.core.wmem_max`), or RCU_EXPEDITED (the one other kernel setting
+    the testbed changes and a run's record may name)."""
+    if name.startswith("/"):
+        if name != RCU_EXPEDITED:
+            raise TestbedError(f"{name}: not a setting the testbed changes")
+        return Path(name)
+    return Path("/proc/sys") / name.replace(".", "/")
 
 
 def sysctl_get(name: str) -> str:

@@ -140,6 +140,8 @@ class LocalExecutor:
         transaction with grace periods expedited, every link in one interface group
         (core/system.py), then the nodes' shells as Mininet ends them. A link with no end in
         the root namespace (none in the shipped topologies) is stopped as Mininet does."""
+        if net.terms:  # windows `testbed up`'s CLI opened (xterm)
+            net.stopXterms()
         for controller in net.controllers:
             controller.stop()
         root_ends, other = [], []
@@ -155,7 +157,10 @@ class LocalExecutor:
         for link in other:
             link.stop()
         for node in [*net.switches, *net.hosts]:
-            node.terminate()
+            try:
+                node.terminate()
+            except OSError:  # a shell not yet in its own process group (a build cut short)
+                node.shell.kill()
 
     def started(self) -> None:
         """Once the fabric is up (a cluster's: each other server's CPU monitor)."""

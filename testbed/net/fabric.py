@@ -206,8 +206,8 @@ class Fabric:
         from mininet.node import RemoteController
 
         class _StartedController(RemoteController):
-            # Our controller is listening already (ControllerProcess.start waits for it).
-            # Mininet's own check pipes telnet's output, which holds the controller's
+            # Our controller is listening by the time the switches start (the fabric waits
+            # for it: Supervisor.wait_listening). Mininet's own check pipes telnet's output, which holds the controller's
             # binary OpenFlow hello, through a UTF-8 decoder: a hello whose xid is not
             # valid UTF-8 failed the run (UnicodeDecodeError, seen in a test run).
             def checkListening(self):
@@ -225,14 +225,14 @@ class Fabric:
                                port=self.controller.launch.port)
         self.record.add_pid(c0.pid, "mininet controller node shell")
         populate(net, self.topo, self.executor.node_params, self.executor.link_params)
-        net.build()
-        self.executor.create_links(net)
-        self.supervisor.wait_listening()  # before the switches start: none waits to retry
-        for host in net.hosts:
+        for host in net.hosts:  # their shells run from here on
             if getattr(host, "isRemote", False):  # its shell here is the ssh to its server
                 self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")
             else:
                 self.record.add_pid(host.pid, f"mininet host {host.name}")
+        net.build()
+        self.executor.create_links(net)
+        self.supervisor.wait_listening()  # before the switches start: none waits to retry
         net.start()
 
     def host_pid(self, name: str) -> int:

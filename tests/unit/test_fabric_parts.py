@@ -4,6 +4,7 @@ node only through it. Nothing is built: no root, no Mininet, no server."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
 
 import testbed.spec  # noqa: F401  (registers the experiment types)
 from testbed.cluster import fabric as cluster_fabric
@@ -104,7 +105,7 @@ def test_a_local_fabric_is_torn_down_all_at_once(tmp_path, monkeypatch):
 
     h1, h2, s1, s2 = Node("h1", True), Node("h2", True), Node("s1", False), Node("s2", False)
     net = type("Net", (), {"controllers": [Node("c0", False)], "switches": [s1, s2],
-                           "hosts": [h1, h2],
+                           "hosts": [h1, h2], "terms": [],
                            "links": [Link(h1, s1), Link(s1, s2), Link(h1, h2)]})()
 
     @contextlib.contextmanager
@@ -125,7 +126,10 @@ def test_a_local_fabric_is_torn_down_all_at_once(tmp_path, monkeypatch):
 
 
 def test_grace_periods_expedited_only_while_asked_and_put_back(tmp_path, monkeypatch):
+    import pytest
+
     from testbed.core import system
+    from testbed.core.errors import TestbedError
     knob = tmp_path / "rcu_expedited"
     monkeypatch.setattr(system, "RCU_EXPEDITED", str(knob))
     knob.write_text("0\n")
@@ -141,6 +145,8 @@ def test_grace_periods_expedited_only_while_asked_and_put_back(tmp_path, monkeyp
     with system.expedited_rcu() as on:
         assert not on
     assert system.sysctl_path(str(knob)) == knob
+    with pytest.raises(TestbedError, match="not a setting"):  # a record naming another file
+        system.sysctl_path("/etc/passwd")
     assert str(system.sysctl_path("net.core.wmem_max")) == "/proc/sys/net/core/wmem_max"
 
 
@@ -190,3 +196,47 @@ def test_short_commands_side_by_side_fail_if_any_fails():
     assert subprocess.run(side_by_side([["true"], ["false"], ["true"]], ways=2)).returncode == 1
     assert subprocess.run(side_by_side([["false"], ["true"]], ways=4)).returncode == 1
     assert subprocess.run(side_by_side([], ways=2)).returncode == 0
+
+
+def test_links_go_as_one_group_unless_the_group_holds_another_interface(monkeypatch):
+    from testbed.core import system
+    present = {"e1-eth1", "e1-eth2", "a1-eth1"}
+    calls: list = []
+    foreign: list[str] = []
+
+    in_group: set[str] = set()
+
+    def run(argv, check=True, timeout=60, input=None):
+        calls.append((argv, input))
+        out = ""
+        if argv[:4] == ["ip", "-o", "link", "show"]:
+            out = "".join(f"{i}: {n}@if9: <BROADCAST> mtu 1500\n"
+                          for i, n in enumerate(sorted(in_group) + foreign))
+        elif argv[:3] == ["ip", "link", "del"]:
+            present.difference_update(in_group)
+            in_group.clear()
+        elif input and "group" in input:
+            in_group.update(line.split()[3] for line in input.splitlines())
+        elif input and "link del" in input:
+            present.difference_update(line.split()[-1] for line in input.splitlines())
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(system, "run", run)
+    monkeypatch.setattr(system, "iface_exists", lambda n: n in present)
+    group = str(system.link_group())
+    system.delete_links(["e1-eth1", "e1-eth2", "gone-eth1"])
+    assert calls[0][1] == (f"link set dev e1-eth1 group {group}\n"
+                           f"link set dev e1-eth2 group {group}\n")
+    assert calls[-1][0] == ["ip", "link", "del", "group", group]
+    assert present == {"a1-eth1"}  # not asked for: left
+    # another interface in the group (not the fabric's): ours one by one, the group kept
+    present.update({"e1-eth1", "e1-eth2"})
+    foreign.append("vethX")
+    calls.clear()
+    system.delete_links(["e1-eth1", "e1-eth2"])
+    assert ["ip", "link", "del", "group", group] not in [argv for argv, _ in calls]
+    assert calls[-1][1] == "link del dev e1-eth1\nlink del dev e1-eth2\n"
+    assert present == {"a1-eth1"}
+    calls.clear()
+    system.delete_links(["gone-eth1"])
+    assert calls == []
