@@ -21,6 +21,7 @@ from testbed.core.system import (
     delete_bridges,
     delete_links,
     expedited_rcu,
+    iface_exists,
     run,
     sysctl_set,
 )
@@ -193,7 +194,7 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
     doomed = [b for b in rec.bridges if b in existing]
     with expedited_rcu():
         delete_bridges(doomed)
-        ifaces = [name for name in rec.root_ifaces if Path(f"/sys/class/net/{name}").exists()]
+        ifaces = [name for name in rec.root_ifaces if iface_exists(name)]
         delete_links(ifaces)
     removed += [f"bridge {b}" for b in doomed] + [f"interface {name}" for name in ifaces]
     for pin in rec.bpf_pins:
