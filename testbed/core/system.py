@@ -120,10 +120,10 @@ def expedited_rcu(remember: Callable[[str, str], None] | None = None) -> Iterato
     the kernel waits a full grace period for each (packet_release calls synchronize_net):
     14-19 ms a port here, 12 s of a Fat-Tree k=8's teardown (640 switch ports), 2.4 s for 20
     bridges of 8 ports. Expedited, a grace period is forced at once (an interrupt to each
-    other core): 0.5 s for those 20 bridges. Nothing is left
-    changed: `remember(path, old value)` before the change (a run's record, so that `testbed
-    clean` restores it after a SIGKILL that skips the `finally`). Where the setting cannot
-    be written (no /sys, not root), grace periods stay as they are."""
+    other core): 0.5 s for those 20 bridges. Nothing is left changed: `remember(path, old
+    value)` before the change (a run's record, so that `testbed clean` restores it after a
+    SIGKILL that skips the `finally`). Where the setting cannot be written (no /sys, not
+    root), grace periods stay as they are."""
     path = Path(RCU_EXPEDITED)
     try:
         old = path.read_text().strip()

@@ -207,9 +207,10 @@ class Fabric:
 
         class _StartedController(RemoteController):
             # Our controller is listening by the time the switches start (the fabric waits
-            # for it: Supervisor.wait_listening). Mininet's own check pipes telnet's output, which holds the controller's
-            # binary OpenFlow hello, through a UTF-8 decoder: a hello whose xid is not
-            # valid UTF-8 failed the run (UnicodeDecodeError, seen in a test run).
+            # for it: Supervisor.wait_listening). Mininet's own check pipes telnet's
+            # output, which holds the controller's binary OpenFlow hello, through a UTF-8
+            # decoder: a hello whose xid is not valid UTF-8 failed the run
+            # (UnicodeDecodeError, seen in a test run).
             def checkListening(self):
                 pass
 
