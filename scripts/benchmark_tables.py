@@ -138,21 +138,24 @@ def ecn(out: Path) -> None:
     summary = json.loads((out / "ecn_queue" / "summary.json").read_text())
     print("| flows | phase | sender | queue mean / p50 / p90 / max (pkts) | marks | drops | "
           "goodput (of link) | Jain | alpha mean / marked fraction | CPU core-ms/MB | "
-          "marks with qdisc < K (upper bound) | BPF vs qdisc p50 / p99 (pkts) | sampling "
-          "| CPU-bound |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "marking with qdisc <= K | 1 ms bound: qdisc / own count | BPF vs qdisc p50 / p99 (pkts) | "
+          "sampling "
+          "| CPU-bound |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for exp in summary["experiments"].values():
         h = exp["headline"]
         flows = h.get("senders", "")
         for r in [h["droptail"], *h["ecn_phases"].values()]:
             b = r["marks_with_real_queue_below_k"]
             frac = "n/a" if b["fraction"] is None else f"{b['fraction']:.1%}"
+            bound = "n/a" if b.get("interval_bound") is None else \
+                f"{b['interval_bound']:.1%} / {b['interval_bound_own_view']:.1%}"
             alpha = "n/a" if r.get("alpha_mean") is None else f"{r['alpha_mean']:.3f}"
             print(f"| {flows} | {r['phase']} | {r['sender_cc'][0]}{' +ECN' if r['ecn'] else ''} | "
                   f"**{r['queue_mean_pkts']}** / {r['queue_p50_pkts']} / {r['queue_p90_pkts']} / "
                   f"{r['queue_max_pkts']} | {r['marks_pkts']} | {r['drops_pkts']} | "
                   f"{r['goodput_mbps']} Mb/s ({r['goodput_of_link']:.1%}) | "
                   f"{r['jain_fairness']} | {alpha} / {r['marked_fraction']} | "
-                  f"{r['cpu_core_ms_per_mb']} | {frac} | {b.get('bpf_minus_qdisc_p50_pkts')} / "
+                  f"{r['cpu_core_ms_per_mb']} | {frac} | {bound} | {b.get('bpf_minus_qdisc_p50_pkts')} / "
                   f"{b.get('bpf_minus_qdisc_p99_pkts')} | {r['sample_rate_hz']} Hz | "
                   f"{r['cpu_bound']} |")
 

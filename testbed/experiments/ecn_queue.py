@@ -193,24 +193,38 @@ def jain(xs: list[float]) -> float:
 
 
 def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: float) -> dict:
-    """Marks are decided on the BPF's count of the class queue (bytes from enqueue until the
-    far end of the link receives them). At every tick the sampler read the qdisc's own
-    backlog between two BPF readings: their difference says how far the two views of the
-    queue agree, and the marks taken between two ticks whose qdisc readings were both below
-    K are counted as marks below K (an upper bound: the queue may have crossed K and come
-    back within the millisecond)."""
+    """Whether marks are taken on the real queue. Marks are decided on the BPF's count of the
+    class queue (bytes from enqueue until the far end of the link receives them); at every
+    tick the sampler read the qdisc's own backlog between two readings of that count.
+
+    `fraction`: of the ticks at which the marker's count was above K at both readings (it
+    then marks every ECN-capable arrival), the share at which the qdisc held K or less: the
+    marks a marker reading the qdisc itself would not have taken.
+
+    `interval_bound`: marks taken between two ticks whose qdisc readings were both at or below
+    K. The queue may cross K and come back within the millisecond, so this bounds the
+    disagreement only loosely; `interval_bound_own_view` is the same estimate against the
+    marker's own count, which by construction never marks at or below K: what the 1 ms
+    sampling alone puts into the bound."""
     pairs = [p for p in pairs if lo <= p[0] <= hi]
     if len(pairs) < 2:
         return {"fraction": None, "marks": 0}
     diffs = [abs((b0 + b1) / 2 - real) / frame for _, b0, real, b1, _, _ in pairs]
-    below = total = 0
+    marking = [real for _, b0, real, b1, _, _ in pairs if min(b0, b1) > k_bytes]
+    disagree = sum(1 for real in marking if real <= k_bytes)
+    below = own = total = 0
     for a, b in zip(pairs, pairs[1:]):
         delta = b[5] - a[5]
         total += delta
-        if a[2] < k_bytes and b[2] < k_bytes:
+        if a[2] <= k_bytes and b[2] <= k_bytes:
             below += delta
-    return {"fraction": round(below / total, 4) if total else None, "marks": total,
-            "marks_below_k": below, "ticks": len(pairs),
+        if max(a[1], a[3], b[1], b[3]) <= k_bytes:
+            own += delta
+    return {"fraction": round(disagree / len(marking), 4) if marking else None,
+            "ticks_marking": len(marking), "ticks_marking_qdisc_at_or_below_k": disagree,
+            "marks": total, "marks_below_k": below, "ticks": len(pairs),
+            "interval_bound": round(below / total, 4) if total else None,
+            "interval_bound_own_view": round(own / total, 4) if total else None,
             "bpf_minus_qdisc_p50_pkts": round(percentile(diffs, 50), 2),
             "bpf_minus_qdisc_p99_pkts": round(percentile(diffs, 99), 2)}
 

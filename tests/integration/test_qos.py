@@ -25,7 +25,10 @@ def test_ecn_marks_keep_the_queue_near_k(tmp_path):
     assert ecn["marks_pkts"] > 100 and ecn["drops_pkts"] == 0
     # its alpha, read from the kernel, is the fraction of packets the switch marked: 10%
     assert abs(ecn["alpha_mean"] / ecn["marked_fraction"] - 1) <= 0.10, ecn
-    assert ecn["marks_with_real_queue_below_k"]["fraction"] <= 0.10
+    # where the marker's count is above K, the qdisc's own backlog is too: at most 5% of
+    # those instants find it at or below K (a packet still on the veth; measured 1-2%)
+    below = ecn["marks_with_real_queue_below_k"]
+    assert below["ticks_marking"] >= 500 and below["fraction"] <= 0.05, below
     assert ecn["sample_rate_hz"] >= 100
     assert tail["lost_in_switches_pkts"] == 0 and ecn["lost_in_switches_pkts"] == 0
     trace = rows(out, "ecn_queue_depth.csv")

@@ -213,10 +213,20 @@ def test_netlink_queue_stats_are_parsed():
 def test_marks_below_k_and_time_weighted_percentiles():
     # (t, bpf_before, qdisc, bpf_after, marks_before, marks_after)
     pairs = [(0.0, 0, 0, 0, 0, 0), (0.001, 40000, 39000, 41000, 0, 10),
-             (0.002, 1000, 500, 1000, 12, 12), (0.003, 800, 400, 800, 14, 14)]
+             (0.002, 1000, 500, 1000, 12, 12), (0.003, 800, 400, 800, 14, 14),
+             (0.004, 31000, 30000, 31500, 14, 15),    # marking; the qdisc holds exactly K
+             (0.005, 30500, 31000, 29000, 15, 16),    # the marker's count dips to K: not marking
+             (0.006, 800, 700, 800, 20, 20)]
     res = _marks_below_k(pairs, k_bytes=30000, frame=1000, lo=0, hi=1)
-    assert res["marks"] == 14 and res["marks_below_k"] == 2  # taken between two low readings
-    assert res["fraction"] == round(2 / 14, 4)
+    # at the ticks where the marker read above K both times, the qdisc at or below K
+    assert res["ticks_marking"] == 2 and res["ticks_marking_qdisc_at_or_below_k"] == 1
+    assert res["fraction"] == 0.5
+    # marks between two ticks whose qdisc readings were at or below K: 2 + 1 of 20; between
+    # two whose marker readings were: only the 2 (the last interval began at 30500)
+    assert res["marks"] == 20 and res["marks_below_k"] == 3
+    assert res["interval_bound"] == round(3 / 20, 4)
+    assert res["interval_bound_own_view"] == round(2 / 20, 4)
+    assert _marks_below_k(pairs, 30000, 1000, lo=0.0045, hi=1)["fraction"] is None
     assert percentile([1, 5, 9], 50, weights=[0.1, 0.8, 0.1]) == 5
 
 
