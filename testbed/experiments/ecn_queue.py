@@ -199,7 +199,8 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
 
     `fraction`: of the ticks at which the marker's count was above K at both readings (it
     then marks every ECN-capable arrival), the share at which the qdisc held K or less: the
-    marks a marker reading the qdisc itself would not have taken.
+    marks a marker reading the qdisc itself would not have taken (None when nothing was
+    marked).
 
     `interval_bound`: marks taken between two ticks whose qdisc readings were both at or below
     K. The queue may cross K and come back within the millisecond, so this bounds the
@@ -220,7 +221,7 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
             below += delta
         if max(a[1], a[3], b[1], b[3]) <= k_bytes:
             own += delta
-    return {"fraction": round(disagree / len(marking), 4) if marking else None,
+    return {"fraction": round(disagree / len(marking), 4) if marking and total else None,
             "ticks_marking": len(marking), "ticks_marking_qdisc_at_or_below_k": disagree,
             "marks": total, "marks_below_k": below, "ticks": len(pairs),
             "interval_bound": round(below / total, 4) if total else None,

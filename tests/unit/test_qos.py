@@ -227,6 +227,8 @@ def test_marks_below_k_and_time_weighted_percentiles():
     assert res["interval_bound"] == round(3 / 20, 4)
     assert res["interval_bound_own_view"] == round(2 / 20, 4)
     assert _marks_below_k(pairs, 30000, 1000, lo=0.0045, hi=1)["fraction"] is None
+    unmarked = [(t, b0, q, b1, 0, 0) for t, b0, q, b1, _, _ in pairs]   # drop-tail: no ECN
+    assert _marks_below_k(unmarked, 30000, 1000, lo=0, hi=1)["fraction"] is None
     assert percentile([1, 5, 9], 50, weights=[0.1, 0.8, 0.1]) == 5
 
 
