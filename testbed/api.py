@@ -19,12 +19,16 @@ exception or Ctrl-C as well.
         fab.stop([server])
         (flow,) = fab.flows([("h1", "h4")], duration_s=3)   # the same, as metrics/script_flows.csv
 
+Without a `with` block: `tb = Testbed(spec).start()`, ..., `tb.stop()` (a notebook's cells).
+Mininet's own vocabulary (`Mininet`, `net.get`, `h.cmd`, `pingAll`, `iperf`) is testbed.mn.
+
 A spec given as a file, plain data or a `Spec` needs no `experiments` here; `Testbed.fabric`
 may also take another topology, routing or classes than the spec's (one fabric at a time),
 as the plain data a spec takes.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -179,12 +183,20 @@ class LiveFabric:
     def ping_all(self, count: int = 1, interval_s: float = 0.2) -> dict:
         """Every host pings every other (Mininet's pingAll): pairs, pings sent and received,
         loss %, pairs with loss, round-trip times (`reachability`'s headline)."""
+        return reachability.analyse(self.ping_rows(count, interval_s)).headline
+
+    def ping_rows(self, count: int = 1, interval_s: float = 0.2,
+                  among: list[str] | None = None) -> list[list]:
+        """Every host (or every one of `among`) pings every other: a row per pair, as
+        reachability.csv has them (src, dst, sent, received, loss %, RTT avg / max / min
+        in ms). A loss the fabric cannot explain marks the run degraded."""
+        for host in among or []:
+            self.pid(host)
         self._alive("its network")
-        rows = reachability.ping_all(self.fabric, count, interval_s)
-        out = reachability.analyse(rows)
+        rows = reachability.ping_all(self.fabric, count, interval_s, among)
         if not self.fabric.ports_down:  # no cable pulled to explain a loss
-            self.ctx.degraded += out.degraded
-        return out.headline
+            self.ctx.degraded += reachability.analyse(rows).degraded
+        return rows
 
     def flows(self, pairs: list[tuple[str, str]], duration_s: float = 10.0,
               omit_s: float = 1.0, nbytes: int | None = None,
@@ -224,10 +236,25 @@ class LiveFabric:
         """Stop processes started with `Host.start` (SIGTERM, then SIGKILL)."""
         self.fabric.stop_processes(procs)
 
-    def set_ports(self, ports: list[tuple[str, int]], up: bool) -> None:
-        """Switch ports down or up, as cables pulled or put back; the controller reroutes."""
+    def set_ports(self, ports: list[tuple[str, int]], up: bool,
+                  wait_s: float = 5.0) -> list[dict]:
+        """Switch ports down or up, as cables pulled or put back; the controller reroutes.
+        Returns once it has replanned for every port (its reroutes, as plain data), or
+        after `wait_s` with those it made by then."""
         self._alive("its network")
+        t0 = time.time()
         self.fabric.set_ports(ports, up)
+        wanted = {ifname(node, port) for node, port in ports}
+        seen: list = []
+        while time.time() < t0 + wait_s:
+            state = self.fabric.controller_state(since=time.time(), timeout=0.5)
+            if state is None:
+                break
+            seen = [r for r in state.reroutes
+                    if r.time >= t0 and r.port in wanted and r.down == (not up)]
+            if {r.port for r in seen} == wanted:
+                break
+        return reply_data(seen)
 
     def set_routing(self, mode: str) -> dict:
         """Route the fabric by `mode` ("ecmp" or "single") from now on, while traffic runs:
@@ -296,15 +323,33 @@ class Testbed:
         self.ctx: RunContext | None = None
 
     def __enter__(self) -> Testbed:
-        self._stack = contextlib.ExitStack()
-        self.ctx = self._stack.enter_context(session(self.spec, self.topo, self.text,
-                                                     self.out, self.log, self.what,
-                                                     self.live_port))
+        if self._stack is not None:
+            raise TestbedError("this Testbed is started already")
+        stack = contextlib.ExitStack()
+        self.ctx = stack.enter_context(session(self.spec, self.topo, self.text, self.out,
+                                               self.log, self.what, self.live_port))
+        self._stack = stack
         return self
 
     def __exit__(self, *exc) -> bool | None:
         assert self._stack is not None  # the fabric's teardown first, then the session's
-        return self._stack.__exit__(*exc)
+        stack, self._stack, self._fabric = self._stack, None, None
+        atexit.unregister(self.stop)
+        return stack.__exit__(*exc)
+
+    def start(self) -> Testbed:
+        """The session without a `with` block, as Mininet's `net.start()`: for a notebook
+        whose cells use one fabric, or a script that ends with `stop`. A session still
+        open when Python exits is stopped then."""
+        self.__enter__()
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """End a session opened with `start`: the fabric torn down, the results written.
+        Stopping a stopped session does nothing."""
+        if self._stack is not None:
+            self.__exit__(None, None, None)
 
     def _checked(self, topo: Topology | str | dict | None, routing: str | None,
                  qos: QosConfig | dict | None) -> tuple[Topology, QosConfig | None]:
@@ -340,11 +385,14 @@ class Testbed:
 
     @property
     def out_dir(self) -> Path:
-        return self._context().out_dir
+        """The session's results directory (during the session and after it)."""
+        if self.ctx is None:
+            raise TestbedError("use the Testbed in a `with` block, or `start` it first")
+        return self.ctx.out_dir
 
     def _context(self) -> RunContext:
         if self.ctx is None or self._stack is None:
-            raise TestbedError("use the Testbed in a `with` block")
+            raise TestbedError("use the Testbed in a `with` block, or `start` it first")
         return self.ctx
 
     def experiment(self, exp: dict | ExperimentSpec) -> dict:

@@ -82,8 +82,14 @@ class RunRecord:
         tmp.write_text(json.dumps(self.__dict__, indent=1))
         os.replace(tmp, self.path)
 
-    def add_pid(self, pid: int, what: str) -> None:
-        self.pids.append({"pid": pid, "start": _proc_start_time(pid), "what": what})
+    def add_pid(self, pid: int, what: str, group: bool = False) -> None:
+        """A process to stop at the end. `group`: it leads a process group of its own (a
+        node's shell, in a session of its own), and what it started there (a command put in
+        the background through the shell) is stopped with it."""
+        entry: dict = {"pid": pid, "start": _proc_start_time(pid), "what": what}
+        if group:
+            entry["group"] = True
+        self.pids.append(entry)
         self.save()
 
     def remember_sysctl(self, name: str, old_value: str) -> None:
@@ -151,25 +157,33 @@ class RunLock:
             self.fd = None
 
 
-def stop_pid(pid: int, start: int | None, timeout: float = 3.0) -> bool:
+def stop_pid(pid: int, start: int | None, timeout: float = 3.0, group: bool = False) -> bool:
     """Stop one process we started, if it is still that process (same start time). A PID
-    recorded without a start time cannot be told from a reused one and is left alone."""
+    recorded without a start time cannot be told from a reused one and is left alone.
+    `group`: the process leads its own group, and the whole group is stopped (SIGHUP
+    first, which ends an interactive shell and its jobs)."""
     if start is None or _proc_start_time(pid) != start:
         _reap(pid)
         return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
+
+    def signal_it(sig: int) -> None:
+        try:
+            if group:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    if group:
+        signal_it(signal.SIGHUP)
+    signal_it(signal.SIGTERM)
     deadline = time.time() + timeout
     while time.time() < deadline and _proc_start_time(pid) == start:
         _reap(pid)
         time.sleep(0.05)
-    if _proc_start_time(pid) == start:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    if group or _proc_start_time(pid) == start:
+        signal_it(signal.SIGKILL)  # a group: whatever of it outlived its leader
     _reap(pid)
     return True
 
@@ -188,7 +202,7 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
                            "`sudo testbed clean` removes them")
     removed: list[str] = []
     for entry in reversed(rec.pids):
-        if stop_pid(entry["pid"], entry.get("start")):
+        if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False)):
             removed.append(f"process {entry['pid']} ({entry['what']})")
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]

@@ -74,11 +74,12 @@ def rtt_floor_ms(topo: Topology, src: str, dst: str, frame_bytes: int, delay_us:
 PING_MANY = 'for ip in "$@"; do ping -n -q -c "$C" -i "$I" -W 2 "$ip" & done; wait'
 
 
-def ping_all(fab: Phase, count: int = 3, interval_s: float = 0.2) -> list[list]:
-    """Every host pings every other host (a source's pings all at once, one source after
-    another): the rows of reachability.csv (HEADER)."""
+def ping_all(fab: Phase, count: int = 3, interval_s: float = 0.2,
+             among: list[str] | None = None) -> list[list]:
+    """Every host pings every other host (or every one of `among` each other; a source's
+    pings all at once, one source after another): the rows of reachability.csv (HEADER)."""
     rows = []
-    hosts = fab.topo.hosts
+    hosts = [h for h in fab.topo.hosts if among is None or h.name in among]
     for src in hosts:
         dsts = [dst for dst in hosts if dst is not src]
         argv = ["env", f"C={count}", f"I={interval_s:g}", "sh", "-c", PING_MANY, "sh",

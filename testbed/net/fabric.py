@@ -230,7 +230,8 @@ class Fabric:
             if getattr(host, "isRemote", False):  # its shell here is the ssh to its server
                 self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")
             else:
-                self.record.add_pid(host.pid, f"mininet host {host.name}")
+                self.record.add_pid(host.pid, f"mininet host {host.name}", group=True)
+                host.on_popen = self.record.add_pid
         net.build()
         self.executor.create_links(net)
         self.supervisor.wait_listening()  # before the switches start: none waits to retry

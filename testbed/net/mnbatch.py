@@ -107,8 +107,16 @@ class BatchSwitch(DeferredShell, OVSSwitch):
 
 class BatchHost(DeferredShell, Host):
     """A host whose loopback, address and ports the batch sets (`create`), its shell
-    awaited there."""
+    awaited there. What a script starts with `popen` is recorded by `on_popen` (the run
+    record's add_pid: teardown and `testbed clean` stop it)."""
     batch_lines: list[str]
+    on_popen: Callable[[int, str], None] | None = None
+
+    def popen(self, *args: Any, **kwargs: Any) -> Any:
+        proc = super().popen(*args, **kwargs)
+        if self.on_popen is not None:
+            self.on_popen(proc.pid, f"popen in {self.name}")
+        return proc
 
     def config(self, mac: str | None = None, ip: str | None = None,
                defaultRoute: str | None = None, lo: str = "up",  # noqa: N803 (Mininet's)

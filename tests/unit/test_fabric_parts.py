@@ -240,3 +240,30 @@ def test_links_go_as_one_group_unless_the_group_holds_another_interface(monkeypa
     calls.clear()
     system.delete_links(["gone-eth1"])
     assert calls == []
+
+
+def test_a_recorded_group_is_stopped_with_what_its_leader_left_in_the_background():
+    """A node's shell is recorded as a group: `testbed clean` stops what a script put in the
+    background through it as well; a plain process is stopped alone."""
+    import os
+    import time
+
+    from testbed.core.resources import _proc_start_time, stop_pid
+    leader = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!; wait"], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    child = int(leader.stdout.readline())
+    assert os.getpgid(child) == leader.pid
+    assert stop_pid(leader.pid, _proc_start_time(leader.pid), timeout=1.0, group=True)
+    deadline = time.time() + 3
+    while time.time() < deadline and _proc_start_time(child) is not None:
+        time.sleep(0.02)
+    assert _proc_start_time(child) is None
+    leader.wait(timeout=5)
+
+    alone = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!; wait"], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    left = int(alone.stdout.readline())
+    assert stop_pid(alone.pid, _proc_start_time(alone.pid), timeout=1.0)
+    assert _proc_start_time(left) is not None   # not a group: its background job stays
+    os.kill(left, 9)
+    alone.wait(timeout=5)
