@@ -185,3 +185,75 @@ def test_a_script_failing_or_misusing_the_fabric_leaves_nothing(tmp_path):
     with pytest.raises(TestbedError, match="the fabric is torn down"):
         h1.run(["true"])
     assert_nothing_left(tmp_path / "after")
+
+
+def ended(pid: int, within_s: float) -> bool:
+    """The process is gone (or dead, waiting for init to reap it) within the time."""
+    from testbed.core.resources import _proc_start_time
+    deadline = time.time() + within_s
+    while _proc_start_time(pid) is not None:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_mininet_script_runs_with_its_imports_renamed(tmp_path):
+    """examples/mininet/leafspine.py, a plain Mininet script (a leaf-spine Topo with TCLink
+    rates, pingAll, cmd, iperf), its `mininet.` imports renamed to `testbed.mn.`."""
+    original = (REPO / "examples" / "mininet" / "leafspine.py").read_text()
+    ported = re.sub(r"^from mininet\.", "from testbed.mn.", original, flags=re.M)
+    assert ported.count("from testbed.mn.") == 5 and "from mininet" not in ported
+    (tmp_path / "leafspine.py").write_text(ported)
+    done = subprocess.run([sys.executable, "leafspine.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert "*** Results: 0% dropped (12/12 received)" in text, text[-3000:]
+    assert "inet 10.0.0.1/8" in text                      # h1.cmd() through h1's shell
+    assert "3 packets transmitted, 3 received" in text    # h1 pings h4.IP()
+    rates = re.search(r"iperf server ([\d.]+) Mbits/sec, client ([\d.]+) Mbits/sec", text)
+    # one flow across a spine of 10 Mb/s links, 4 s from its start: 85-100% of the link
+    assert rates and 8.5 <= float(rates[1]) <= 10.0, text[-2000:]
+    (out,) = (tmp_path / "results").glob("mininet-script-*")
+    assert_nothing_left(out)
+    assert [(r["src"], r["dst"]) for r in rows(out, "script_flows.csv")] == [("h1", "h4")]
+    topo = json.loads((out / "topology.json").read_text())
+    assert topo["kind"] == "mininet" and {link["rate_mbps"] for link in topo["links"]} == {10.0}
+
+
+def test_mininet_vocabulary_on_a_running_fabric(tmp_path):
+    """Mininet's node objects, link status and process handling, and its bad input refused
+    by name; what `cmd` and `popen` left running is stopped with the network."""
+    from testbed.mn.net import Mininet
+    from testbed.mn.topo import SingleSwitchTopo
+    net = Mininet(topo=SingleSwitchTopo(3), out=tmp_path / "out")
+    with pytest.raises(TestbedError, match="not started"):
+        net.get("h1")
+    net.start()
+    try:
+        h1, h2, h3 = net.hosts
+        assert [n.name for n in net.switches] == ["s1"] and list(net) == ["h1", "h2", "h3", "s1"]
+        assert net.get("h2") is h2 and net["h3"] is h3 and "s1" in net and "c0" not in net
+        assert (h1.IP(), h2.MAC()) == ("10.0.0.1", "02:00:00:00:00:02")
+        with pytest.raises(TestbedError, match="no node 'h9'"):
+            net.get("h9")
+        with pytest.raises(TestbedError, match="before net.start"):
+            net.addHost("h4")
+        sleeper = h2.popen(["sleep", "300"])
+        h3.cmd("sleep 301 &")
+        assert net.pingAll() == 0.0
+        net.configLinkStatus("s1", "h3", "down")
+        assert net.ping([h1, h3]) == 100.0
+        net.configLinkStatus("s1", "h3", "up")      # returns once the controller replanned
+        assert net.ping([h1, h3]) == 0.0
+        reroutes = net.live_fabric().controller_state()["reroutes"]
+        assert [(r["port"], r["down"]) for r in reroutes] == [("s1-eth3", True),
+                                                             ("s1-eth3", False)]
+        shell_jobs = h3.cmd("jobs -p").split()
+        assert len(shell_jobs) == 1
+    finally:
+        net.stop()
+    assert sleeper.wait(timeout=10) is not None
+    assert ended(int(shell_jobs[0]), within_s=5)
+    assert_nothing_left(tmp_path / "out")
