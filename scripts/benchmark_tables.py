@@ -138,7 +138,7 @@ def ecn(out: Path) -> None:
     summary = json.loads((out / "ecn_queue" / "summary.json").read_text())
     print("| flows | phase | sender | queue mean / p50 / p90 / max (pkts) | marks | drops | "
           "goodput (of link) | Jain | alpha mean / marked fraction | CPU core-ms/MB | "
-          "marking with qdisc <= K | 1 ms bound: qdisc / own count | BPF vs qdisc p50 / p99 (pkts) | "
+          "marking with qdisc <= K (ticks < K) | 1 ms bound: qdisc / own count | BPF vs qdisc p50 / p99 (pkts) | "
           "sampling "
           "| CPU-bound |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for exp in summary["experiments"].values():
@@ -146,7 +146,8 @@ def ecn(out: Path) -> None:
         flows = h.get("senders", "")
         for r in [h["droptail"], *h["ecn_phases"].values()]:
             b = r["marks_with_real_queue_below_k"]
-            frac = "n/a" if b["fraction"] is None else f"{b['fraction']:.1%}"
+            frac = "n/a" if b["fraction"] is None else \
+                f"{b['fraction']:.1%} ({b.get('ticks_marking_qdisc_below_k', '?')} below)"
             bound = "n/a" if b.get("interval_bound") is None else \
                 f"{b['interval_bound']:.1%} / {b['interval_bound_own_view']:.1%}"
             alpha = "n/a" if r.get("alpha_mean") is None else f"{r['alpha_mean']:.3f}"

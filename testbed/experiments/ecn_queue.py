@@ -15,7 +15,7 @@ from testbed.config.capacity import Capacity
 from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import check_cc_names, positive
-from testbed.config.qos import EcnProfile, QosConfig, TrafficClass
+from testbed.config.qos import EcnProfile, QosConfig, TrafficClass, threshold_bytes
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.config.units import frame_bytes
 from testbed.results.plots import pyplot, save, several_experiments, tagged, title
@@ -83,7 +83,7 @@ def run(ctx: Context, exp: EcnQueue) -> Outcome:
     receiver_ip = next(h.ip for h in topo.hosts if h.name == receiver)
     require_congestion_controls(ctx, exp.ecn_congestion_controls, "ecn_queue")
     frame = frame_bytes(ctx.spec.links.mtu_bytes)
-    k_bytes = int(exp.k_pkts * frame)
+    k_bytes = threshold_bytes(exp.k_pkts, "pkts", frame, exp.rate_mbps)  # the marker's K
     phases = [("drop-tail", None, dataclasses.replace(ctx.spec.hosts, ecn=False))] + [
         (f"ecn-{cc}", EcnProfile(k=exp.k_pkts, unit="pkts"),
          dataclasses.replace(ctx.spec.hosts, ecn=True, congestion_control=cc))
@@ -193,26 +193,29 @@ def jain(xs: list[float]) -> float:
 
 
 def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: float) -> dict:
-    """Whether marks are taken on the real queue. Marks are decided on the BPF's count of the
-    class queue (bytes from enqueue until the far end of the link receives them); at every
-    tick the sampler read the qdisc's own backlog between two readings of that count.
+    """Whether the marker's count of the queue agrees with the qdisc's own where marking is
+    decided. Marks are decided on the BPF's count of the class queue (bytes from enqueue
+    until the far end of the link receives them: it marks while the count is above K); at
+    every tick the sampler read the qdisc's own backlog between two readings of that count.
 
     `fraction`: of the ticks at which the marker's count was above K at both readings (it
-    then marks every ECN-capable arrival), the share at which the qdisc held K or less: the
-    marks a marker reading the qdisc itself would not have taken (None when nothing was
-    marked).
+    then marks every ECN-capable arrival), the share at which the qdisc held K or less, a
+    marker reading the qdisc itself would then not mark; `ticks_marking_qdisc_below_k`:
+    those at which it held less than K. None when nothing was marked or no tick found the
+    marker above K.
 
-    `interval_bound`: marks taken between two ticks whose qdisc readings were both at or below
-    K. The queue may cross K and come back within the millisecond, so this bounds the
-    disagreement only loosely; `interval_bound_own_view` is the same estimate against the
-    marker's own count, which by construction never marks at or below K: what the 1 ms
+    `interval_bound`: the marks taken between two ticks whose qdisc readings were both at
+    or below K. The queue may cross K and come back within the millisecond, so this bounds
+    the disagreement only loosely; `interval_bound_own_view` is the same count against the
+    marker's own readings, which by construction never mark at or below K: what the 1 ms
     sampling alone puts into the bound."""
     pairs = [p for p in pairs if lo <= p[0] <= hi]
     if len(pairs) < 2:
         return {"fraction": None, "marks": 0}
     diffs = [abs((b0 + b1) / 2 - real) / frame for _, b0, real, b1, _, _ in pairs]
     marking = [real for _, b0, real, b1, _, _ in pairs if min(b0, b1) > k_bytes]
-    disagree = sum(1 for real in marking if real <= k_bytes)
+    at_or_below = sum(1 for real in marking if real <= k_bytes)
+    below_k = sum(1 for real in marking if real < k_bytes)
     below = own = total = 0
     for a, b in zip(pairs, pairs[1:]):
         delta = b[5] - a[5]
@@ -221,8 +224,9 @@ def _marks_below_k(pairs: list[tuple], k_bytes: int, frame: int, lo: float, hi: 
             below += delta
         if max(a[1], a[3], b[1], b[3]) <= k_bytes:
             own += delta
-    return {"fraction": round(disagree / len(marking), 4) if marking and total else None,
-            "ticks_marking": len(marking), "ticks_marking_qdisc_at_or_below_k": disagree,
+    return {"fraction": round(at_or_below / len(marking), 4) if marking and total else None,
+            "ticks_marking": len(marking), "ticks_marking_qdisc_at_or_below_k": at_or_below,
+            "ticks_marking_qdisc_below_k": below_k,
             "marks": total, "marks_below_k": below, "ticks": len(pairs),
             "interval_bound": round(below / total, 4) if total else None,
             "interval_bound_own_view": round(own / total, 4) if total else None,

@@ -26,9 +26,10 @@ def test_ecn_marks_keep_the_queue_near_k(tmp_path):
     # its alpha, read from the kernel, is the fraction of packets the switch marked: 10%
     assert abs(ecn["alpha_mean"] / ecn["marked_fraction"] - 1) <= 0.10, ecn
     # where the marker's count is above K, the qdisc's own backlog is too: at most 5% of
-    # those instants find it at or below K (a packet still on the veth; measured 1-2%)
+    # those instants find it at K (a packet still on the veth; measured 1-2%), 1% below K
     below = ecn["marks_with_real_queue_below_k"]
-    assert below["ticks_marking"] >= 500 and below["fraction"] <= 0.05, below
+    assert below["ticks_marking"] >= 100 and below["fraction"] <= 0.05, below
+    assert below["ticks_marking_qdisc_below_k"] <= 0.01 * below["ticks_marking"], below
     assert ecn["sample_rate_hz"] >= 100
     assert tail["lost_in_switches_pkts"] == 0 and ecn["lost_in_switches_pkts"] == 0
     trace = rows(out, "ecn_queue_depth.csv")

@@ -220,6 +220,7 @@ def test_marks_below_k_and_time_weighted_percentiles():
     res = _marks_below_k(pairs, k_bytes=30000, frame=1000, lo=0, hi=1)
     # at the ticks where the marker read above K both times, the qdisc at or below K
     assert res["ticks_marking"] == 2 and res["ticks_marking_qdisc_at_or_below_k"] == 1
+    assert res["ticks_marking_qdisc_below_k"] == 0          # it held exactly K
     assert res["fraction"] == 0.5
     # marks between two ticks whose qdisc readings were at or below K: 2 + 1 of 20; between
     # two whose marker readings were: only the 2 (the last interval began at 30500)
