@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs and starts Open vSwitch; safe to run again.
 #   apt:  openvswitch-switch mininet iperf3 ethtool iproute2 util-linux python3-venv
+#         tcpdump (packet capture into pcap files),
 #         clang-14 libbpf-dev bpftool (the BPF switch dataplane: classes, ECN, PFC),
 #         openssh-client sudo (Mininet's cluster edition: fabrics across servers);
 #         with --test also chromium chromium-driver (the live view's browser test) and
@@ -14,7 +15,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV="$ROOT/.venv"
-APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool openssh-client sudo)
+APT_PACKAGES=(openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 util-linux procps tcpdump python3-venv python3-pip clang-14 llvm-14 libbpf-dev bpftool openssh-client sudo)
 # --test: what only the tests need too (the live view's page, driven in headless Chromium)
 if [ "${1:-}" = "--test" ]; then
   APT_PACKAGES+=(chromium chromium-driver openssh-server)

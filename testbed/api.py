@@ -34,6 +34,7 @@ import dataclasses
 import json
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,12 +44,14 @@ from testbed.core.errors import TestbedError
 from testbed.workloads.model.flows import FlowResult, assign_ports, carried_nothing
 from topologies.model import Topology, ifname
 
+from .config.capture import CaptureSpec
 from .config.loader import SpecError, from_data, registered
 from .config.network import TopologySpec
 from .config.qos import QosConfig
 from .config.replies import reply_data
 from .config.spec import ExperimentSpec, Spec, check, load, loads, with_topology
 from .experiments import reachability
+from .measure.capture import Capture
 from .net.fabric import Fabric
 from .runner import RunContext, session
 
@@ -138,6 +141,7 @@ class LiveFabric:
         self.fabric, self.ctx, self._stack = fabric, ctx, stack
         self.out_dir = ctx.out_dir
         self.procs: list[subprocess.Popen] = []
+        self.captures: list[Capture] = []
         self.started = 0
         self.live = True
         self._dp: Any = None
@@ -239,21 +243,26 @@ class LiveFabric:
     def set_ports(self, ports: list[tuple[str, int]], up: bool,
                   wait_s: float = 5.0) -> list[dict]:
         """Switch ports down or up, as cables pulled or put back; the controller reroutes.
-        Returns once it has replanned for every port (its reroutes, as plain data), or
-        after `wait_s` with those it made by then."""
+        Returns once it has replanned for every port that changed (its reroutes, as plain
+        data); after `wait_s` without all of them, TestbedError says which it has not."""
         self._alive("its network")
         t0 = time.time()
+        changing = {ifname(node, port) for node, port in ports
+                    if ((node, port) in self.fabric.ports_down) == up}
         self.fabric.set_ports(ports, up)
-        wanted = {ifname(node, port) for node, port in ports}
         seen: list = []
-        while time.time() < t0 + wait_s:
+        while changing:
             state = self.fabric.controller_state(since=time.time(), timeout=0.5)
-            if state is None:
-                break
+            if state is None or self.fabric.controller_report() is not None:
+                break  # no controller to wait for: the run says why it ended
             seen = [r for r in state.reroutes
-                    if r.time >= t0 and r.port in wanted and r.down == (not up)]
-            if {r.port for r in seen} == wanted:
+                    if r.time >= t0 and r.port in changing and r.down == (not up)]
+            missing = changing - {r.port for r in seen}
+            if not missing:
                 break
+            if time.time() > t0 + wait_s:
+                raise TestbedError(f"set_ports: the controller did not reroute for "
+                                   f"{', '.join(sorted(missing))} within {wait_s:g} s")
         return reply_data(seen)
 
     def set_routing(self, mode: str) -> dict:
@@ -288,9 +297,29 @@ class LiveFabric:
                                      q.marks, dp.held(p["id"], cls)))
         return out
 
+    def capture(self, ports: list[str] | None = None, hosts: list[str] | None = None,
+                filter: str = "", snaplen: int = 128, max_mb: float = 100.0) -> Capture:
+        """tcpdump on switch ports (`l1-eth3`) and hosts' NICs (`h1`: each of its ports),
+        as a spec's `capture:` takes them, until `stop()` on what this returns or the
+        fabric's end: pcap files in the results (capture/script-<n>/), listening when this
+        returns. `stop()` returns each file's packets and the kernel's drops for it."""
+        self._alive("its network")
+        spec = CaptureSpec(ports=list(ports or []), hosts=list(hosts or []), filter=filter,
+                           snaplen=snaplen, max_mb=max_mb)
+        try:
+            spec.check("capture()")
+            spec.check_on(self.topo, "capture()")
+        except SpecError as exc:
+            raise TestbedError(str(exc)) from None
+        self.captures.append(Capture(self.fabric, spec, self.out_dir / "capture" /
+                                     f"script-{len(self.captures) + 1}").start())
+        return self.captures[-1]
+
     def close(self) -> None:
         """Tear the fabric down now (the `with` block's end does it otherwise)."""
         if self.live:
+            for cap in self.captures:
+                self.ctx.stop_capture(cap, "script")
             self.live = False
             if self._dp is not None:
                 self._dp.close()
@@ -320,6 +349,7 @@ class Testbed:
         self.log, self.what, self.live_port = log, what, live_port
         self._stack: contextlib.ExitStack | None = None
         self._fabric: LiveFabric | None = None
+        self._excepthook: Any = None  # the one `start` replaced
         self.ctx: RunContext | None = None
 
     def __enter__(self) -> Testbed:
@@ -335,21 +365,39 @@ class Testbed:
         assert self._stack is not None  # the fabric's teardown first, then the session's
         stack, self._stack, self._fabric = self._stack, None, None
         atexit.unregister(self.stop)
+        if self._excepthook is not None:
+            sys.excepthook, self._excepthook = self._excepthook, None
         return stack.__exit__(*exc)
 
     def start(self) -> Testbed:
         """The session without a `with` block, as Mininet's `net.start()`: for a notebook
         whose cells use one fabric, or a script that ends with `stop`. A session still
-        open when Python exits is stopped then."""
+        open when Python exits is stopped then, as failed if an exception ended the
+        script."""
         self.__enter__()
         atexit.register(self.stop)
+        self._excepthook = sys.excepthook
+
+        def failed(kind, exc, trace) -> None:
+            hook = self._excepthook or sys.__excepthook__
+            try:
+                self.stop(exc)
+            except TestbedError as said:
+                print(f"testbed: {said}", file=sys.stderr)
+            hook(kind, exc, trace)
+
+        sys.excepthook = failed
         return self
 
-    def stop(self) -> None:
-        """End a session opened with `start`: the fabric torn down, the results written.
-        Stopping a stopped session does nothing."""
+    def stop(self, error: BaseException | None = None) -> None:
+        """End a session opened with `start`: the fabric torn down, the results written;
+        with `error`, the session failed of it (and raises TestbedError saying so, as a
+        `with` block would). Stopping a stopped session does nothing."""
         if self._stack is not None:
-            self.__exit__(None, None, None)
+            if error is None:
+                self.__exit__(None, None, None)
+            else:
+                self.__exit__(type(error), error, error.__traceback__)
 
     def _checked(self, topo: Topology | str | dict | None, routing: str | None,
                  qos: QosConfig | dict | None) -> tuple[Topology, QosConfig | None]:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -192,15 +194,18 @@ def run_cmd(spec: Path, out: Path | None, topology: str | None, sets: tuple[str,
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="run these CLI commands (one per line) instead of the prompt")
+@click.option("--detach", is_flag=True,
+              help="return once the fabric is up; `testbed exec`, `status` and `down` reach it")
+@click.option("--name", help="the detached fabric's name (default: the spec's name)")
 @topology_option
 @set_option
 @live_option
 @live_port_option
-def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
-       sets: tuple[str, ...], live: bool, live_port: int) -> None:
+def up(spec: Path, out: Path | None, script: Path | None, detach: bool, name: str | None,
+       topology: str | None, sets: tuple[str, ...], live: bool, live_port: int) -> None:
     """Bring SPEC's fabric up (controller, routing, classes, plugins) and open Mininet's
     CLI on it, with the testbed's `queue`, `paths` and `ports`; `exit` or Ctrl-D tears
-    down what it built."""
+    down what it built. With --detach, the fabric stays up in the background instead."""
     from .api import Testbed
     from .config.spec import spec_data
     from .spec import SpecError
@@ -208,6 +213,9 @@ def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
     if s.sweep is not None:
         click.echo("note: `testbed up` builds the spec's own fabric; its sweep is for "
                    "`testbed run`", err=True)
+    if detach:
+        _detach(spec, s.name, name or s.name, out, script, topology, sets, live)
+        return
     try:
         tb = Testbed(spec if not (topology or sets) else spec_data(spec, topology, sets),
                      out=out, log=lambda m: click.echo(m, err=True),
@@ -225,6 +233,82 @@ def up(spec: Path, out: Path | None, script: Path | None, topology: str | None,
     except TestbedError as exc:
         _fail(str(exc))
     click.echo(f"results: {tb.out_dir}")
+
+
+def _detach(spec: Path, spec_name: str, name: str, out: Path | None, script: Path | None,
+            topology: str | None, sets: tuple[str, ...], live: bool) -> None:
+    """`up --detach`: the holder started, its fabric up, its name printed."""
+    from testbed.config.loader import SpecError
+    from testbed.core.system import is_root
+
+    from .config.spec import check_name, spec_data
+    from .detached import start
+    if script is not None or live:
+        _fail("--detach: without --script or --live (run commands with `testbed exec`)")
+    if not is_root():
+        _fail("`testbed up` needs root: run it with sudo")
+    try:
+        check_name(name)
+        d = start(str(spec.resolve()) if not (topology or sets)
+                  else spec_data(spec, topology, sets), spec_name, name, out)
+    except (TestbedError, SpecError) as exc:
+        _fail(str(exc))
+    hosts = [n for n, pid in d.nodes.items() if pid is not None]
+    click.echo(f"{d.name}: up ({len(hosts)} hosts, {len(d.nodes) - len(hosts)} switches); "
+               f"results in {d.out_dir}\n"
+               f"  sudo testbed exec {d.name} {hosts[0]} -- ip -4 addr\n"
+               f"  sudo testbed down {d.name}")
+
+
+@main.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def exec_(name: str, node: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND in NODE of the detached fabric NAME (a host's network namespace, or the
+    machine's for a switch): `testbed exec NAME h1 -- ping -c 1 10.0.0.2`. Its exit status
+    is this command's."""
+    from testbed.core.system import is_root
+
+    from .detached import exec_argv, find
+    if not is_root():
+        _fail("`testbed exec` needs root: run it with sudo")
+    try:
+        argv = exec_argv(find(name), node, list(command))
+    except TestbedError as exc:
+        _fail(str(exc))
+    sys.exit(subprocess.run(argv).returncode)
+
+
+@main.command()
+def status() -> None:
+    """The detached fabrics: name, spec, since when, results directory."""
+    from .detached import fabrics
+    found = fabrics()
+    for d in found:
+        state = d.status if d.alive() else "holder gone (`sudo testbed clean`)"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.since))
+        hosts = sum(pid is not None for pid in d.nodes.values())
+        click.echo(f"{d.name}: {state}, spec {d.spec}, {hosts} hosts, since {since}, "
+                   f"pid {d.pid}, results {d.out_dir or '-'}")
+    if not found:
+        click.echo("no fabric is up (`testbed up SPEC --detach`)")
+
+
+@main.command()
+@click.argument("name")
+def down(name: str) -> None:
+    """Tear down the detached fabric NAME (exactly what it built) and write its results."""
+    from testbed.core.system import is_root
+
+    from .detached import stop
+    if not is_root():
+        _fail("`testbed down` needs root: run it with sudo")
+    try:
+        d = stop(name)
+    except TestbedError as exc:
+        _fail(str(exc))
+    click.echo(f"{name}: down; results in {d.out_dir}")
 
 
 @main.command()
@@ -269,10 +353,12 @@ def clean() -> None:
     from testbed.core.system import is_root
     if not is_root():
         _fail("`testbed clean` needs root: run it with sudo")
+    from .detached import forget_dead
     try:
         removed = clean_records(release_servers)
     except TestbedError as exc:
         _fail(str(exc))
+    removed += forget_dead()
     click.echo("\n".join(f"removed {r}" for r in removed) or "nothing to clean")
 
 

@@ -38,6 +38,8 @@ from .config.spec import ExperimentSpec, Spec, SweepPoint
 from .experiments import EXPERIMENTS
 from .experiments.base import Outcome, slug
 from .measure import checks
+from .measure.capture import Capture
+from .measure.capture import warnings as capture_warnings
 from .measure.cpu import CpuMonitor
 from .measure.queues import ClassQueueSampler, QueueSampler
 from .net.controller import plugin_warnings
@@ -289,6 +291,7 @@ class RunContext:
                  f"{len(topo.switches)} switches), routing {routing}")
         t_start = time.time() - self.cpu.t0
         t_up: float | None = None
+        capture: Capture | None = None
         try:
             fab.start()
             t_up = time.time() - self.cpu.t0
@@ -303,11 +306,14 @@ class RunContext:
                      f"{fab.times.paths_installed_s:.1f} s)")
             self.events.append({"phase_up": label, "slug": phase, "time": time.time()})
             self._live_state(label, phase, fab, up=True)
+            capture = self._capture(fab, phase)
             yield fab
         finally:
             if t_up is not None:
                 self.events.append({"phase_down": label, "slug": phase, "time": time.time()})
                 self._live_state(label, phase, fab, up=False)
+            if capture is not None:
+                self.phases[key]["capture"] = self.stop_capture(capture, label)
             self.cpu.watch(set())
             state = fab.controller_state(since=time.time())
             guard = state.plugin_guard.plugins if state else {}
@@ -325,6 +331,26 @@ class RunContext:
                                   round(t.teardown_s, 3), cpu["machine_idle_min"],
                                   cpu["machine_idle_mean"], cpu["ovs_thread_p90"]])
             self.log(f"[{label}] torn down in {t.teardown_s:.1f} s")
+
+
+    def _capture(self, fab: Fabric, phase: str) -> Capture | None:
+        """The spec's capture on a phase's fabric, listening before its traffic starts;
+        None when the spec has none, or this fabric has none of its interfaces."""
+        spec = self.spec.capture
+        if spec is None:
+            return None
+        ports, hosts = spec.interfaces(fab.topo)
+        if not ports and not hosts:
+            self.warnings.append(f"capture: phase {phase} has none of the ports and hosts "
+                                 "named; nothing captured there")
+            return None
+        return Capture(fab, spec, self.out_dir / "capture" / phase).start()
+
+    def stop_capture(self, capture: Capture, label: str) -> list[dict]:
+        """Stop a capture; what its files hold, its warnings in the run's."""
+        report = capture.stop()
+        self.warnings.extend(capture_warnings(label, report))
+        return report
 
 
 def path_switches(topo: Topology) -> dict[tuple[str, str], int]:

@@ -151,6 +151,12 @@ class Topology:
                 return link
         return None
 
+    def switch_ends(self, a: str, b: str) -> list[tuple[str, int]]:
+        """The switch ends of every link between two nodes: what pulling their cables sets
+        down (a host's end loses its carrier with it)."""
+        return [end for link in self.links if {link.a, link.b} == {a, b}
+                for end in link.ends() if not self.is_host(end[0])]
+
     def interfaces(self) -> Iterator[tuple[str, int, str]]:
         """(node, port, interface name) for every link end."""
         for link in self.links:

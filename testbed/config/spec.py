@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from topologies import TopologyError, build, parse_params
 from topologies.model import Topology
 
+from .capture import CaptureSpec
 from .cluster import ClusterSpec
 from .controller import ControllerSpec
 from .limits import check_tree
@@ -102,6 +103,8 @@ class Spec:
     cluster: ClusterSpec | None = None
     # run the spec once per point of a parameter's values or a grid (config/sweep.py)
     sweep: SweepSpec | None = None
+    # packets into pcap files in the results (config/capture.py)
+    capture: CaptureSpec | None = None
 
     def build_topology(self) -> Topology:
         return build(self.topology.kind, **self.topology.params)
@@ -127,6 +130,9 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
         except QosError as exc:
             raise SpecError(str(exc)) from None
     spec.controller.check(topo)
+    if spec.capture is not None:
+        spec.capture.check()
+        spec.capture.check_on(topo)
     if experiments_required and not spec.experiments:
         raise SpecError("experiments: at least one experiment is required")
     for i, exp in enumerate(spec.experiments):
@@ -165,6 +171,9 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
         raise SpecError("links.host_queue: fair runs on one machine only so far (its "
                         "classifier is built and loaded on this machine); use fifo, or "
                         "leave out cluster")
+    if spec.capture is not None:
+        raise SpecError("capture: runs on one machine only so far (each server's ports "
+                        "would need their own tcpdump); leave out capture, or cluster")
     if spec.datapath != "user":
         raise SpecError(f"datapath: {spec.datapath}: a cluster runs the userspace datapath "
                         "(the one measured; every server's OVS is started by the testbed)")

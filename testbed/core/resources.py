@@ -68,6 +68,8 @@ class RunRecord:
     # (testbed/cluster/servers.py: name, address, user, ssh_config, bridges, ifaces, sysctls)
     servers: list[dict] = field(default_factory=list)
 
+    released: bool = False  # release_record has run: the record file is gone
+
     def __post_init__(self) -> None:
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             raise TestbedError(f"run id {self.run_id!r} cannot name a file in {STATE_DIR}/runs")
@@ -85,7 +87,10 @@ class RunRecord:
     def add_pid(self, pid: int, what: str, group: bool = False) -> None:
         """A process to stop at the end. `group`: it leads a process group of its own (a
         node's shell, in a session of its own), and what it started there (a command put in
-        the background through the shell) is stopped with it."""
+        the background through the shell) is stopped with it. Nothing is recorded once the
+        record is released (a node's `popen` after its network stopped)."""
+        if self.released:
+            return
         entry: dict = {"pid": pid, "start": _proc_start_time(pid), "what": what}
         if group:
             entry["group"] = True
@@ -138,7 +143,8 @@ class RunLock:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise TestbedError(f"another testbed run is active ({holder}); wait for it to "
-                               "finish or stop it (Ctrl-C) before starting a new one") from None
+                               "finish or stop it (Ctrl-C; a fabric left up: `testbed status`, "
+                               "`testbed down NAME`) before starting a new one") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
         self.fd = fd
@@ -157,33 +163,59 @@ class RunLock:
             self.fd = None
 
 
-def stop_pid(pid: int, start: int | None, timeout: float = 3.0, group: bool = False) -> bool:
+def process_groups() -> dict[int, list[tuple[int, int]]]:
+    """Every live process by its group: pgid -> [(pid, start time)] (one pass over /proc)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            out.setdefault(int(fields[2]), []).append((int(entry.name), int(fields[19])))
+    return out
+
+
+def stop_pid(pid: int, start: int | None, timeout: float = 3.0, group: bool = False,
+             groups: dict[int, list[tuple[int, int]]] | None = None) -> bool:
     """Stop one process we started, if it is still that process (same start time). A PID
     recorded without a start time cannot be told from a reused one and is left alone.
-    `group`: the process leads its own group, and the whole group is stopped (SIGHUP
-    first, which ends an interactive shell and its jobs)."""
-    if start is None or _proc_start_time(pid) != start:
+    `group`: the process leads a group of its own (a node's shell), and what it left in
+    that group is stopped too, even when the leader itself has already ended: each member
+    by its PID, if it started after the leader (a group's id is its leader's PID, which the
+    kernel gives no other process while the group has members). SIGHUP first, which ends
+    an interactive shell and its jobs. `groups`: `process_groups()`, read once by a caller
+    stopping many."""
+    if start is None:
         _reap(pid)
         return False
+    if group and groups is None:
+        groups = process_groups()
+    members = [m for m in (groups or {}).get(pid, []) if m[1] >= start] if group else []
+    alive = _proc_start_time(pid) == start
+    if not alive and not members:
+        _reap(pid)
+        return False
+    targets = ([(pid, start)] if alive else []) + [m for m in members if m[0] != pid]
 
-    def signal_it(sig: int) -> None:
-        try:
-            if group:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+    def signal_all(sig: int) -> None:
+        for p, t in targets:
+            if _proc_start_time(p) == t:
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
 
     if group:
-        signal_it(signal.SIGHUP)
-    signal_it(signal.SIGTERM)
+        signal_all(signal.SIGHUP)
+    signal_all(signal.SIGTERM)
     deadline = time.time() + timeout
-    while time.time() < deadline and _proc_start_time(pid) == start:
+    while time.time() < deadline and any(_proc_start_time(p) == t for p, t in targets):
         _reap(pid)
         time.sleep(0.05)
-    if group or _proc_start_time(pid) == start:
-        signal_it(signal.SIGKILL)  # a group: whatever of it outlived its leader
+    signal_all(signal.SIGKILL)
     _reap(pid)
     return True
 
@@ -201,8 +233,10 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
         raise TestbedError(f"run {rec.run_id} made things on other servers; "
                            "`sudo testbed clean` removes them")
     removed: list[str] = []
+    groups = process_groups() if any(e.get("group") for e in rec.pids) else None
     for entry in reversed(rec.pids):
-        if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False)):
+        if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False),
+                    groups=groups):
             removed.append(f"process {entry['pid']} ({entry['what']})")
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]
@@ -225,6 +259,7 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
     if rec.servers and release_servers is not None:
         removed += release_servers(rec.servers, rec.run_id)
     mark_killed(rec)
+    rec.released = True
     rec.path.unlink(missing_ok=True)
     return removed
 

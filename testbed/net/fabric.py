@@ -231,7 +231,7 @@ class Fabric:
                 self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")
             else:
                 self.record.add_pid(host.pid, f"mininet host {host.name}", group=True)
-                host.on_popen = self.record.add_pid
+                host.on_popen = partial(self.record.add_pid, group=True)  # mnexec -d: a group
         net.build()
         self.executor.create_links(net)
         self.supervisor.wait_listening()  # before the switches start: none waits to retry

@@ -5,6 +5,7 @@
                            or the port's qdisc backlog and drops
     paths SRC DST          the equal-cost paths between two hosts (ECMP puts each flow on one)
     ports                  the switch ports that are down
+    link N1 N2 up|down     the cables between two nodes pulled or put back (and rerouted)
     routing [ecmp|single]  the fabric's routing mode, or route it another way from now on
 
 Ctrl-D or `exit` leaves, and the caller tears down what it built."""
@@ -62,6 +63,22 @@ class TestbedCLI(CLI):
         for path in paths:
             output(" -> ".join(path) + "\n")
         output(f"{len(paths)} path(s)\n")
+
+    def do_link(self, line: str) -> None:
+        """link NODE1 NODE2 up|down: the cables between two nodes pulled or put back (their
+        switch ports), as `configLinkStatus`; returns once the controller has rerouted."""
+        args = line.split()
+        if len(args) != 3 or args[2] not in ("up", "down"):
+            output("usage: link NODE1 NODE2 up|down\n")
+            return
+        ends = self.live.topo.switch_ends(args[0], args[1])
+        if not ends:
+            output(f"no link between {args[0]} and {args[1]}\n")
+            return
+        try:
+            self.live.set_ports(ends, args[2] == "up")
+        except TestbedError as exc:
+            output(f"{exc}\n")
 
     def do_ports(self, line: str) -> None:
         """ports: the switch ports set down (faults, `set_ports`)."""

@@ -223,23 +223,29 @@ def test_a_mininet_script_runs_with_its_imports_renamed(tmp_path):
 
 
 def test_mininet_vocabulary_on_a_running_fabric(tmp_path):
-    """Mininet's node objects, link status and process handling, and its bad input refused
+    """Mininet's low-level style (nodes added to the network, their handles used once it
+    runs), its node objects, link status and process handling, and its bad input refused
     by name; what `cmd` and `popen` left running is stopped with the network."""
     from testbed.mn.net import Mininet
-    from testbed.mn.topo import SingleSwitchTopo
-    net = Mininet(topo=SingleSwitchTopo(3), out=tmp_path / "out")
+    net = Mininet(out=tmp_path / "out", autoSetMacs=True)
+    s1 = net.addSwitch("s1")
+    h1, h2, h3 = (net.addHost(f"h{i}") for i in (1, 2, 3))
+    for host in (h1, h2, h3):
+        net.addLink(host, s1, bw=20)
     with pytest.raises(TestbedError, match="not started"):
         net.get("h1")
     net.start()
     try:
-        h1, h2, h3 = net.hosts
+        assert net.hosts == [net.get("h1"), net["h2"], net["h3"]]
         assert [n.name for n in net.switches] == ["s1"] and list(net) == ["h1", "h2", "h3", "s1"]
-        assert net.get("h2") is h2 and net["h3"] is h3 and "s1" in net and "c0" not in net
-        assert (h1.IP(), h2.MAC()) == ("10.0.0.1", "02:00:00:00:00:02")
-        with pytest.raises(TestbedError, match="no node 'h9'"):
+        assert "s1" in net and "c0" not in net
+        assert (h1.IP(), h2.MAC()) == ("10.0.0.1", "00:00:00:00:00:02")  # the handles
+        with pytest.raises(KeyError, match="no node 'h9'"):
             net.get("h9")
         with pytest.raises(TestbedError, match="before net.start"):
             net.addHost("h4")
+        with pytest.raises(TestbedError, match="started already"):
+            net.start()
         sleeper = h2.popen(["sleep", "300"])
         h3.cmd("sleep 301 &")
         assert net.pingAll() == 0.0

@@ -52,3 +52,59 @@ def test_invalid_spec_is_refused_before_anything_starts(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {bad}: topology.params: fattree: k must be an even integer in 2..4096 (got 3)"
     assert not (tmp_path / "o").exists()
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+
+
+def test_a_detached_fabric_up_exec_status_down_and_a_killed_one_cleaned(tmp_path):
+    """`up --detach` returns with the fabric up; `exec` runs in its nodes, `status` lists
+    it, a second `up` or `run` is refused by name, `down` tears exactly it down. A holder
+    killed with SIGKILL leaves what `testbed clean` removes, its state included."""
+    import os
+    import signal
+
+    from testbed.detached import fabrics
+
+    from .helpers import leftovers
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: it-detach\ntopology: {kind: leafspine, params: {spines: 1, "
+                    "leaves: 2, hosts_per_leaf: 2}}\n")
+    done = cli("up", str(spec), "--detach", "--out", str(tmp_path / "one"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("it-detach: up (4 hosts, 3 switches)"), done.stdout
+    try:
+        assert "it-detach: up, spec it-detach, 4 hosts" in cli("status").stdout
+        ping = cli("exec", "it-detach", "h1", "--", "ping", "-c", "2", "-W", "2", "10.0.0.4")
+        assert ping.returncode == 0 and "2 received" in ping.stdout, ping.stdout + ping.stderr
+        failing = cli("exec", "it-detach", "h1", "--", "sh", "-c", "exit 3")
+        assert failing.returncode == 3                       # the command's own status
+        flows = cli("exec", "it-detach", "l1", "--", "ovs-ofctl", "-O", "OpenFlow13",
+                    "dump-flows", "l1")
+        assert flows.returncode == 0 and "priority=" in flows.stdout   # a switch: root ns
+        for args, words in ((("exec", "it-detach", "h9", "--", "true"), "no node 'h9'"),
+                            (("exec", "other", "h1", "--", "true"), "no fabric 'other' is up"),
+                            (("up", str(spec), "--detach", "--name", "it-second"),
+                             "fabric 'it-detach' is up"),
+                            (("run", str(REPO / "experiments" / "quickstart.yaml"), "--out",
+                              str(tmp_path / "run")), "another testbed run is active")):
+            refused = cli(*args)
+            assert refused.returncode != 0 and words in refused.stderr, (args, refused.stderr)
+    finally:
+        down = cli("down", "it-detach")
+    assert down.returncode == 0 and "it-detach: down" in down.stdout, down.stderr
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["status"] == "ok"
+    assert leftovers(["l1", "l2", "sp1"]) == [] and fabrics() == []
+    assert "no fabric is up" in cli("status").stdout
+
+    assert cli("up", str(spec), "--detach", "--out", str(tmp_path / "two")).returncode == 0
+    (holder,) = fabrics()
+    os.kill(holder.pid, signal.SIGKILL)
+    assert "holder gone" in cli("status").stdout
+    assert "gone" in cli("exec", "it-detach", "h1", "--", "true").stderr
+    clean = cli("clean")
+    assert clean.returncode == 0 and "state of detached fabric it-detach" in clean.stdout
+    assert leftovers(["l1", "l2", "sp1"]) == [] and fabrics() == []
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["status"] == "killed"

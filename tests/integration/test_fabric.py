@@ -147,7 +147,9 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
 SPECS = {
     "build": "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
              "duration_s: 60, omit_s: 1}]\n",
-    "traffic": "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
+    # with a capture: its tcpdumps (on a switch port and in a host) are stopped by clean
+    "traffic": "capture: {ports: [e1-eth1], hosts: [h16]}\n"
+               "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
                "duration_s: 60, omit_s: 1}]\n",
     "training": "experiments: [{type: training, iters: 400, jobs: [{sync: ring, workers: 4}]}]\n",
 }

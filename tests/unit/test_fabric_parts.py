@@ -260,6 +260,20 @@ def test_a_recorded_group_is_stopped_with_what_its_leader_left_in_the_background
     assert _proc_start_time(child) is None
     leader.wait(timeout=5)
 
+    # the leader already gone (a shell that ended when the run was killed): its job stays
+    # in the group, and is stopped by its PID
+    gone = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!"], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    gone_start = _proc_start_time(gone.pid)
+    orphan = int(gone.stdout.readline())
+    gone.wait(timeout=5)
+    assert _proc_start_time(orphan) is not None and os.getpgid(orphan) == gone.pid
+    assert stop_pid(gone.pid, gone_start, timeout=1.0, group=True)
+    deadline = time.time() + 3
+    while time.time() < deadline and _proc_start_time(orphan) is not None:
+        time.sleep(0.02)
+    assert _proc_start_time(orphan) is None
+
     alone = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!; wait"], stdout=subprocess.PIPE,
                              text=True, start_new_session=True)
     left = int(alone.stdout.readline())
