@@ -301,9 +301,13 @@ class LiveFabric:
                 filter: str = "", snaplen: int = 128, max_mb: float = 100.0) -> Capture:
         """tcpdump on switch ports (`l1-eth3`) and hosts' NICs (`h1`: each of its ports),
         as a spec's `capture:` takes them, until `stop()` on what this returns or the
-        fabric's end: pcap files in the results (capture/script-<n>/), listening when this
-        returns. `stop()` returns each file's packets and the kernel's drops for it."""
+        fabric's end: pcap files in the results (capture/call-<n>/ for the session's n-th
+        call), listening when this returns. `stop()` returns each file's packets and the
+        kernel's drops for it."""
         self._alive("its network")
+        if self.ctx.spec.cluster is not None:
+            raise TestbedError("capture(): on one machine only so far (each server's ports "
+                               "would need their own tcpdump)")
         spec = CaptureSpec(ports=list(ports or []), hosts=list(hosts or []), filter=filter,
                            snaplen=snaplen, max_mb=max_mb)
         try:
@@ -311,8 +315,9 @@ class LiveFabric:
             spec.check_on(self.topo, "capture()")
         except SpecError as exc:
             raise TestbedError(str(exc)) from None
+        self.ctx.script_captures += 1  # numbered in the session, as flows() calls are
         self.captures.append(Capture(self.fabric, spec, self.out_dir / "capture" /
-                                     f"script-{len(self.captures) + 1}").start())
+                                     f"call-{self.ctx.script_captures}").start())
         return self.captures[-1]
 
     def close(self) -> None:

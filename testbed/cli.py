@@ -214,7 +214,8 @@ def up(spec: Path, out: Path | None, script: Path | None, detach: bool, name: st
         click.echo("note: `testbed up` builds the spec's own fabric; its sweep is for "
                    "`testbed run`", err=True)
     if detach:
-        _detach(spec, s.name, name or s.name, out, script, topology, sets, live)
+        _detach(spec, s.name, name or s.name, out, script, topology, sets, live,
+                s.cluster is not None)
         return
     try:
         tb = Testbed(spec if not (topology or sets) else spec_data(spec, topology, sets),
@@ -236,7 +237,7 @@ def up(spec: Path, out: Path | None, script: Path | None, detach: bool, name: st
 
 
 def _detach(spec: Path, spec_name: str, name: str, out: Path | None, script: Path | None,
-            topology: str | None, sets: tuple[str, ...], live: bool) -> None:
+            topology: str | None, sets: tuple[str, ...], live: bool, s_cluster: bool) -> None:
     """`up --detach`: the holder started, its fabric up, its name printed."""
     from testbed.config.loader import SpecError
     from testbed.core.system import is_root
@@ -245,6 +246,9 @@ def _detach(spec: Path, spec_name: str, name: str, out: Path | None, script: Pat
     from .detached import start
     if script is not None or live:
         _fail("--detach: without --script or --live (run commands with `testbed exec`)")
+    if s_cluster:
+        _fail("--detach: on one machine only so far (`exec` enters a host's namespace "
+              "here); leave out --detach, or the spec's cluster")
     if not is_root():
         _fail("`testbed up` needs root: run it with sudo")
     try:
@@ -275,9 +279,12 @@ def exec_(name: str, node: str, command: tuple[str, ...]) -> None:
         _fail("`testbed exec` needs root: run it with sudo")
     try:
         argv = exec_argv(find(name), node, list(command))
+        rc = subprocess.run(argv).returncode
     except TestbedError as exc:
         _fail(str(exc))
-    sys.exit(subprocess.run(argv).returncode)
+    except OSError as exc:  # a command a switch's (the machine's) PATH does not have
+        _fail(f"exec: {command[0]}: {exc.strerror}")
+    sys.exit(128 - rc if rc < 0 else rc)  # killed by a signal: 128 + its number
 
 
 @main.command()
@@ -305,10 +312,12 @@ def down(name: str) -> None:
     if not is_root():
         _fail("`testbed down` needs root: run it with sudo")
     try:
-        d = stop(name)
+        d, status = stop(name)
     except TestbedError as exc:
         _fail(str(exc))
-    click.echo(f"{name}: down; results in {d.out_dir}")
+    click.echo(f"{name}: down ({status}); results in {d.out_dir}")
+    if status != "ok":
+        sys.exit(1)
 
 
 @main.command()

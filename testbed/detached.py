@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,15 +76,19 @@ def fabrics() -> list[Detached]:
     return out
 
 
-def find(name: str) -> Detached:
-    """The fabric `name` that is up, or TestbedError saying what is."""
+def find(name: str, stopping_too: bool = False) -> Detached:
+    """The fabric `name` that is up (or going down, with `stopping_too`), or TestbedError
+    saying what is."""
     for d in fabrics():
         if d.name == name:
             if not d.alive():
                 raise TestbedError(f"fabric {name!r}: its holder (pid {d.pid}) is gone; "
                                    "`sudo testbed clean` removes what it left")
-            if d.status != "up":
-                raise TestbedError(f"fabric {name!r} is still starting")
+            if d.status == "starting":
+                raise TestbedError(f"fabric {name!r} is still coming up; try again when "
+                                   "`testbed status` says it is up")
+            if d.status == "stopping" and not stopping_too:
+                raise TestbedError(f"fabric {name!r} is going down")
             return d
     up = [d.name for d in fabrics() if d.alive()]
     raise TestbedError(f"no fabric {name!r} is up" + (f" (up: {', '.join(up)})" if up else
@@ -104,97 +109,132 @@ def exec_argv(d: Detached, node: str, argv: list[str]) -> list[str]:
 
 
 def refuse_second() -> None:
-    """A second `up` while one is up (or a dead one's state is left) is refused by name."""
+    """A second `up` while one is up (or coming up, or going down) is refused by name."""
     for d in fabrics():
         if d.alive():
-            raise TestbedError(f"fabric {d.name!r} is up ({d.spec}, since "
+            state = {"up": "is up", "starting": "is coming up"}.get(d.status, "is going down")
+            raise TestbedError(f"fabric {d.name!r} {state} ({d.spec}, since "
                                f"{time.strftime('%H:%M:%S', time.localtime(d.since))}): "
                                f"`testbed down {d.name}` first (one fabric at a time)")
 
 
 def start(spec: str | dict, spec_name: str, name: str, out: Path | None) -> Detached:
     """Start the holder of `spec` (a spec file's path, or a spec's data) and wait until its
-    fabric is up, or it failed (its log's end)."""
+    fabric is up, or it failed (what it said). Ctrl-C meanwhile stops the holder."""
     refuse_second()
     folder().mkdir(parents=True, exist_ok=True)
     log = folder() / f"{name}.log"
-    request = folder() / f"{name}.request.json"
-    request.write_text(json.dumps({"spec": spec, "spec_name": spec_name, "name": name,
-                                   "out": str(out.resolve()) if out else None}))
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.detached", str(request)],
+    fd, request = tempfile.mkstemp(prefix=f"{name}.", suffix=".request", dir=folder())
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"spec": spec, "spec_name": spec_name, "name": name,
+                   "out": str(out.resolve()) if out else None}, fh)
+    offset = log.stat().st_size if log.exists() else 0
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.detached", request],
                                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())
     deadline = time.time() + UP_TIMEOUT_S
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-12:]
-            raise TestbedError(f"fabric {name!r} did not come up:\n" + "\n".join(tail))
-        for d in fabrics():
-            if d.name == name and d.pid == proc.pid and d.status == "up":
-                return d
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                with open(log, errors="replace") as fh:
+                    fh.seek(offset)
+                    said = fh.read().strip().splitlines()[-6:]
+                raise TestbedError(f"fabric {name!r} did not come up: " + "\n".join(said))
+            for d in fabrics():
+                if d.name == name and d.pid == proc.pid and d.status == "up":
+                    return d
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGTERM)  # the holder tears down what it built
+        proc.wait(timeout=DOWN_TIMEOUT_S)
+        raise TestbedError(f"fabric {name!r}: interrupted while it came up; torn down") \
+            from None
+    proc.send_signal(signal.SIGTERM)
     raise TestbedError(f"fabric {name!r} not up within {UP_TIMEOUT_S:g} s; see {log}")
 
 
-def stop(name: str) -> Detached:
-    """`down`: SIGTERM to the holder, which tears the fabric down and writes its results;
-    returns once it has ended."""
-    d = find(name)
-    os.kill(d.pid, signal.SIGTERM)
+def stop(name: str) -> tuple[Detached, str]:
+    """`down`: SIGTERM to the holder (once: a fabric already going down is waited for),
+    which tears the fabric down and writes its results; returns once it has ended, with
+    how its results say the session ended."""
+    d = find(name, stopping_too=True)
+    if d.status == "up":
+        os.kill(d.pid, signal.SIGTERM)
     deadline = time.time() + DOWN_TIMEOUT_S
     while d.alive():
         if time.time() > deadline:
             raise TestbedError(f"fabric {name!r}: its holder (pid {d.pid}) still tearing down "
                                f"after {DOWN_TIMEOUT_S:g} s; see {d.log}")
         time.sleep(0.1)
-    return d
+    try:
+        status = json.loads((Path(d.out_dir) / "summary.json").read_text()).get("status", "?")
+    except (OSError, ValueError, AttributeError):
+        status = "unknown (no summary.json)"
+    return d, status
 
 
 def forget_dead() -> list[str]:
-    """State files of holders that are gone (`testbed clean`)."""
+    """State files of holders that are gone, and requests no holder read (`testbed clean`,
+    which runs only when no run holds the lock: no holder is starting)."""
     removed = []
     for d in fabrics():
         if not d.alive():
             d.path.unlink(missing_ok=True)
             removed.append(f"state of detached fabric {d.name} (holder pid {d.pid} gone)")
-    for path in folder().glob("*.json") if folder().exists() else []:
-        try:
-            json.loads(path.read_text())
-        except (OSError, ValueError):
+    if folder().exists():
+        for path in [*folder().glob("*.request"), *folder().glob("*.tmp")]:
             path.unlink(missing_ok=True)
+        for path in folder().glob("*.json"):
+            try:
+                json.loads(path.read_text())
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)
     return removed
 
 
 def serve(request_path: Path) -> int:
-    """The holder: the session and its fabric, until SIGTERM (`down`) or SIGINT."""
+    """The holder: the session and its fabric, until SIGTERM (`down`) or SIGINT; the
+    first ends it, any more are ignored while it tears down."""
     from testbed.api import Testbed
     from testbed.runner import Interrupted
     request = json.loads(request_path.read_text())
     request_path.unlink(missing_ok=True)
     name = request["name"]
-    tb = Testbed(request["spec"], out=request["out"], what="`testbed up --detach`")
     state = Detached(name=name, pid=os.getpid(), start=_proc_start_time(os.getpid()),
                      spec=request["spec_name"], out_dir="", since=time.time(),
                      status="starting", nodes={}, log=str(folder() / f"{name}.log"))
+    saved = False
     try:
+        tb = Testbed(request["spec"], out=request["out"],
+                     what=f"`testbed up --detach` (fabric {name})")
         with tb:
             state.out_dir = str(tb.out_dir)
             state.save()
-            live = tb.fabric("up")
-            state.nodes = {**{h.name: live.pid(h.name) for h in live.topo.hosts},
-                           **{s.name: None for s in live.topo.switches}}
-            state.status = "up"
-            state.save()
-            print(f"{name}: up; results in {tb.out_dir}", flush=True)
+            saved = True
             try:
+                live = tb.fabric("up")
+                state.nodes = {**{h.name: live.pid(h.name) for h in live.topo.hosts},
+                               **{s.name: None for s in live.topo.switches}}
+                state.status = "up"
+                state.save()
+                print(f"{name}: up; results in {tb.out_dir}", flush=True)
                 while True:
                     time.sleep(3600)
             except (KeyboardInterrupt, Interrupted):  # `testbed down` (SIGTERM), Ctrl-C
-                print(f"{name}: down", flush=True)
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_IGN)  # the teardown is not interrupted
+                if state.status != "up":
+                    raise  # stopped while it came up: the results say so
+                state.status = "stopping"
+                state.save()
+                print(f"{name}: going down", flush=True)
+    except TestbedError as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
     finally:
-        state.path.unlink(missing_ok=True)
+        if saved:
+            state.path.unlink(missing_ok=True)
     return 0
 
 

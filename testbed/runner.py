@@ -94,6 +94,7 @@ class RunContext:
     # (experiment, point, start, end) on the CPU monitor's clock: cpu.csv's rows say which
     experiment_spans: list[tuple[int, int | None, float, float]] = field(default_factory=list)
     script_flow_calls: int = 0  # a script's LiveFabric.flows calls (numbered in the session)
+    script_captures: int = 0  # a script's LiveFabric.capture calls (capture/call-<n>)
     degraded: list[str] = field(default_factory=list)  # the session's own, beside experiments'
     code: dict = field(default_factory=dict)  # the code that ran (provenance.code_state)
     wakeup_held: bool = False  # the CPUs were asked to wake at once (hold_wakeup_latency)
@@ -347,8 +348,14 @@ class RunContext:
         return Capture(fab, spec, self.out_dir / "capture" / phase).start()
 
     def stop_capture(self, capture: Capture, label: str) -> list[dict]:
-        """Stop a capture; what its files hold, its warnings in the run's."""
-        report = capture.stop()
+        """Stop a capture; what its files hold, its warnings in the run's. A capture that
+        cannot be stopped or read is a warning: the fabric's teardown goes on."""
+        try:
+            report = capture.stop()
+        except (OSError, TestbedError) as exc:
+            self.warnings.append(f"capture {label}: not stopped cleanly ({exc}); its files "
+                                 f"may be incomplete")
+            return []
         self.warnings.extend(capture_warnings(label, report))
         return report
 
@@ -424,7 +431,7 @@ def session(spec: Spec, topo: Topology, spec_text: str, out_dir: Path | None,
     # the results directory exists (it may sit in the checkout)
     code = {**provenance.code_state(), "command": provenance.command_line(),
             "cwd": os.getcwd()}
-    lock = RunLock()
+    lock = RunLock(what)
     lock.acquire()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out_dir or Path("results") / f"{spec.name}-{stamp}").resolve()

@@ -36,7 +36,8 @@ class CaptureSpec:
             raise SpecError(f"{path}.snaplen: bytes kept of each packet, 64..262144 "
                             f"(got {self.snaplen})")
         if not 0 < self.max_mb <= 100_000:
-            raise SpecError(f"{path}.max_mb: a file's cap in MB, > 0 (got {self.max_mb})")
+            raise SpecError(f"{path}.max_mb: a file's cap in MB, in (0, 100000] "
+                            f"(got {self.max_mb})")
         if "\n" in self.filter:
             raise SpecError(f"{path}.filter: one tcpdump expression on one line")
 
@@ -73,4 +74,4 @@ class CaptureSpec:
         would otherwise drop to its own user, who cannot write the results)."""
         argv = ["tcpdump", "-i", iface, "-w", path, "-s", str(self.snaplen),
                 "-c", str(self.max_packets()), "-n", "-Z", "root"]
-        return argv + ([self.filter] if self.filter else [])
+        return argv + (["--", self.filter] if self.filter else [])

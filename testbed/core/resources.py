@@ -84,17 +84,30 @@ class RunRecord:
         tmp.write_text(json.dumps(self.__dict__, indent=1))
         os.replace(tmp, self.path)
 
-    def add_pid(self, pid: int, what: str, group: bool = False) -> None:
+    def add_pid(self, pid: int, what: str, group: bool = False,
+                netns: int | None = None) -> None:
         """A process to stop at the end. `group`: it leads a process group of its own (a
         node's shell, in a session of its own), and what it started there (a command put in
-        the background through the shell) is stopped with it. Nothing is recorded once the
-        record is released (a node's `popen` after its network stopped)."""
+        the background through the shell) is stopped with it; `netns`: the network
+        namespace (its inode) the group lives in, which lets the members be found after
+        their leader has ended. Nothing is recorded once the record is released (a node's
+        `popen` after its network stopped)."""
         if self.released:
             return
         entry: dict = {"pid": pid, "start": _proc_start_time(pid), "what": what}
         if group:
             entry["group"] = True
+        if netns is not None:
+            entry["netns"] = netns
         self.pids.append(entry)
+        self.save()
+
+    def set_netns(self, namespaces: dict[int, int]) -> None:
+        """The network namespace each recorded group lives in (leader pid -> its inode),
+        once they are there."""
+        for entry in self.pids:
+            if entry.get("group") and entry["pid"] in namespaces:
+                entry["netns"] = namespaces[entry["pid"]]
         self.save()
 
     def remember_sysctl(self, name: str, old_value: str) -> None:
@@ -128,10 +141,12 @@ def records() -> list[RunRecord]:
 
 
 class RunLock:
-    """One run at a time. flock is released by the kernel if the holder dies."""
+    """One run at a time. flock is released by the kernel if the holder dies. `label`: what
+    holds it, for the refusal another run gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "") -> None:
         self.fd: int | None = None
+        self.label = label
 
     def acquire(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -146,7 +161,8 @@ class RunLock:
                                "finish or stop it (Ctrl-C; a fabric left up: `testbed status`, "
                                "`testbed down NAME`) before starting a new one") from None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
+        os.write(fd, (f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}"
+                      + (f": {self.label}" if self.label else "")).encode())
         self.fd = fd
         leftovers = [r for r in records() if r.owner_pid != os.getpid()]
         for rec in leftovers:
@@ -178,27 +194,46 @@ def process_groups() -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+def netns_of(pid: int) -> int | None:
+    """The inode of a process's network namespace (None: gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
 def stop_pid(pid: int, start: int | None, timeout: float = 3.0, group: bool = False,
-             groups: dict[int, list[tuple[int, int]]] | None = None) -> bool:
+             groups: dict[int, list[tuple[int, int]]] | None = None,
+             netns: int | None = None) -> bool:
     """Stop one process we started, if it is still that process (same start time). A PID
     recorded without a start time cannot be told from a reused one and is left alone.
     `group`: the process leads a group of its own (a node's shell), and what it left in
-    that group is stopped too, even when the leader itself has already ended: each member
-    by its PID, if it started after the leader (a group's id is its leader's PID, which the
-    kernel gives no other process while the group has members). SIGHUP first, which ends
-    an interactive shell and its jobs. `groups`: `process_groups()`, read once by a caller
-    stopping many."""
+    that group is stopped too: each member by its PID, if it started after the leader.
+    While the leader lives, its group is its own. Once it has ended, its members are known
+    only by the group's id, which the kernel gives no other process while the group has
+    members, but which another group may take once it has none: then only members in the
+    recorded network namespace (`netns`, one the run made) are taken, and none without it.
+    A leader whose PID now belongs to another process is left alone with its group. SIGHUP
+    first, which ends an interactive shell and its jobs. `groups`: `process_groups()`,
+    read once by a caller stopping many."""
     if start is None:
         _reap(pid)
         return False
-    if group and groups is None:
-        groups = process_groups()
-    members = [m for m in (groups or {}).get(pid, []) if m[1] >= start] if group else []
-    alive = _proc_start_time(pid) == start
+    now = _proc_start_time(pid)
+    alive = now == start
+    if now is not None and not alive:  # the PID is another process's: not ours to touch
+        return False
+    members: list[tuple[int, int]] = []
+    if group:
+        if groups is None:
+            groups = process_groups()
+        members = [m for m in groups.get(pid, []) if m[1] >= start and m[0] != pid]
+        if not alive:
+            members = [m for m in members if netns is not None and netns_of(m[0]) == netns]
     if not alive and not members:
         _reap(pid)
         return False
-    targets = ([(pid, start)] if alive else []) + [m for m in members if m[0] != pid]
+    targets = ([(pid, start)] if alive else []) + members
 
     def signal_all(sig: int) -> None:
         for p, t in targets:
@@ -236,7 +271,7 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
     groups = process_groups() if any(e.get("group") for e in rec.pids) else None
     for entry in reversed(rec.pids):
         if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False),
-                    groups=groups):
+                    groups=groups, netns=entry.get("netns")):
             removed.append(f"process {entry['pid']} ({entry['what']})")
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]
@@ -322,6 +357,7 @@ def clean(release_servers: ServerRelease | None = None) -> list[str]:
     for rec in records():
         if rec.owner_pid != os.getpid() and rec.owner_alive():
             raise TestbedError(f"run {rec.run_id} (pid {rec.owner_pid}) is still active; "
-                               "stop it first (Ctrl-C or kill that pid)")
+                               "stop it first (Ctrl-C; a detached fabric: `testbed down "
+                               "NAME`; or kill that pid)")
         removed += release_record(rec, release_servers)
     return removed

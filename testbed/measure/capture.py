@@ -9,6 +9,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,18 @@ class CaptureFile:
     proc: subprocess.Popen
     packets: int | None = None  # written to the file
     dropped: int | None = None  # by the kernel: the socket's buffer was full
+    ended_early: bool | None = None  # it had ended when the capture was stopped
+    messages: str = ""               # what it said (also in `log`)
+    reader: threading.Thread | None = None
+
+    def keep_messages(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log, "a") as out:
+            for line in iter(self.proc.stdout.readline, b""):
+                text = line.decode(errors="replace")
+                self.messages += text
+                out.write(text)
+                out.flush()
 
 
 class Capture:
@@ -40,6 +53,8 @@ class Capture:
 
     def start(self) -> Capture:
         ports, hosts = self.spec.interfaces(self.fab.topo)
+        if self.out_dir.exists() and any(self.out_dir.iterdir()):
+            raise TestbedError(f"capture: {self.out_dir} holds an earlier capture's files")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         try:
             for iface, host in [(p, None) for p in ports] + \
@@ -52,16 +67,21 @@ class Capture:
         return self
 
     def _start_one(self, iface: str, host: str | None) -> CaptureFile:
+        """A tcpdump in a session of its own (a Ctrl-C at `testbed up`'s prompt does not
+        end it), in the host's namespace for a host's NIC."""
         pcap, log = self.out_dir / f"{iface}.pcap", self.out_dir / f"{iface}.log"
         argv = self.spec.tcpdump_argv(iface, str(pcap))
         if host is not None:
-            proc = self.fab.start_process(host, argv, f"tcpdump on {iface}", log)
-        else:
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
-            self.fab.record.add_pid(proc.pid, f"tcpdump on {iface}")
-        return CaptureFile(iface, host, pcap, log, proc)
+            argv = self.fab.host_argv(host, argv)
+        # its messages through a pipe, not an inherited file: an AppArmor profile for
+        # tcpdump (Ubuntu's) would take away a file it may not write
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.fab.record.add_pid(proc.pid, f"tcpdump on {iface}")
+        f = CaptureFile(iface, host, pcap, log, proc)
+        f.reader = threading.Thread(target=f.keep_messages, daemon=True)
+        f.reader.start()
+        return f
 
     def _wait_listening(self) -> None:
         """Until each tcpdump says it listens (its socket is open: nothing after this is
@@ -70,12 +90,16 @@ class Capture:
         pending = list(self.files)
         while pending:
             for f in list(pending):
-                text = f.log.read_text(errors="replace")
-                if "listening on" in text:
+                if "listening on" in f.messages:
                     pending.remove(f)
                 elif f.proc.poll() is not None:
-                    raise TestbedError(f"capture on {f.iface}: tcpdump ended: "
-                                       f"{text.strip()[-300:]}")
+                    if f.reader is not None:
+                        f.reader.join(timeout=2)
+                    said = f.messages.strip()[-300:]
+                    hint = (" (an AppArmor profile for tcpdump may forbid writing there: "
+                            "/etc/apparmor.d/usr.bin.tcpdump)"
+                            if "Permission denied" in said else "")
+                    raise TestbedError(f"capture on {f.iface}: tcpdump ended: {said}{hint}")
             if pending and time.time() > deadline:
                 raise TestbedError(f"capture: tcpdump on {pending[0].iface} did not start "
                                    f"listening within {LISTEN_TIMEOUT_S:g} s")
@@ -88,24 +112,31 @@ class Capture:
         for f in self.files:
             if f.proc.poll() is None:
                 f.proc.send_signal(signal.SIGINT)
+            elif f.ended_early is None:
+                f.ended_early = True  # before its stop: its own cap, or something ended it
         for f in self.files:
             try:
                 f.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 f.proc.kill()
                 f.proc.wait()
-            f.packets, f.dropped = counts(f.log.read_text(errors="replace"))
+            if f.reader is not None:
+                f.reader.join(timeout=2)
+            f.packets, f.dropped = counts(f.messages)
         report = self.report()
         if self.files:
             (self.out_dir / "capture.json").write_text(json.dumps(report, indent=1))
         return report
 
     def report(self) -> list[dict]:
-        return [{"iface": f.iface, "host": f.host, "pcap": f.pcap.name,
-                 "bytes": f.pcap.stat().st_size if f.pcap.exists() else 0,
-                 "packets": f.packets, "dropped_by_kernel": f.dropped,
-                 "capped": f.packets is not None and f.packets >= self.spec.max_packets()}
-                for f in self.files]
+        out = []
+        for f in self.files:
+            capped = f.packets is not None and f.packets >= self.spec.max_packets()
+            out.append({"iface": f.iface, "host": f.host, "pcap": f.pcap.name,
+                        "bytes": f.pcap.stat().st_size if f.pcap.exists() else 0,
+                        "packets": f.packets, "dropped_by_kernel": f.dropped,
+                        "capped": capped, "ended_early": bool(f.ended_early and not capped)})
+        return out
 
 
 def counts(text: str) -> tuple[int | None, int | None]:
@@ -126,4 +157,7 @@ def warnings(label: str, report: list[dict]) -> list[str]:
         if r["capped"]:
             out.append(f"capture {label} {r['iface']}: stopped at its cap ({r['packets']} "
                        "packets, capture.max_mb); later packets are not in the pcap")
+        if r.get("ended_early"):
+            out.append(f"capture {label} {r['iface']}: tcpdump ended before the capture "
+                       "was stopped; later packets are not in the pcap")
     return out

@@ -24,7 +24,7 @@ from testbed.config.datapath import TRAITS, Traits
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.replies import CommandReply, ControllerState
-from testbed.core.resources import RunRecord
+from testbed.core.resources import RunRecord, netns_of
 from testbed.core.system import TestbedError, congestion_controls, is_root, qdisc_supported
 from testbed.dataplane import ovs, queues
 from testbed.dataplane.dpapi import Dataplane
@@ -231,9 +231,15 @@ class Fabric:
                 self.record.add_pid(host.shell.pid, f"ssh to mininet host {host.name}")
             else:
                 self.record.add_pid(host.pid, f"mininet host {host.name}", group=True)
-                host.on_popen = partial(self.record.add_pid, group=True)  # mnexec -d: a group
         net.build()
         self.executor.create_links(net)
+        namespaces = {}
+        for host in net.hosts:  # in their namespaces now: where their groups are found
+            if not getattr(host, "isRemote", False) and (ns := netns_of(host.pid)):
+                namespaces[host.pid] = ns
+                # what a script's popen starts there (mnexec -d: a group of its own)
+                host.on_popen = partial(self.record.add_pid, group=True, netns=ns)
+        self.record.set_netns(namespaces)
         self.supervisor.wait_listening()  # before the switches start: none waits to retry
         net.start()
 

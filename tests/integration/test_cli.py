@@ -89,12 +89,12 @@ def test_a_detached_fabric_up_exec_status_down_and_a_killed_one_cleaned(tmp_path
                             (("up", str(spec), "--detach", "--name", "it-second"),
                              "fabric 'it-detach' is up"),
                             (("run", str(REPO / "experiments" / "quickstart.yaml"), "--out",
-                              str(tmp_path / "run")), "another testbed run is active")):
+                              str(tmp_path / "run")), "(fabric it-detach)")):
             refused = cli(*args)
             assert refused.returncode != 0 and words in refused.stderr, (args, refused.stderr)
     finally:
         down = cli("down", "it-detach")
-    assert down.returncode == 0 and "it-detach: down" in down.stdout, down.stderr
+    assert down.returncode == 0 and "it-detach: down (ok)" in down.stdout, down.stderr
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["status"] == "ok"
     assert leftovers(["l1", "l2", "sp1"]) == [] and fabrics() == []
     assert "no fabric is up" in cli("status").stdout

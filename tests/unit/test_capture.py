@@ -26,7 +26,7 @@ def test_a_capture_names_ports_and_hosts_of_the_fabric():
     assert s.capture.interfaces(build("dumbbell")) == ([], {"h1": ["h1-eth0"]})
     argv = s.capture.tcpdump_argv("l1-eth1", "/r/l1-eth1.pcap")
     assert argv[:5] == ["tcpdump", "-i", "l1-eth1", "-w", "/r/l1-eth1.pcap"]
-    assert argv[-1] == "tcp port 5201" and argv[argv.index("-Z") + 1] == "root"
+    assert argv[-2:] == ["--", "tcp port 5201"] and argv[argv.index("-Z") + 1] == "root"
 
 
 @pytest.mark.parametrize("capture, words", [

@@ -43,8 +43,14 @@ def test_a_live_holder_is_found_and_refuses_a_second_up(state):
     with pytest.raises(TestbedError, match=r"no fabric 'g' is up \(up: f\)"):
         find("g")
     holder("f", os.getpid(), status="starting")
-    with pytest.raises(TestbedError, match="still starting"):
+    with pytest.raises(TestbedError, match="still coming up"):
         find("f")
+    with pytest.raises(TestbedError, match="'f' is coming up"):
+        refuse_second()
+    holder("f", os.getpid(), status="stopping")
+    with pytest.raises(TestbedError, match="going down"):
+        find("f")
+    assert find("f", stopping_too=True).status == "stopping"   # `down` waits for it
 
 
 def test_a_gone_holder_is_named_and_its_state_cleaned(state):

@@ -248,11 +248,14 @@ def test_a_recorded_group_is_stopped_with_what_its_leader_left_in_the_background
     import os
     import time
 
-    from testbed.core.resources import _proc_start_time, stop_pid
+    from testbed.core.resources import _proc_start_time, netns_of, stop_pid
     leader = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!; wait"], stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
     child = int(leader.stdout.readline())
     assert os.getpgid(child) == leader.pid
+    # a PID that is now another process (another start time): neither it nor its group
+    assert not stop_pid(leader.pid, _proc_start_time(leader.pid) - 1, timeout=1.0, group=True)
+    assert _proc_start_time(child) is not None and leader.poll() is None
     assert stop_pid(leader.pid, _proc_start_time(leader.pid), timeout=1.0, group=True)
     deadline = time.time() + 3
     while time.time() < deadline and _proc_start_time(child) is not None:
@@ -261,14 +264,18 @@ def test_a_recorded_group_is_stopped_with_what_its_leader_left_in_the_background
     leader.wait(timeout=5)
 
     # the leader already gone (a shell that ended when the run was killed): its job stays
-    # in the group, and is stopped by its PID
-    gone = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!"], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    gone_start = _proc_start_time(gone.pid)
+    # in the group, and is stopped by its PID, if it is in the group's recorded namespace
+    gone = subprocess.Popen(["sh", "-c", "sleep 100 & echo $!; read x"], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True, start_new_session=True)
     orphan = int(gone.stdout.readline())
+    gone_start = _proc_start_time(gone.pid)
+    gone.stdin.close()                                 # the leader ends; its job stays
     gone.wait(timeout=5)
     assert _proc_start_time(orphan) is not None and os.getpgid(orphan) == gone.pid
-    assert stop_pid(gone.pid, gone_start, timeout=1.0, group=True)
+    assert not stop_pid(gone.pid, gone_start, timeout=1.0, group=True)  # no namespace known
+    assert not stop_pid(gone.pid, gone_start, timeout=1.0, group=True, netns=1)  # another's
+    assert _proc_start_time(orphan) is not None
+    assert stop_pid(gone.pid, gone_start, timeout=1.0, group=True, netns=netns_of(orphan))
     deadline = time.time() + 3
     while time.time() < deadline and _proc_start_time(orphan) is not None:
         time.sleep(0.02)
