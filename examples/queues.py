@@ -2,7 +2,8 @@
 beside the receiver under its leaf, one across the spine) send to one host of a Leaf-Spine
 (20 Mb/s links, one traffic class with ECN marking at K = 20 packets); the queue of the
 leaf's port down to the receiver is read ten times a second, and the marking threshold is
-raised to K = 60 while the flows run.
+raised to K = 60 while the flows run. The slow start's overshoot, before the first marks
+have come back to the senders, is reported apart (`startup_max_pkts`).
 
     sudo .venv/bin/python examples/queues.py [OUT]
 """
@@ -29,12 +30,14 @@ def main(out: str | None = None) -> dict:
         fab.wait_listening([("h4", 5201 + i) for i in range(3)])
         senders = [fab.host(h).start(["iperf3", "-c", dst.ip, "-p", str(5201 + i), "-t", "6"])
                    for i, h in enumerate(("h5", "h6", "h1"))]
-        depth: dict[int, list[int]] = {20: [], 60: []}
+        # the first half second is the senders' slow start: they double their windows until
+        # the first marks come back, a round trip later, so the queue overshoots K then
+        depth: dict[int | str, list[int]] = {"start": [], 20: [], 60: []}
         t0 = time.time()
         dp = fab.dataplane()
         port_id = dp.by_name[port]["id"]
         while time.time() - t0 < 5.5:
-            k = 20 if time.time() - t0 < 2.5 else 60
+            k = "start" if time.time() - t0 < 0.5 else 20 if time.time() - t0 < 2.5 else 60
             if k == 60 and not depth[60]:
                 dp.set_ecn(port_id, 0, EcnProfile(k=60))  # while the flows run
             (q,) = fab.queues([port])
@@ -42,7 +45,8 @@ def main(out: str | None = None) -> dict:
             time.sleep(0.1)
         marks = fab.queues([port])[0].marks
         fab.stop(senders + servers)
-        result = {"port": port, "k20_max_pkts": max(depth[20]), "k60_max_pkts": max(depth[60]),
+        result = {"port": port, "startup_max_pkts": max(depth["start"]),
+                  "k20_max_pkts": max(depth[20]), "k60_max_pkts": max(depth[60]),
                   "marks": marks}
         print(result)
     print(f"results: {tb.out_dir}")

@@ -49,8 +49,10 @@ def test_example_ping_iperf(tmp_path):
 
 def test_example_queues(tmp_path):
     result = example("queues").main(str(tmp_path / "out"))
-    # three flows into one 20 Mb/s downlink, ECN-capable cubic: marks keep the queue near
-    # K = 20 (under 2 K at its peak); at K = 60 it grows past what K = 20 allowed
+    # three flows into one 20 Mb/s downlink, ECN-capable cubic: once the slow start's
+    # overshoot is over (41-45 packets in 3 of 12 runs, before the first marks come
+    # back), marks keep the queue near K = 20 (under 2 K at its peak; 24 at most in 7
+    # runs); at K = 60 it grows past what K = 20 allowed
     assert result["marks"] > 0 and result["k20_max_pkts"] <= 40, result
     assert result["k60_max_pkts"] > result["k20_max_pkts"], result
     assert_nothing_left(tmp_path / "out")
@@ -263,3 +265,21 @@ def test_mininet_vocabulary_on_a_running_fabric(tmp_path):
     assert sleeper.wait(timeout=10) is not None
     assert ended(int(shell_jobs[0]), within_s=5)
     assert_nothing_left(tmp_path / "out")
+
+
+def test_the_notebook_example_runs_as_a_script(tmp_path):
+    """examples/notebook.py, cells run top to bottom: flows on a fabric kept up across
+    cells, the run read back as DataFrames, a plot."""
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "notebook.py"),
+                           str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "plots" / "notebook_flows.png").stat().st_size > 0
+    assert_nothing_left(tmp_path / "out")
+    flows = rows(tmp_path / "out", "script_flows.csv")
+    assert [(r["call"], r["src"], r["dst"]) for r in flows] == [
+        ("1", "h1", "h3"), ("2", "h1", "h3"), ("2", "h2", "h4"), ("2", "h3", "h1"),
+        ("2", "h4", "h2")]
+    # alone: most of a 20 Mb/s link; four flows over two spines: each still carries
+    assert 17 <= float(flows[0]["goodput_mbps"]) <= 20, flows[0]
+    assert all(float(r["goodput_mbps"]) > 2 for r in flows[1:]), flows
