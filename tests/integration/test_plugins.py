@@ -126,7 +126,8 @@ L2_APPS = ["ryu.app.simple_switch_stp_13", "ryu.app.simple_switch_13"]
 
 def _plugin_run(tmp_path: Path, name: str, plugins: list[str]) -> tuple[Path, dict]:
     """Reachability, then a stride-8 permutation on one path per destination (deterministic,
-    so that runs compare), on a k=4 Fat-Tree at 20 Mb/s with `plugins`."""
+    so that its model is the paths the flows take), on a k=4 Fat-Tree at 20 Mb/s with
+    `plugins`."""
     from .helpers import run
     return run(tmp_path / name, {
         "name": f"it-{name}", "topology": {"kind": "fattree", "params": {"k": 4}},
@@ -144,16 +145,17 @@ def test_ryu_spanning_tree_and_learning_switches_cannot_break_the_fabric(tmp_pat
     spanning-tree switch alone, before the guard refused port-mods: 94.6% of pings lost, a
     stride permutation carried 0 Mb/s, and the run said `ok`.)"""
     from .helpers import rows
-    base_out, base = _plugin_run(tmp_path, "none", [])
-    assert base["status"] == "ok", base
-    baseline = float(rows(base_out, "permutation.csv")[0]["aggregate_mbps"])
     for app in L2_APPS:
         out, summary = _plugin_run(tmp_path, app.rsplit(".", 1)[1], [app])
         assert summary["status"] == "ok", (app, summary["degraded"])
         reach = summary["experiments"]["0:reachability"]["headline"]
         assert reach["loss_pct"] == 0.0 and reach["pairs"] == 240, (app, reach)
-        mbps = float(rows(out, "permutation.csv")[0]["aggregate_mbps"])
-        assert abs(mbps / baseline - 1) <= 0.10, (app, mbps, baseline)
+        # what the fabric gives without a plugin: the max-min shares of the single paths the
+        # flows take (a run without plugins carries 0.99 of it: docs/BENCHMARKS.md, packet
+        # capture's cost), within 10%
+        (row,) = rows(out, "permutation.csv")
+        carried = float(row["normalised_to_ideal"]) / float(row["routed_model"])
+        assert abs(carried - 1) <= 0.10, (app, row["normalised_to_ideal"], row["routed_model"])
         warnings = " ".join(summary["fidelity_warnings"])
         if app.endswith("stp_13"):  # stplib (its library) sends the port-mods
             assert "plugin ryu.lib.stplib" in warnings and "port-mods refused" in warnings, \
