@@ -331,6 +331,19 @@ class LiveFabric:
             self._stack.close()
 
 
+def script_spec(spec: str | Path | dict | Spec) -> tuple[Spec, Topology, str]:
+    """A script's spec (a file, its plain data or a Spec; no experiments needed), checked:
+    the Spec, its topology, and the text the results keep of it."""
+    if isinstance(spec, (str, Path)):
+        loaded, topo = load(spec, experiments_required=False)
+        return loaded, topo, Path(spec).read_text()
+    if isinstance(spec, dict):
+        loaded, topo = loads(spec, experiments_required=False)
+        return loaded, topo, json.dumps(spec, indent=1)
+    return (spec, check(spec, experiments_required=False),
+            json.dumps(dataclasses.asdict(spec), indent=1, default=str))
+
+
 class Testbed:
     """A session: one results directory, the run's lock and record, and the fabrics built
     in it (one at a time)."""
@@ -340,15 +353,7 @@ class Testbed:
     def __init__(self, spec: str | Path | dict | Spec, *, topo: Topology | None = None,
                  out: str | Path | None = None, log: Callable[[str], None] = print,
                  what: str = "a testbed script", live_port: int | None = None):
-        if isinstance(spec, (str, Path)):
-            self.spec, self.topo = load(spec, experiments_required=False)
-            self.text = Path(spec).read_text()
-        elif isinstance(spec, dict):
-            self.spec, self.topo = loads(spec, experiments_required=False)
-            self.text = json.dumps(spec, indent=1)
-        else:
-            self.spec, self.topo = spec, check(spec, experiments_required=False)
-            self.text = json.dumps(dataclasses.asdict(spec), indent=1, default=str)
+        self.spec, self.topo, self.text = script_spec(spec)
         self.topo = topo or self.topo
         self.out = Path(out) if out else None
         self.log, self.what, self.live_port = log, what, live_port

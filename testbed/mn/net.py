@@ -24,9 +24,9 @@ from typing import Any
 from mininet.log import info, lg, output
 from mininet.topo import Topo
 
-from testbed.api import LiveFabric, Testbed
+from testbed.api import LiveFabric, Testbed, script_spec
 from testbed.config.loader import SpecError
-from testbed.config.spec import Spec, load, loads
+from testbed.config.spec import Spec
 from testbed.core.errors import TestbedError
 from topologies.params import DEFAULT_RATE_MBPS
 
@@ -87,12 +87,7 @@ class Mininet:
             self._controller("Mininet(controller=...)", unwrap(controller)[1])
         self.auto_macs = autoSetMacs
         self.topo = topo if topo is not None else Topo()
-        if isinstance(spec, (str, Path)):
-            self.spec, _ = load(spec, experiments_required=False)
-        elif isinstance(spec, dict):
-            self.spec, _ = loads(spec, experiments_required=False)
-        else:
-            self.spec = spec or loads({"name": "mininet-script"}, experiments_required=False)[0]
+        self.spec = script_spec(spec if spec is not None else {"name": "mininet-script"})[0]
         self.out = out
         self.tb: Testbed | None = None
         self.live: LiveFabric | None = None
