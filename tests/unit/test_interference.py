@@ -6,6 +6,7 @@ import pytest
 from testbed.workloads.model.interference import (
     Job,
     best_offsets,
+    clearance_s,
     overlap_fraction,
     simulate,
     steady_iteration_s,
@@ -52,6 +53,18 @@ def test_the_time_shift_offsets_recover_the_interleaved_iteration():
     offs, mean3 = best_offsets(three)
     in_step = sum(steady_iteration_s(simulate(three, 12), 4)) / 3
     assert mean3 < in_step and mean3 > C + M
+
+
+def test_the_offsets_split_the_link_idle_time_between_the_phases():
+    # two unequal jobs on one period whose link times leave 84 ms idle: every offset that
+    # keeps them apart ties, and the one chosen leaves half of it on each side of a phase
+    period, ma, mb = 0.704, 0.25, 0.37
+    jobs = [Job("a", period - ma, ma), Job("b", period - mb, mb)]
+    offsets, mean = best_offsets(jobs)
+    assert mean == pytest.approx(period)
+    runs = simulate([Job(j.name, j.compute_s, j.comm_s, o) for j, o in zip(jobs, offsets)], 12)
+    idle = period - ma - mb
+    assert clearance_s(runs) == pytest.approx(idle / 2, abs=period / 200)
 
 
 def test_replay_shares_the_link_among_phases_under_way():
