@@ -36,10 +36,11 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, REFERENCE, Capacity
+from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS, REFERENCE, Capacity
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.experiments import EXPERIMENTS
 from testbed.experiments.load import Expectation, Flow, Load
+from testbed.experiments.reachability import farthest_pair
 from testbed.experiments.trainers.model import CPU_WAIT_SHARE_LIMIT, LINK_BUSY_BOTTLENECK
 from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.graph import shortest_paths
@@ -203,6 +204,19 @@ class CapacityPlan:
     cluster_servers: int | None = None  # the spec's `cluster`, if it has one
     # per experiment, what its models expect (parallel jobs' iterations)
     expected: list[tuple[str, list[Expectation]]] = field(default_factory=list)
+    switch_ports: int = 0      # the fabric's switch ports
+    longest_switches: int = 0  # switches its farthest pair's path crosses one way
+
+    @property
+    def ports_per_process(self) -> int:
+        """The switch ports one ovs-vswitchd reads: all of them, or a cluster server's
+        share."""
+        return math.ceil(self.switch_ports / (self.cluster_servers or 1))
+
+    @property
+    def idle_added_rtt_s(self) -> float:
+        """What forwarding adds to the farthest pair's idle round trip."""
+        return 2 * self.longest_switches * self.capacity.crossing_s(self.ports_per_process)
 
     @property
     def demands(self) -> list[Demand]:
@@ -231,7 +245,21 @@ def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE, models: bool = F
                                  for i, exp in enumerate(spec.experiments)],
                 len(spec.cluster.servers) if spec.cluster is not None else None,
                 [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
-                 if models and (e := expectations(spec, topo, exp, cap))])
+                 if models and (e := expectations(spec, topo, exp, cap))],
+                switch_ports(topo), longest_switches(topo))
+
+
+def switch_ports(topo: Topology) -> int:
+    return sum(1 for link in topo.links for node in (link.a, link.b) if not topo.is_host(node))
+
+
+def longest_switches(topo: Topology) -> int:
+    """The switches on the path of the pair the reachability experiment probes idle (the
+    first host and the one farthest from it)."""
+    if len(topo.hosts) < 2:
+        return 0
+    src, dst = farthest_pair(topo)
+    return sum(1 for node in shortest_paths(topo, src, dst)[0] if not topo.is_host(node))
 
 
 def render(p: CapacityPlan) -> str:
@@ -247,6 +275,17 @@ def render(p: CapacityPlan) -> str:
                          f"{d.goodput_mbps:>7.1f} {d.packets_per_s:>7.0f} {d.ovs:>9} "
                          f"{d.comm_share:>5.0%} {d.trainers:>8} {d.wait_share:>5.0%} "
                          f"{d.cores:>5.2f} {d.servers:>7}  {d.verdict}")
+    if p.switch_ports:
+        ports = p.ports_per_process
+        lines += ["", f"idle latency: a switch crossing adds about "
+                      f"{cap.crossing_s(ports) * 1e3:.2f} ms (one forwarding process reads "
+                      f"{ports} switch ports); the farthest pair's round trip",
+                  f"  ({p.longest_switches} switches each way) about "
+                  f"{p.idle_added_rtt_s * 1e3:.1f} ms above its floor"]
+        if p.idle_added_rtt_s * 1e3 > OVS_DELAY_LIMIT_MS:
+            lines.append(f"  more than {OVS_DELAY_LIMIT_MS:g} ms, where the reachability "
+                         "experiment warns: delays are the emulator's, not the links' "
+                         "(docs/FIDELITY.md)")
     lines += ["", {"fits": "one machine is enough",
                    "marginal": "one machine is at its limit: some phases may be flagged "
                                f"CPU-bound; {p.servers} servers leave headroom",

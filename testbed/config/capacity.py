@@ -45,6 +45,10 @@ class Capacity:
     wait_factor: float               # the share of the all-at-once wait trainers wait
     latency_s: float                 # a message's one-way latency through the fabric
     roce_pkt_s: float                # the RoCE engines' CPU per data packet, both ends
+    # an idle fabric's switch crossing: the forwarding thread reads every port of every
+    # switch it holds on each wake-up, so a crossing costs this plus this per port
+    crossing_base_s: float
+    crossing_per_port_s: float
 
     def ovs_pps(self, mtu: int) -> tuple[float, float]:
         """(fits, bound) at this MTU: linear in per-packet time between the measured MTUs,
@@ -55,6 +59,11 @@ class Capacity:
         def at(table: dict[int, float]) -> float:
             return 1 / ((1 - w) / table[m0] + w / table[m1])
         return at(self.ovs_fits_pps), at(self.ovs_bound_pps)
+
+    def crossing_s(self, ports: int) -> float:
+        """What one switch crossing adds to an idle packet when one forwarding process
+        reads `ports` switch ports."""
+        return self.crossing_base_s + self.crossing_per_port_s * ports
 
 
 # The reference machine: 2 cores, Debian 12, Open vSwitch 3.1's userspace datapath; two
@@ -73,10 +82,16 @@ class Capacity:
 # the idle Leaf-Spine path RTT of the reachability table (0.99 ms). The RoCE engines of
 # `rdma_dcqcn.yaml` (4096-byte packets, about 3,000 a second per flow) spent 43-48 us of
 # CPU per data packet between the sender's and the receiver's (ACKs and pacing included)
-# with PFC alone, 49-53 us under DCQCN; the plan prices the first.
+# with PFC alone, 49-53 us under DCQCN; the plan prices the first. An idle Fat-Tree's
+# farthest pair added 0.21-0.35 ms per switch crossing at k=4 (80 switch ports; ten runs,
+# mean 0.28) and 1.4-4.1 ms at k=8 (640; nine runs, mean 1.9), in one ovs-vswitchd
+# (scripts/bench_partitions.py; docs/BENCHMARKS.md, "Latency and the forwarding process"):
+# the line through the two means.
 REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
                      network_cores=1.1, compute_cores=1.55, step_overhead=1.2,
                      trainer_base_s=0.00094, trainer_per_mb_s=0.00312,
                      trainer_per_step_s=0.000185, rank_per_mb_s=0.0105, wait_factor=0.55,
-                     latency_s=0.0005, roce_pkt_s=47e-6)
+                     latency_s=0.0005, roce_pkt_s=47e-6,
+                     crossing_base_s=0.28e-3 - 80 * (1.9e-3 - 0.28e-3) / 560,
+                     crossing_per_port_s=(1.9e-3 - 0.28e-3) / 560)

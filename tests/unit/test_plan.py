@@ -219,3 +219,21 @@ def test_the_plan_shows_what_the_models_expect_of_a_parallel_job():
     shown = render(p)
     assert "what the models expect of an iteration" in shown
     assert "1:parallel fattree packed" in shown and "roce dcqcn+irn" in shown
+
+
+def test_the_idle_latency_follows_the_ports_one_process_reads():
+    # measured in one ovs-vswitchd (docs/BENCHMARKS.md, "Latency and the forwarding
+    # process"): 0.21-0.35 ms per crossing at k=4 (80 switch ports), 1.4-4.1 ms at k=8 (640)
+    from testbed.plan import CapacityPlan, longest_switches, switch_ports
+    for k, ports, measured in ((4, 80, (0.21e-3, 0.35e-3)), (8, 640, (1.4e-3, 4.1e-3))):
+        topo = fattree(k, 20)
+        assert switch_ports(topo) == ports and longest_switches(topo) == 5
+        assert measured[0] <= REFERENCE.crossing_s(ports) <= measured[1]
+    k8 = fattree(8, 20)
+    p = CapacityPlan("k8", REFERENCE, [], None, [], switch_ports(k8), longest_switches(k8))
+    assert p.idle_added_rtt_s == pytest.approx(10 * REFERENCE.crossing_s(640))
+    assert "more than 1 ms" in render(p)
+    # a cluster's servers each read their share of the ports
+    split = dataclasses.replace(p, cluster_servers=8)
+    assert split.ports_per_process == 80
+    assert split.idle_added_rtt_s == pytest.approx(10 * REFERENCE.crossing_s(80))
