@@ -102,13 +102,16 @@ def overlap_fraction(runs: list[list[Iteration]], job: int, k: int) -> float:
     return covered / (b - a)
 
 
-def clearance_s(runs: list[list[Iteration]]) -> float:
-    """The link's shortest idle time between one communication phase's end and the next
-    phase's start, over every phase of every job (negative: the phases overlap)."""
+def idle_gaps_s(runs: list[list[Iteration]]) -> list[float]:
+    """The link's idle times between one communication phase's end and the next phase's
+    start, over every phase of every job, shortest first (negative: the phases overlap)."""
     phases = sorted((it.comm_start, it.end) for run in runs for it in run)
-    if len(phases) < 2:
-        return float("inf")
-    return min(nxt[0] - prev[1] for prev, nxt in zip(phases, phases[1:]))
+    return sorted(nxt[0] - prev[1] for prev, nxt in zip(phases, phases[1:]))
+
+
+def clearance_s(runs: list[list[Iteration]]) -> float:
+    """The shortest of `idle_gaps_s` (infinite with fewer than two phases)."""
+    return min(idle_gaps_s(runs), default=float("inf"))
 
 
 def best_offsets(jobs: list[Job], steps: int = 20, iterations: int = 12,
@@ -119,10 +122,11 @@ def best_offsets(jobs: list[Job], steps: int = 20, iterations: int = 12,
     delays each job's iteration starts by its offset.
 
     Many offsets often tie (every placement whose phases fit apart on the link); among
-    them each job is then moved, on a grid `fine` times finer, to the one that leaves the
-    link the most idle time between phases (`clearance_s`), so that a phase running a
-    little late does not run into the next: the first offset found sits at the edge of
-    the ties, where a few milliseconds of jitter make the phases meet."""
+    them each job in turn, twice, is moved on a grid `fine` times finer to the one that
+    leaves the link the longest idle times between phases (`idle_gaps_s`, compared
+    shortest first), so that a phase running a little late does not run into the next: the
+    first offset found sits at the edge of the ties, where a few milliseconds of jitter
+    make the phases meet. Two jobs get the idle time split evenly; more, close to it."""
     period = max(j.compute_s + j.comm_s for j in jobs)
     offsets = [0.0] * len(jobs)
 
@@ -143,15 +147,18 @@ def best_offsets(jobs: list[Job], steps: int = 20, iterations: int = 12,
                 if c < best - 1e-9:
                     best, offsets = c, trial
     tied = best * (1 + 1e-6)
-    for i in range(1, len(jobs)):
-        clear = clearance_s(runs(offsets))
-        for s in range(steps * fine):
-            trial = list(offsets)
-            trial[i] = period * s / (steps * fine)
-            r = runs(trial)
-            if statistics.mean(steady_iteration_s(r, warmup)) <= tied \
-                    and clearance_s(r) > clear + 1e-9:
-                offsets, clear = trial, clearance_s(r)
+
+    def spread(r: list[list[Iteration]]) -> tuple[float, ...]:  # compared shortest first
+        return tuple(round(g, 9) for g in idle_gaps_s(r))
+    for _ in range(2):
+        for i in range(1, len(jobs)):
+            most = spread(runs(offsets))
+            for s in range(steps * fine):
+                trial = list(offsets)
+                trial[i] = period * s / (steps * fine)
+                r = runs(trial)
+                if statistics.mean(steady_iteration_s(r, warmup)) <= tied and spread(r) > most:
+                    offsets, most = trial, spread(r)
     return offsets, cost(offsets)
 
 
