@@ -45,7 +45,10 @@ CROSSINGS = 10   # a Fat-Tree's farthest pair: 5 switches there, 5 back
 
 
 def sh(argv: list[str], env: dict | None = None, check: bool = True) -> str:
-    return subprocess.run(argv, env=env, check=check, capture_output=True, text=True).stdout
+    if argv[0] == "ovs-vsctl":  # never wait for a daemon that is gone
+        argv = [argv[0], "--timeout=20", *argv[1:]]
+    return subprocess.run(argv, env=env, check=check, capture_output=True, text=True,
+                          timeout=60).stdout
 
 
 def env_of(p: int) -> dict:
@@ -71,21 +74,31 @@ def start_instance(p: int) -> None:
         f"--log-file={d}/ovs-vswitchd.log"], env={**env, "GLIBC_TUNABLES": MALLOC_TUNABLES})
 
 
+def instance_pids(d: Path) -> list[int]:
+    """The daemons of instance directory `d` still running (a PID whose command line names
+    the directory: not a reused one)."""
+    pids = []
+    for name in ("ovs-vswitchd.pid", "ovsdb-server.pid"):
+        try:
+            pid = int((d / name).read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"{d}/".encode() in cmdline:
+            pids.append(pid)
+    return pids
+
+
 def stop_instances() -> None:
     for d in sorted(RUN.glob("*")) if RUN.exists() else []:
-        for name in ("ovs-vswitchd.pid", "ovsdb-server.pid"):
-            try:
-                pid = int((d / name).read_text())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if str(d).encode() in cmdline:  # ours, not a reused PID
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.time() + 5
-        while time.time() < deadline and any(
-                Path(f"/proc/{(d / n).read_text().strip()}").exists()
-                for n in ("ovs-vswitchd.pid", "ovsdb-server.pid") if (d / n).exists()):
-            time.sleep(0.1)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in instance_pids(d):
+                os.kill(pid, sig)
+            deadline = time.time() + 5
+            while instance_pids(d) and time.time() < deadline:
+                time.sleep(0.1)
+        if instance_pids(d):
+            raise RuntimeError(f"could not stop {instance_pids(d)} of {d}")
         subprocess.run(["rm", "-rf", str(d)], check=False)
 
 
@@ -160,8 +173,8 @@ def measure(k: int, n: int, out: Path, perf: bool) -> dict:
         finally:
             for p, bridges in moved.items():
                 for bridge in bridges:
-                    sh(["ovs-vsctl", "--if-exists", "del-br", bridge], env=env_of(p),
-                       check=False)
+                    sh(["ovs-vsctl", "--no-wait", "--if-exists", "del-br", bridge],
+                       env=env_of(p), check=False)
             stop_instances()
     for key in ("one", "split"):
         row[f"{key}_per_crossing_ms"] = round((row[f"{key}_ms"] - row["floor_ms"]) / CROSSINGS,
