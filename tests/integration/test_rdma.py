@@ -65,12 +65,16 @@ def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
     """Eight QPs from one host to another across two spines: from one UDP port they all
     hash onto one spine; from each QP's own port (as a NIC sends), with the switches
     hashing UDP ports, both spines carry some, and the bytes are the same. One flow on
-    eight QPs (channels) spreads the same way and arrives whole; one QP sprayed over 16
-    source ports uses both spines, and its IRN receiver takes the reordering without a
-    resend."""
+    eight QPs (channels) spreads the same way and arrives whole; two QPs sprayed over 16
+    source ports each use both spines, and their IRN receivers take the reordering without
+    a resend. (One sprayed QP alone arrived in order in one run of many: two spines of equal
+    delay and a paced sender reorder only by the emulator's jitter; two QPs contending for
+    both uplinks make the paths' queues, and so the reordering, differ.)"""
     two_spines = {**LEAFSPINE, "params": {**LEAFSPINE["params"], "spines": 2}}
     eight = [{"src": "h1", "dst": "h3", "size_bytes": 500_000}] * 8
     one = [{"src": "h1", "dst": "h3", "size_bytes": 4_000_000}]
+    two = [{"src": "h1", "dst": "h3", "size_bytes": 2_000_000},
+           {"src": "h2", "dst": "h4", "size_bytes": 2_000_000}]
     data = {"name": "it-rdma-entropy", "topology": two_spines, "links": {"mtu_bytes": 9000},
             "experiments": [{"type": "rdma", "roce_mtu": 4096, "schemes": [scheme],
                              "flows": flows, "timeout_s": 60, "source_port": port,
@@ -79,10 +83,10 @@ def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
                                 ("fixed", eight, 1, "dcqcn", 0),
                                 ("per_qp", eight, 1, "dcqcn", 0),
                                 ("per_qp", one, 8, "dcqcn", 0),
-                                ("per_qp", one, 1, "dcqcn+irn", 16))]}
+                                ("per_qp", two, 1, "dcqcn+irn", 16))]}
     out, summary = run(tmp_path, data)
     got = rows(out, "rdma_flows.csv")
-    assert len(got) == 18 and all(r["rx_bytes"] == r["size_bytes"] for r in got), got
+    assert len(got) == 19 and all(r["rx_bytes"] == r["size_bytes"] for r in got), got
     assert all(r["fct_us"] for r in got), got
     not_cpu_bound(got, summary)
     spines: dict[str, list[int]] = {"0": [], "1": [], "2": [], "3": []}  # bytes per spine
@@ -93,15 +97,17 @@ def test_queue_pairs_with_their_own_source_ports_spread_over_ecmp(tmp_path):
     assert fixed[0] == 0 and fixed[1] > 8 * 500_000, fixed
     assert per_qp[0] >= 500_000, per_qp                    # at least one QP each
     assert channels[0] >= 500_000, channels
-    assert sprayed[0] >= 0.2 * sum(sprayed), sprayed        # one QP over both spines
+    assert sprayed[0] >= 0.2 * sum(sprayed), sprayed        # the QPs over both spines
     for spread in (per_qp, channels, sprayed):
         assert abs(sum(spread) - sum(fixed)) <= 0.01 * sum(fixed), (fixed, spread)
-    (spray,) = [r for r in got if r["experiment"] == "3"]
-    assert int(spray["reordered"]) > 0 and int(spray["reorder_max"]) >= 1, spray
-    # nothing lost in the switches: a resend only for a packet that came late (IRN waits
-    # out at most its in-flight cap less one, here 2 packets), never a window's worth
-    assert int(spray["switch_drops"]) == 0, spray
-    assert int(spray["retx_pkts"]) <= int(spray["reordered"]), spray
+    sprays = [r for r in got if r["experiment"] == "3"]
+    assert sum(int(r["reordered"]) for r in sprays) > 0, sprays
+    assert max(int(r["reorder_max"]) for r in sprays) >= 1, sprays
+    for spray in sprays:
+        # nothing lost in the switches: a resend only for a packet that came late (IRN
+        # waits out at most its in-flight cap less one, here 2 packets), never a window's
+        assert int(spray["switch_drops"]) == 0, spray
+        assert int(spray["retx_pkts"]) <= int(spray["reordered"]), spray
 
 
 def test_hpcc_reads_every_switch_and_irn_recovers_without_pfc(tmp_path):
