@@ -64,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--compression", default="none")
     ap.add_argument("--topk-ratio", type=float, default=0.01)
     ap.add_argument("--qsgd-levels", type=int, default=16)
+    ap.add_argument("--terngrad-clip", type=float, default=2.5)
     ap.add_argument("--priority", choices=PRIORITIES, default="none",
                     help="ring only: layer-wise allreduce, fifo (one level) or p3 (levels)")
     ap.add_argument("--dscp", default="0",
@@ -115,7 +116,8 @@ class Worker:
         # the i-th worker sees the same batches whatever the architecture (servers first)
         self.index = args.rank - (args.ps_shards if args.sync == "ps" else 0)
         self.comp = compression.make(args.compression, ratio=args.topk_ratio,
-                                     levels=args.qsgd_levels, seed=args.seed * 1000 + self.index)
+                                     levels=args.qsgd_levels, clip=args.terngrad_clip,
+                                     seed=args.seed * 1000 + self.index)
         self.gen = torch.Generator().manual_seed(args.seed * 1000 + self.index)
         self.timeline = Timeline(args.rank)
         self.logfh = (out / f"rank{args.rank}.jsonl").open("w", buffering=1)
@@ -265,7 +267,10 @@ def run_ring(w: Worker) -> None:
                 buf.copy_(f.value()[0])
                 return timed(start, half.numel() * 2, buf)
             return fut.then(back)
-        payload = w.comp.compress(buf, f"bucket{bucket.index()}")
+        # error feedback per bucket, known by its parameters: DDP rebuilds its buckets
+        # after the first iteration, so an index names other parameters from then on
+        key = "bucket:" + ",".join(str(id(p)) for p in bucket.parameters())
+        payload = w.comp.compress(buf, key)
         msg = compression.to_bytes(payload)
         wire.append(msg.numel())
         gathered = [torch.empty_like(msg) for _ in range(world)]
