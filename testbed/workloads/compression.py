@@ -1,5 +1,7 @@
 """Gradient compression applied to what crosses the wire: fp16, top-k
-sparsification with error feedback, QSGD with s levels, and 1-bit sign with error feedback.
+sparsification with error feedback, QSGD with s levels, 1-bit sign with error feedback,
+TernGrad's ternary gradients, and sparse binary compression (SBC) with Golomb-coded
+positions.
 
 A compressor turns one gradient tensor into a `Payload`: the tensors that are actually sent
 (their `nbytes` are the bytes on the wire, index overhead included) and what is needed to
@@ -11,9 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-METHODS = ("none", "fp16", "topk", "qsgd", "sign")
+METHODS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
 
 
 class CompressionError(ValueError):
@@ -172,8 +175,153 @@ def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
     return ((packed.reshape(-1, 1) & _WEIGHTS) > 0).reshape(-1)[:n]
 
 
-def make(method: str, *, ratio: float = 0.01, levels: int = 16, seed: int = 0) -> Compressor:
-    """A compressor by name (METHODS); parameters out of range raise CompressionError."""
+class TernGrad(Compressor):
+    """TernGrad (Wen et al., NeurIPS 2017): each gradient tensor (a layer, or a bucket of
+    layers) clipped to `clip` standard deviations of its entries, then every entry sent as
+    s * sign * Bernoulli(|g| / s) with s its largest magnitude: two bits an entry (which are
+    non-zero, and their signs) plus s as fp32. Unbiased for the clipped gradient; no
+    residual. Workers here gather each other's tensors, each with its own s, so the paper's
+    scaler sharing (one s for all, for a parameter server's integer sums) is not needed."""
+    name = "terngrad"
+
+    def __init__(self, clip: float = 2.5, seed: int = 0):
+        if clip <= 0:
+            raise CompressionError(f"terngrad clip must be > 0 (got {clip})")
+        super().__init__(seed)
+        self.clip = clip
+
+    def compress(self, grad, key):
+        flat = grad.detach().reshape(-1).float()
+        bound = self.clip * flat.std() if flat.numel() > 1 else torch.tensor(0.0)
+        if bound > 0:  # equal entries have no spread to clip to
+            flat = flat.clamp(-bound, bound)
+        s = flat.abs().max() if flat.numel() else torch.tensor(0.0)
+        if s == 0:
+            nonzero = torch.zeros(flat.numel(), dtype=torch.bool)
+        else:
+            nonzero = torch.rand(flat.numel(), generator=self.generator) < flat.abs() / s
+        return Payload([pack_bits(nonzero), pack_bits(flat > 0), s.reshape(1)], flat.numel())
+
+    def decompress(self, payload):
+        nonzero, positive, s = payload.tensors
+        n = payload.numel
+        signs = torch.where(unpack_bits(positive, n), 1.0, -1.0)
+        return unpack_bits(nonzero, n).float() * signs * s
+
+    def expected_nbytes(self, numel):
+        return 2 * math.ceil(numel / 8) + 4
+
+
+GOLDEN = (1 + math.sqrt(5)) / 2
+
+
+def golomb_bits(p: float) -> int:
+    """SBC's Golomb parameter for positions kept with probability `p`: the remainder's
+    bits, b* = 1 + floor(log2(log(phi - 1) / log(1 - p)))."""
+    if p >= 1:
+        return 0
+    return max(0, 1 + math.floor(math.log2(math.log(GOLDEN - 1) / math.log(1 - p))))
+
+
+def golomb_encode(positions: np.ndarray, b: int) -> np.ndarray:
+    """Ascending positions as Golomb-Rice codes of their gaps (a gap's quotient by 2^b in
+    unary, ones ended by a zero; its remainder in b bits, most significant first), one bool
+    per bit: every quotient first, then every remainder, so that both decode at once. The
+    same bits as codes laid end to end, in another order."""
+    gaps = np.diff(positions, prepend=-1) - 1
+    q, r = gaps >> b, gaps & ((1 << b) - 1)
+    unary = np.zeros(int(q.sum()) + q.size, dtype=bool)
+    ends = np.cumsum(q + 1) - 1  # each quotient's terminating zero
+    ones = np.ones(unary.size, dtype=bool)
+    ones[ends] = False
+    unary[ones] = True
+    remainders = ((r[:, None] >> np.arange(b - 1, -1, -1)) & 1).astype(bool).reshape(-1)
+    return np.concatenate([unary, remainders])
+
+
+def golomb_decode(bits: np.ndarray, count: int, b: int) -> np.ndarray:
+    """The `count` positions of `golomb_encode`'s bits (anything after them is ignored)."""
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(~bits)[:count]  # the quotients' terminating zeros, in order
+    q = np.diff(ends, prepend=-1) - 1
+    start = int(ends[-1]) + 1
+    r = bits[start:start + count * b].reshape(count, b) @ (1 << np.arange(b - 1, -1, -1)) \
+        if b else np.zeros(count, dtype=np.int64)
+    return np.cumsum((q << b) + r + 1) - 1
+
+
+class Sbc(Compressor):
+    """Sparse binary compression (Sattler et al., 2019): of gradient + residual, the
+    `ratio` largest positive entries and the `ratio` most negative ones; the side whose mean
+    magnitude is larger is sent as that mean (fp32) and its positions, Golomb-coded with the
+    paper's parameter; everything else stays in the residual. A message has a fixed size
+    (workers gather equal-sized messages): the most its positions can take, at most
+    n / 2^b + k (b + 1) bits for k positions among n, plus the count (int32); the paper's
+    expected size of the code is `golomb_nbytes`."""
+    name = "sbc"
+
+    def __init__(self, ratio: float = 0.01, seed: int = 0):
+        if not 0 < ratio <= 1:
+            raise CompressionError(f"sbc ratio must be in (0, 1] (got {ratio})")
+        super().__init__(seed)
+        self.ratio = ratio
+        self.b = golomb_bits(ratio)
+
+    def k(self, numel: int) -> int:
+        return max(1, math.ceil(self.ratio * numel))
+
+    def capacity_bytes(self, numel: int) -> int:
+        k = min(self.k(numel), numel)
+        return math.ceil(((numel >> self.b) + k * (self.b + 1)) / 8)
+
+    def compress(self, grad, key):
+        acc = self._with_residual(grad, key)
+        n, k = acc.numel(), min(self.k(acc.numel()), acc.numel())
+        top_pos, pos_idx = torch.topk(acc, k, sorted=False)
+        top_neg, neg_idx = torch.topk(-acc, k, sorted=False)
+        pos_mask, neg_mask = top_pos > 0, top_neg > 0
+        mean_pos = top_pos[pos_mask].mean() if pos_mask.any() else torch.tensor(0.0)
+        mean_neg = top_neg[neg_mask].mean() if neg_mask.any() else torch.tensor(0.0)
+        if mean_pos >= mean_neg:
+            idx, value = pos_idx[pos_mask], mean_pos
+        else:
+            idx, value = neg_idx[neg_mask], -mean_neg
+        idx = torch.sort(idx).values
+        sent = torch.zeros_like(acc)
+        sent[idx] = value
+        self._keep_residual(key, acc, sent)
+        code = np.zeros(self.capacity_bytes(n) * 8, dtype=bool)
+        bits = golomb_encode(idx.numpy(), self.b)
+        code[:bits.size] = bits
+        return Payload([torch.from_numpy(np.packbits(code, bitorder="little")),
+                        value.reshape(1).float(), torch.tensor([idx.numel()], dtype=torch.int32)],
+                       n)
+
+    def decompress(self, payload):
+        code, value, count = payload.tensors
+        bits = np.unpackbits(code.numpy(), bitorder="little").astype(bool)
+        idx = golomb_decode(bits, int(count[0]), self.b)
+        out = torch.zeros(payload.numel)
+        out[torch.from_numpy(idx)] = value
+        return out
+
+    def expected_nbytes(self, numel):
+        return self.capacity_bytes(numel) + 8
+
+    def golomb_nbytes(self, numel: int) -> int:
+        """The paper's expected size of k positions' code (b* + 1 / (1 - (1 - p)^2^b*)
+        bits each) with the mean: what a variable-sized message would carry."""
+        p = self.ratio
+        per = self.b + 1 / (1 - (1 - p) ** (2 ** self.b)) if p < 1 else 1
+        return math.ceil(self.k(numel) * per / 8) + 4
+
+
+def make(method: str, *, ratio: float = 0.01, levels: int = 16, clip: float = 2.5,
+         seed: int = 0) -> Compressor:
+    """A compressor by name (METHODS); parameters out of range raise CompressionError.
+    `ratio`: top-k's and SBC's share of entries; `levels`: QSGD's; `clip`: TernGrad's, in
+    standard deviations."""
     if method == "none":
         return Compressor(seed)
     if method == "fp16":
@@ -184,6 +332,10 @@ def make(method: str, *, ratio: float = 0.01, levels: int = 16, seed: int = 0) -
         return Qsgd(levels, seed)
     if method == "sign":
         return Sign(seed)
+    if method == "terngrad":
+        return TernGrad(clip, seed)
+    if method == "sbc":
+        return Sbc(ratio, seed)
     raise CompressionError(f"unknown compression method {method!r} (one of {', '.join(METHODS)})")
 
 

@@ -39,3 +39,12 @@ def test_bytes_on_the_wire(tmp_path):
     assert topk == pytest.approx(WORLD * (WORLD - 1) * 8 * k, rel=0.2)
     sign, rows = tx_per_iteration(tmp_path / "sign", compression="sign")
     assert rows[-1]["payload_bytes"] == math.ceil(numel / 8) + 4
+    # TernGrad: two bits an entry; SBC: its fixed-size message, Golomb-coded positions
+    tern, rows = tx_per_iteration(tmp_path / "terngrad", compression="terngrad")
+    assert rows[-1]["payload_bytes"] == 2 * math.ceil(numel / 8) + 4
+    assert tern == pytest.approx(WORLD * (WORLD - 1) * (2 * math.ceil(numel / 8) + 4), rel=0.2)
+    sbc, rows = tx_per_iteration(tmp_path / "sbc", compression="sbc", topk_ratio=0.01)
+    from testbed.workloads.compression import Sbc
+    payload = Sbc(0.01).expected_nbytes(numel)  # about 900 bytes: headers weigh as much
+    assert rows[-1]["payload_bytes"] == payload
+    assert WORLD * (WORLD - 1) * payload < sbc < 0.02 * base

@@ -161,7 +161,7 @@ def predict(job: TrainingJob, n: int, grad_bytes: int, payload_bytes: float, mes
                                              pull_bytes=pull,
                                              worker_bandwidth_bps=bandwidth_bps),
                 sent)
-    if job.compression in ("topk", "qsgd", "sign"):
+    if job.compression not in ("none", "fp16"):  # gathered, not summed (additive)
         return (commmodel.allgather_s(payload_bytes, n, bandwidth_bps, latency_s),
                 (n - 1) * payload_bytes)
     size = payload_bytes if job.compression == "fp16" else grad_bytes

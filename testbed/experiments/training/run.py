@@ -46,7 +46,8 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     opts = dict(sync=job.sync, model=exp.model, width=exp.width, depth=exp.depth,
                 data=exp.data, iters=exp.iters, batch=exp.batch, lr=exp.lr,
                 bucket_mb=job.bucket_mb, compression=job.compression,
-                topk_ratio=job.topk_ratio, qsgd_levels=job.qsgd_levels, ps_shards=job.ps_shards,
+                topk_ratio=job.topk_ratio, qsgd_levels=job.qsgd_levels,
+                terngrad_clip=job.terngrad_clip, ps_shards=job.ps_shards,
                 consistency=job.consistency, staleness=job.staleness,
                 local_steps=job.local_steps, eval_every=exp.eval_every or exp.iters,
                 seed=exp.seed, timeout_s=exp.timeout_s)

@@ -14,7 +14,7 @@ from topologies import TopologyError
 from topologies.model import Topology
 
 SYNCS = ("ring", "ps", "local")
-COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign")
+COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
 MODELS = ("mlp", "cnn", "transformer")
 DATASETS = ("digits", "synthetic")
 
@@ -30,9 +30,10 @@ class TrainingJob:
     consistency: str = "bsp"           # bsp | ssp | asp (parameter server)
     staleness: int = 2                 # SSP bound, in iterations
     local_steps: int = 4               # local SGD: average every H steps
-    compression: str = "none"          # none | fp16 | topk | qsgd | sign
-    topk_ratio: float = 0.01
+    compression: str = "none"          # none | fp16 | topk | qsgd | sign | terngrad | sbc
+    topk_ratio: float = 0.01           # topk's and sbc's share of the entries sent
     qsgd_levels: int = 16
+    terngrad_clip: float = 2.5         # TernGrad's clipping, in standard deviations
     priority: str = "none"             # none (DDP buckets) | fifo | p3 (layer-wise, ring)
     bucket_mb: float = 25.0
 
@@ -149,6 +150,8 @@ def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: in
     one_of(job.compression, COMPRESSIONS, f"{jp}.compression")
     if not 0 < job.topk_ratio <= 1:
         raise SpecError(f"{jp}.topk_ratio: must be in (0, 1] (got {job.topk_ratio})")
+    if job.terngrad_clip <= 0:
+        raise SpecError(f"{jp}.terngrad_clip: must be > 0 (got {job.terngrad_clip})")
     if not 1 <= job.qsgd_levels <= 127:
         raise SpecError(f"{jp}.qsgd_levels: must be in 1..127 (got {job.qsgd_levels})")
     if job.staleness < 0:
