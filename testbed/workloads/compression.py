@@ -269,15 +269,15 @@ class Sbc(Compressor):
         self.b = golomb_bits(ratio)
 
     def k(self, numel: int) -> int:
-        return max(1, math.ceil(self.ratio * numel))
+        """Entries taken from each side (at least one, at most all)."""
+        return min(numel, max(1, math.ceil(self.ratio * numel)))
 
     def capacity_bytes(self, numel: int) -> int:
-        k = min(self.k(numel), numel)
-        return math.ceil(((numel >> self.b) + k * (self.b + 1)) / 8)
+        return math.ceil(((numel >> self.b) + self.k(numel) * (self.b + 1)) / 8)
 
     def compress(self, grad, key):
         acc = self._with_residual(grad, key)
-        n, k = acc.numel(), min(self.k(acc.numel()), acc.numel())
+        n, k = acc.numel(), self.k(acc.numel())
         top_pos, pos_idx = torch.topk(acc, k, sorted=False)
         top_neg, neg_idx = torch.topk(-acc, k, sorted=False)
         pos_mask, neg_mask = top_pos > 0, top_neg > 0
