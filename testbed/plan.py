@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS, REFERENCE, Capacity
+from testbed.config.forwarding import host_switches
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.experiments import EXPERIMENTS
 from testbed.experiments.load import Expectation, Flow, Load
@@ -206,12 +207,17 @@ class CapacityPlan:
     expected: list[tuple[str, list[Expectation]]] = field(default_factory=list)
     switch_ports: int = 0      # the fabric's switch ports
     longest_switches: int = 0  # switches its farthest pair's path crosses one way
+    processes: int = 1         # the ovs-vswitchd processes that forward it (`forwarding`)
+    most_processes: int = 1    # as many as it can have (config/forwarding.py)
 
     @property
     def ports_per_process(self) -> int:
         """The switch ports one ovs-vswitchd reads: all of them, or a cluster server's
-        share."""
-        return math.ceil(self.switch_ports / (self.cluster_servers or 1))
+        share, or one forwarding process's (an even share)."""
+        return self.ports_with(self.cluster_servers or self.processes)
+
+    def ports_with(self, processes: int) -> int:
+        return math.ceil(self.switch_ports / processes)
 
     @property
     def idle_added_rtt_s(self) -> float:
@@ -246,7 +252,8 @@ def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE, models: bool = F
                 len(spec.cluster.servers) if spec.cluster is not None else None,
                 [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
                  if models and (e := expectations(spec, topo, exp, cap))],
-                switch_ports(topo), longest_switches(topo))
+                switch_ports(topo), longest_switches(topo), spec.forwarding.count(topo),
+                len(host_switches(topo)))
 
 
 def switch_ports(topo: Topology) -> int:
@@ -286,6 +293,13 @@ def render(p: CapacityPlan) -> str:
             lines.append(f"  more than {OVS_DELAY_LIMIT_MS:g} ms, where the reachability "
                          "experiment warns: delays are the emulator's, not the links' "
                          "(docs/FIDELITY.md)")
+        if p.cluster_servers is None and p.most_processes > 1:
+            choices = sorted({n for n in (1, 2, 4, 8, 16, p.processes)
+                              if n <= p.most_processes})
+            lines.append("  forwarding.processes: " + ", ".join(
+                f"{n}: {cap.crossing_s(p.ports_with(n)) * 1e3:.2f} ms"
+                + (" (this run)" if n == p.processes else "") for n in choices)
+                + " a crossing")
     lines += ["", {"fits": "one machine is enough",
                    "marginal": "one machine is at its limit: some phases may be flagged "
                                f"CPU-bound; {p.servers} servers leave headroom",

@@ -19,6 +19,7 @@ from typing import Any
 from testbed.cluster.servers import release_servers
 from testbed.config.controller import CircuitSpec, HederaSpec
 from testbed.config.faults import FabricFault
+from testbed.config.forwarding import partition
 from testbed.config.network import HostConfig, LinkConfig
 from testbed.config.qos import QosConfig
 from testbed.config.replies import reply_data
@@ -46,6 +47,7 @@ from .net.controller import plugin_warnings
 from .net.executor import LocalExecutor
 from .net.fabric import Fabric
 from .net.faults import FaultInjector
+from .net.partitioned import PartitionedExecutor
 from .net.traffic import REPO_ROOT
 from .outputs import write_outputs
 from .results import sweep
@@ -299,7 +301,7 @@ class RunContext:
             if self.spec.cluster is not None:
                 self.phases[key]["cluster"] = fab.manifest()
                 self.warnings.extend(w for w in fab.warnings if w not in self.warnings)
-            self.cpu.watch(set(fab.switch_ifaces()))
+            self.cpu.watch(set(fab.switch_ifaces()), fab.forwarder_pids())
             self.datapath = fab.datapath
             self.host_cc.update(fab.host_cc)
             self.send_buffer_bytes = fab.send_buffer_bytes
@@ -380,12 +382,15 @@ def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
                  flow_tag_prefix: str, udp_hash: bool = False) -> Fabric:
     """A phase's fabric, not started: the phase's topology, routing, links, hosts, classes
     and Hedera and c-Through settings, the spec's other controller settings and datapath;
-    its nodes here, or across the servers of the spec's `cluster` (the cluster's executor,
-    testbed/cluster/fabric.py)."""
+    its nodes here (its switches forwarded by `forwarding.processes` processes,
+    net/partitioned.py), or across the servers of the spec's `cluster` (the cluster's
+    executor, testbed/cluster/fabric.py)."""
     executor = LocalExecutor()
     if spec.cluster is not None:
         from testbed.cluster.fabric import ClusterExecutor
         executor = ClusterExecutor(spec.cluster)
+    elif (processes := spec.forwarding.count(topo)) > 1:
+        executor = PartitionedExecutor(partition(topo, processes))
     return Fabric(topo=topo, links=links, hosts=hosts, routing=routing, qos=qos,
                   executor=executor, out_dir=out_dir, record=record,
                   plugins=tuple(spec.controller.plugins), hedera=hedera,

@@ -19,6 +19,7 @@ from topologies.model import Topology
 from .capture import CaptureSpec
 from .cluster import ClusterSpec
 from .controller import ControllerSpec
+from .forwarding import ForwardingSpec
 from .limits import check_tree
 from .loader import SpecError, from_data, read_yaml
 from .network import HostConfig, LinkConfig, TopologySpec, positive
@@ -98,6 +99,8 @@ class Spec:
     qos: QosConfig | None = None
     # which Open vSwitch datapath forwards: user (measured), kernel or auto (config/datapath.py)
     datapath: Literal["user", "kernel", "auto"] = "user"
+    # how many ovs-vswitchd processes forward the fabric (config/forwarding.py)
+    forwarding: ForwardingSpec = field(default_factory=ForwardingSpec)
     experiments: list[ExperimentSpec] = field(default_factory=list)
     # the fabric split across servers (config/cluster.py); None: this machine alone
     cluster: ClusterSpec | None = None
@@ -130,6 +133,10 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
         except QosError as exc:
             raise SpecError(str(exc)) from None
     spec.controller.check(topo)
+    spec.forwarding.check()
+    if spec.forwarding.processes != 1 and spec.datapath != "user":
+        raise SpecError(f"forwarding.processes: the userspace datapath only (one thread per "
+                        f"process reads its ports; datapath is {spec.datapath})")
     if spec.capture is not None:
         spec.capture.check()
         spec.capture.check_on(topo)
@@ -174,6 +181,9 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
     if spec.capture is not None:
         raise SpecError("capture: runs on one machine only so far (each server's ports "
                         "would need their own tcpdump); leave out capture, or cluster")
+    if spec.forwarding.processes != 1:
+        raise SpecError("forwarding.processes: one per server on a cluster so far (each "
+                        "server's own Open vSwitch); leave it out, or cluster")
     if spec.datapath != "user":
         raise SpecError(f"datapath: {spec.datapath}: a cluster runs the userspace datapath "
                         "(the one measured; every server's OVS is started by the testbed)")

@@ -67,6 +67,9 @@ class RunRecord:
     # a cluster's other servers: how to reach each and what the run makes there
     # (testbed/cluster/servers.py: name, address, user, ssh_config, bridges, ifaces, sysctls)
     servers: list[dict] = field(default_factory=list)
+    # the directories of extra Open vSwitch processes (dataplane/forwarders.py), written
+    # before their daemons start: `stop_directory` stops what runs from each and removes it
+    forwarders: list[str] = field(default_factory=list)
 
     released: bool = False  # release_record has run: the record file is gone
 
@@ -255,6 +258,45 @@ def stop_pid(pid: int, start: int | None, timeout: float = 3.0, group: bool = Fa
     return True
 
 
+def directory_daemons(directory: Path) -> dict[str, int]:
+    """The daemons running from `directory`: each pidfile's (`<name>.pid`) process, if its
+    command line names the directory (not a reused PID)."""
+    out = {}
+    for pidfile in sorted(directory.glob("*.pid")):
+        try:
+            pid = int(pidfile.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"{directory}/".encode() in cmdline and _proc_start_time(pid) is not None:
+            out[pidfile.stem] = pid
+    return out
+
+
+def stop_directory(directory: Path, timeout: float = 5.0) -> list[str]:
+    """Stop the daemons running from `directory` (SIGTERM, then SIGKILL), then remove it;
+    what was removed."""
+    found = directory_daemons(directory)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in directory_daemons(directory).values():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+            _reap(pid)
+        deadline = time.time() + timeout
+        while directory_daemons(directory) and time.time() < deadline:
+            time.sleep(0.05)
+        if not directory_daemons(directory):
+            break
+    if left := directory_daemons(directory):
+        raise TestbedError(f"could not stop {left} of {directory}")
+    existed = directory.exists()
+    shutil.rmtree(directory, ignore_errors=True)
+    return [f"process {pid} ({name} of {directory})" for name, pid in found.items()] + \
+        ([f"directory {directory}"] if existed else [])
+
+
 # what removes a record's things on other servers (a cluster's, `testbed/cluster/servers.py`
 # `release_servers`): given the record's servers and its run id, what it removed. The record
 # sits below the cluster layer, so whoever releases a record passes it in.
@@ -273,6 +315,8 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
         if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False),
                     groups=groups, netns=entry.get("netns")):
             removed.append(f"process {entry['pid']} ({entry['what']})")
+    for directory in rec.forwarders:
+        removed += stop_directory(Path(directory))
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]
     with expedited_rcu():

@@ -91,14 +91,15 @@ def quicken_reconnect(target: str, max_backoff_ms: int = RECONNECT_MAX_BACKOFF_M
     return len(uuids)
 
 
-def tables(bridge: str) -> list[str]:
+def tables(bridge: str, runner: Callable[[list[str]], Any] = run) -> list[str]:
     """A bridge's OpenFlow entries and groups as ovs-ofctl prints them without counters:
-    what a flow-table diff before and after a controller's restart compares."""
+    what a flow-table diff before and after a controller's restart compares. `runner(argv)`
+    runs the commands (a switch of another process: aimed at it)."""
     out = []
     for what in ("dump-flows", "dump-groups"):
         argv = ["ovs-ofctl", "-O", "OpenFlow13", *(["--no-stats"] if what == "dump-flows"
                                                    else []), what, bridge]
-        out += [line.strip() for line in run(argv).stdout.splitlines()
+        out += [line.strip() for line in runner(argv).stdout.splitlines()
                 if line.strip() and " reply (" not in line]
     return out
 
@@ -149,10 +150,12 @@ def _packet_sockets(owner: str | None = "ovs-vswitchd", ifaces: set[str] | None 
     return socks
 
 
-def send_socket_buffer(out: str | None = None) -> int | None:
+def send_socket_buffer(out: str | None = None, pid: int | None = None) -> int | None:
     """Send buffer (bytes) of OVS's shared AF_PACKET send socket; None before it exists.
-    `out`: `ss`'s output (packet_sockets_argv(True)) from another server."""
-    for sock in _packet_sockets(out=out):
+    `out`: `ss`'s output (packet_sockets_argv(True)) from another server; `pid`: that of
+    this ovs-vswitchd process (else the first one `ss` lists)."""
+    owner = "ovs-vswitchd" if pid is None else f"pid={pid},"
+    for sock in _packet_sockets(owner=owner, out=out):
         if sock["iface"] == "*":
             return sock["sndbuf"]
     return None
@@ -211,6 +214,14 @@ def raised_socket_defaults(nbytes: int, remember: Callable[[str, str], None] | N
 def ctl_argv(*args: str) -> list[str]:
     """ovs-ctl with `args`, its daemons started with MALLOC_TUNABLES."""
     return ["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", OVS_CTL, *args]
+
+
+def vswitchd_pid() -> int | None:
+    """The machine's own ovs-vswitchd (its pidfile's), None when it is not running."""
+    try:
+        return int(Path(PIDFILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def malloc_tuned() -> bool:

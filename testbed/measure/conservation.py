@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,21 +69,31 @@ def conservation_snapshot(fabric: Fabric) -> ConservationSnapshot:
     return snap
 
 
-def switch_counters(ports: dict[str, list[str]], socket_drops: bool) -> dict[str, SwitchCounters]:
+def switch_counters(ports: dict[str, list[str]], socket_drops: bool,
+                    run_at: Callable[..., subprocess.CompletedProcess] | None = None,
+                    groups: list[list[str]] | None = None) -> dict[str, SwitchCounters]:
     """The counters of these switches (name -> its ports' interfaces) on this machine: what
     the ports received, what reached their egress qdiscs, what the flow tables sent to the
     controller or dropped (and, with `socket_drops`, what OVS's receive sockets dropped). A
-    cluster's servers run this through `python -m testbed.measure.conservation`."""
+    cluster's servers run this through `python -m testbed.measure.conservation`. A fabric
+    forwarded by several processes (net/partitioned.py) gives `run_at(switch, argv,
+    check=False)`, which aims an Open vSwitch tool at the switch's process, and `groups`, the
+    switches by process."""
+    def at(switch: str, argv: list[str]) -> subprocess.CompletedProcess:
+        return run_at(switch, argv, check=False) if run_at else run(argv, check=False)
+
     # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
     # kernel counters do not. Wait for a full round so both describe the same packets.
-    run(["ovs-appctl", "revalidator/wait"], check=False, timeout=10)
+    for group in groups or [list(ports)]:
+        if group:
+            at(group[0], ["ovs-appctl", "revalidator/wait"])
     drops = (ovs.port_socket_drops({n for names in ports.values() for n in names})
              if socket_drops else {})
     # one ovs-ofctl per switch, a few at once: in series they took most of a snapshot
     with ThreadPoolExecutor(max_workers=4) as pool:
         tables = dict(zip(ports, pool.map(
-            lambda sw: run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw],
-                           check=False).stdout, ports)))
+            lambda sw: at(sw, ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw]).stdout,
+            ports)))
     out = {}
     with IPRoute() as ipr:
         for sw, names in ports.items():

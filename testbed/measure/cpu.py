@@ -21,12 +21,11 @@ def _proc_cpu_seconds(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def ovs_main_thread() -> str | None:
-    """/proc path of ovs-vswitchd's main thread, which polls every AF_PACKET port."""
-    pid_file = Path("/var/run/openvswitch/ovs-vswitchd.pid")
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+def ovs_main_thread(pid: int | None = None) -> str | None:
+    """/proc path of an ovs-vswitchd's main thread, which polls every AF_PACKET port it
+    has (`pid`'s, else the machine's own process's)."""
+    pid = ovs.vswitchd_pid() if pid is None else pid
+    if pid is None:
         return None
     path = f"/proc/{pid}/task/{pid}/stat"
     return path if Path(path).exists() else None
@@ -39,7 +38,7 @@ class CpuSample:
     # fraction of all cores' time the hypervisor ran something else while this machine had
     # work for them (/proc/stat's steal; 0 on bare metal); it counts as busy
     machine_steal: float
-    ovs_thread: float  # fraction of one core
+    ovs_thread: float  # fraction of one core (the busiest forwarding process's)
     ovs_rx_backlog_bytes: int  # waiting in OVS's receive sockets (truesize)
 
 
@@ -54,10 +53,13 @@ class CpuMonitor(threading.Thread):
         self.thread_path = ovs_main_thread()
         self.t0 = time.time()
         self.ifaces: set[str] = set()  # switch ports of the fabric that is up, if any
+        self.extra_threads: list[str] = []  # a split fabric's other forwarding processes'
 
-    def watch(self, ifaces: set[str]) -> None:
-        """Follow the receive sockets of these switch ports (empty: no fabric is up)."""
+    def watch(self, ifaces: set[str], pids: list[int] | tuple[int, ...] = ()) -> None:
+        """Follow the receive sockets of these switch ports (empty: no fabric is up), and
+        the main threads of the fabric's other ovs-vswitchd processes `pids`."""
         self.ifaces = set(ifaces)
+        self.extra_threads = [path for pid in pids if (path := ovs_main_thread(pid))]
 
     @staticmethod
     def _machine() -> tuple[int, int, int]:
@@ -65,8 +67,15 @@ class CpuMonitor(threading.Thread):
         vals = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]))
         return sum(vals), vals[3] + vals[4], vals[7] if len(vals) > 7 else 0
 
-    def _ovs_seconds(self) -> float:
-        return _proc_cpu_seconds(self.thread_path) if self.thread_path else 0.0
+    def _ovs_seconds(self) -> dict[str, float]:
+        """Each forwarding thread's CPU seconds so far (one that has ended left out)."""
+        out = {}
+        for path in filter(None, [self.thread_path, *self.extra_threads]):
+            try:
+                out[path] = _proc_cpu_seconds(path)
+            except OSError:
+                pass
+        return out
 
     def run(self) -> None:
         total0, idle0, steal0 = self._machine()
@@ -75,15 +84,15 @@ class CpuMonitor(threading.Thread):
         while not self._halt.wait(self.period_s):
             total1, idle1, steal1 = self._machine()
             t1 = time.time()
-            try:
-                ovs1 = self._ovs_seconds()
-            except OSError:  # ovs-vswitchd was restarted (larger send buffer): follow it
+            ovs1 = self._ovs_seconds()
+            if self.thread_path not in ovs1:  # restarted (larger send buffer): follow it
                 self.thread_path = ovs_main_thread()
-                ovs0 = ovs1 = self._ovs_seconds()
+                ovs1 = self._ovs_seconds()
             busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+            shares = [(ovs1[p] - ovs0[p]) / max(1e-6, t1 - t0) for p in ovs1 if p in ovs0]
             self.samples.append(CpuSample(t=t1 - self.t0, machine_busy=busy,
                                           machine_steal=(steal1 - steal0) / max(1, total1 - total0),
-                                          ovs_thread=(ovs1 - ovs0) / max(1e-6, t1 - t0),
+                                          ovs_thread=max(shares, default=0.0),
                                           ovs_rx_backlog_bytes=ovs.rx_backlog_bytes(self.ifaces)))
             total0, idle0, steal0, ovs0, t0 = total1, idle1, steal1, ovs1, t1
 

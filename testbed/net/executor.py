@@ -119,6 +119,14 @@ class LocalExecutor:
         """Mininet's extra parameters of the topology's link `index`."""
         return {}
 
+    def before_switches(self) -> None:
+        """Once the links are made, before the switches start (a split fabric's: its extra
+        Open vSwitch processes, net/partitioned.py)."""
+
+    def forwarder_pids(self) -> list[int]:
+        """The fabric's ovs-vswitchd processes here besides the machine's own."""
+        return []
+
     def first_packet(self) -> None:
         """Make OVS create its send socket now, while the raised buffer default is in force."""
         topo = self.fab.topo

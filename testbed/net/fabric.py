@@ -241,6 +241,7 @@ class Fabric:
                 host.on_popen = partial(self.record.add_pid, group=True, netns=ns)
         self.record.set_netns(namespaces)
         self.supervisor.wait_listening()  # before the switches start: none waits to retry
+        self.executor.before_switches()
         net.start()
 
     def host_pid(self, name: str) -> int:
@@ -368,6 +369,10 @@ class Fabric:
     def send_buffers(self) -> dict[str, int | None]:
         """OVS's send socket buffer where switches run, by server ('': this machine)."""
         return self.executor.send_buffers()
+
+    def forwarder_pids(self) -> list[int]:
+        """The ovs-vswitchd processes here that forward it besides the machine's own."""
+        return self.executor.forwarder_pids()
 
     def servers_cpu(self, t_start: float, t_end: float) -> dict[str, dict]:
         """The other servers' CPU over a phase (none on one machine)."""

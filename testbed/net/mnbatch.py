@@ -20,10 +20,13 @@ import os
 import pty
 import select
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 from typing import Any
 
 from mininet.link import Intf, Link
 from mininet.node import Host, OVSSwitch
+from mininet.util import errRun
 
 from testbed.core.system import IP_BATCH, batch_input, ip_batch
 
@@ -63,8 +66,8 @@ class DeferredShell:
 
     def startShell(self: Any, mnopts: str | None = None) -> None:  # noqa: N802 (Mininet's)
         opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
-        cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, "bash", "--norc", "--noediting",
-               "-is", "mininet:" + self.name]
+        cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, *self.shell_env(), "bash", "--norc",
+               "--noediting", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave,
                                  stderr=self.slave, close_fds=False)
@@ -76,6 +79,10 @@ class DeferredShell:
         self.outToNode[self.stdout.fileno()] = self
         self.inToNode[self.stdin.fileno()] = self
         self.execed, self.lastCmd, self.lastPid, self.readbuf = False, None, None, ""
+
+    def shell_env(self) -> list[str]:
+        """Variables ("NAME=value") the node's shell has besides Mininet's."""
+        return []
 
     def finish_shell(self: Any) -> None:
         """Mininet's wait for the shell's prompt, and its first command: until then the
@@ -102,7 +109,42 @@ class DeferredShell:
 
 
 class BatchSwitch(DeferredShell, OVSSwitch):
-    """Mininet's OVS switch, its shell awaited in `create`."""
+    """Mininet's OVS switch, its shell awaited in `create`. A switch of a fabric forwarded by
+    several processes (net/partitioned.py) has the `ovs_env` of its process, if that is not
+    the machine's own: in its shell's environment (Mininet's ovs-vsctl and ovs-ofctl through
+    the shell reach that process), in its startup's, and its bridge has the "dummy" datapath
+    type (dataplane/forwarders.py says why)."""
+
+    def shell_env(self) -> list[str]:
+        return [f"{k}={v}" for k, v in sorted(self.params.get("ovs_env", {}).items())]
+
+    def bridgeOpts(self) -> str:  # noqa: N802 (Mininet's name)
+        opts = super().bridgeOpts()
+        if self.params.get("ovs_env"):
+            if " datapath_type=netdev" not in opts:
+                raise NotImplementedError(f"{self.name}: a process of its own takes the "
+                                          "userspace datapath only")
+            opts = opts.replace(" datapath_type=netdev", " datapath_type=dummy")
+        return opts
+
+    @classmethod
+    def batchStartup(cls, switches: Any, run: Callable[..., Any] = errRun) -> Any:  # noqa: N802
+        """Mininet's, one ovs-vsctl per process (its startup's environment aimed at it), the
+        processes side by side."""
+        def key(switch: Any) -> list[str]:
+            return switch.shell_env()
+
+        def start(env: list[str], group: tuple) -> None:
+            prefix = " ".join(["env", *env, ""]) if env else ""
+
+            def aimed(cmds: str, **kwargs: Any) -> Any:
+                return run(prefix + cmds, **kwargs)
+            OVSSwitch.batchStartup.__func__(cls, group, run=aimed)  # type: ignore[attr-defined]
+
+        groups = [(env, tuple(group)) for env, group in groupby(sorted(switches, key=key), key)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda g: start(*g), groups))
+        return switches
 
 
 class BatchHost(DeferredShell, Host):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,7 +91,8 @@ class Services:
 
     def flow_tables(self) -> dict[str, list[str]]:
         """Every switch's OpenFlow entries and groups, without counters (`ovs.tables`)."""
-        return {sw.name: ovs.tables(sw.name) for sw in self.fab.topo.switches}
+        return {sw.name: ovs.tables(sw.name, runner=partial(self.fab.root_run, sw.name))
+                for sw in self.fab.topo.switches}
 
     def dataplane(self) -> Dataplane:
         """The live dataplane API of this fabric's class queues (a `qos` fabric only)."""

@@ -44,11 +44,12 @@ def leftovers(topo_switches: list[str]) -> list[str]:
 
 def machine_state() -> dict:
     """What a run changes on the machine and `testbed clean` must put back: OVS bridges,
-    network interfaces, processes (not kernel threads; not OVS's own daemons, which a run
-    restarts when their socket buffer is too small, docs/FIDELITY.md), the sysctls under
+    network interfaces, processes (not kernel threads; not the machine's own OVS daemons,
+    which a run restarts when their socket buffer is too small, docs/FIDELITY.md; but the
+    extra ones a split fabric starts), the directories of those, the sysctls under
     net.core and net.ipv4, pinned BPF objects, and registered struct_ops (BPF congestion
     controls)."""
-    from testbed.dataplane import ovs
+    from testbed.dataplane import forwarders, ovs
     procs = set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -57,7 +58,8 @@ def machine_state() -> dict:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
         except OSError:
             continue
-        if cmd and not cmd.startswith(("ovs-vswitchd", "ovsdb-server")):
+        if cmd and (not cmd.startswith(("ovs-vswitchd", "ovsdb-server"))
+                    or f"{forwarders.ROOT}/" in cmd):
             procs.add((int(pid), cmd))
     sysctls = {}
     for d in ("/proc/sys/net/core", "/proc/sys/net/ipv4"):
@@ -71,5 +73,6 @@ def machine_state() -> dict:
     from testbed.dataplane.hostcc import registered
     return {"bridges": set(ovs.bridges()), "interfaces": set(os.listdir("/sys/class/net")),
             "processes": procs, "sysctls": sysctls,
+            "forwarders": sorted(os.listdir(forwarders.ROOT)) if forwarders.ROOT.exists() else [],
             "bpf": sorted(str(p) for p in bpf.rglob("*")) if bpf.exists() else [],
             "struct_ops": sorted(m["name"] for m in registered())}

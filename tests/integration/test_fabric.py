@@ -147,8 +147,9 @@ def test_interrupted_run_leaves_nothing_and_is_marked_incomplete(tmp_path, sig):
 SPECS = {
     "build": "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
              "duration_s: 60, omit_s: 1}]\n",
-    # with a capture: its tcpdumps (on a switch port and in a host) are stopped by clean
-    "traffic": "capture: {ports: [e1-eth1], hosts: [h16]}\n"
+    # with a capture: its tcpdumps (on a switch port and in a host) are stopped by clean;
+    # with two forwarding processes: the second's daemons and directory too
+    "traffic": "capture: {ports: [e1-eth1], hosts: [h16]}\nforwarding: {processes: 2}\n"
                "experiments: [{type: permutation, patterns: ['stride:8'], routings: [ecmp], "
                "duration_s: 60, omit_s: 1}]\n",
     "training": "experiments: [{type: training, iters: 400, jobs: [{sync: ring, workers: 4}]}]\n",
@@ -206,6 +207,8 @@ def test_sigkill_at_any_phase_then_clean_restores_the_machine(tmp_path, phase,
         assert during["sysctls"] != before["sysctls"]
     else:
         assert during["bridges"] - before["bridges"], "the kill left nothing to clean?"
+    if phase == "traffic":  # the second forwarding process, left running by the kill
+        assert during["forwarders"] != before["forwarders"]
     done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -217,5 +220,6 @@ def test_sigkill_at_any_phase_then_clean_restores_the_machine(tmp_path, phase,
         k: (before["sysctls"].get(k), v) for k, v in after["sysctls"].items()
         if before["sysctls"].get(k) != v}
     assert after["bpf"] == before["bpf"]
+    assert after["forwarders"] == before["forwarders"]
     new = {p for p in after["processes"] - before["processes"] if p[0] != proc.pid}
     assert not new, new

@@ -1,0 +1,116 @@
+"""A fabric on this machine whose switches are forwarded by several ovs-vswitchd processes
+(`forwarding.processes`; testbed/config/forwarding.py says why and how the switches are
+split): the machine's own Open vSwitch keeps the first share, and each other share gets an
+extra process of its own (dataplane/forwarders.py) for as long as the fabric is up.
+
+Links, hosts, queues, the class dataplane and the controller are as on one process: every
+link is a veth pair either way, the queues and BPF programs are on the veth interfaces,
+and each switch connects to the same controller with its own datapath ID. What differs is
+which process an Open vSwitch tool must reach for a switch: each switch's Mininet shell has
+its process's directory in its environment, and the testbed's own commands for a switch go
+through `root_run`, which adds it (`switch_groups` stays one group: the switches by the
+machine they run on).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from testbed.core.system import run
+from testbed.dataplane import ovs
+from testbed.dataplane.forwarders import ROOT, Forwarder, start_all, stop_all
+from testbed.measure.conservation import SwitchCounters, switch_counters
+
+from .executor import LocalExecutor
+
+
+class PartitionedExecutor(LocalExecutor):
+    """Every node here, the switches in `groups` (config/forwarding.partition): the first
+    in the machine's own ovs-vswitchd, each other in a process of its own."""
+
+    def __init__(self, groups: list[list[str]]) -> None:
+        super().__init__()
+        self.groups = groups
+        self.forwarders = [Forwarder(ROOT / f"{os.getpid()}.{p}")
+                           for p in range(1, len(groups))]
+        self.share = {switch: p for p, group in enumerate(groups) for switch in group}
+
+    def forwarder(self, switch: str) -> Forwarder | None:
+        """The extra process that forwards `switch` (None: the machine's own)."""
+        p = self.share[switch]
+        return self.forwarders[p - 1] if p else None
+
+    def quicken_reconnect(self, target: str) -> None:
+        for group in self.groups:
+            ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
+
+    def root_run(self, switch: str, argv: list[str], input: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+        fwd = self.forwarder(switch)
+        return run(fwd.argv(argv) if fwd else argv, input=input, check=check)
+
+    def node_params(self, name: str) -> dict:
+        fwd = self.forwarder(name) if name in self.share else None
+        return {"ovs_env": fwd.env} if fwd else {}
+
+    def before_switches(self) -> None:
+        record = self.fab.record
+        record.forwarders += [str(f.directory) for f in self.forwarders]
+        record.save()
+        start_all(self.forwarders)
+
+    def forwarder_pids(self) -> list[int]:
+        return [pid for f in self.forwarders if (pid := f.pid()) is not None]
+
+    def switch_counters(self) -> dict[str, SwitchCounters]:
+        return switch_counters({s.name: self.fab.switch_ifaces([s.name])
+                                for s in self.fab.topo.switches},
+                               self.fab.traits.socket_drops, run_at=self.root_run,
+                               groups=self.groups)
+
+    def send_buffers(self) -> dict[str, int | None]:
+        """The smallest of the processes' send socket buffers (None while one has none)."""
+        sizes = [ovs.send_socket_buffer(pid=pid) for pid in
+                 (ovs.vswitchd_pid(), *(f.pid() for f in self.forwarders))]
+        return {"": None if None in sizes else min(s for s in sizes if s is not None)}
+
+    def first_packet(self) -> None:
+        """A packet out of every process, each making its send socket while the raised
+        buffer default is in force: a ping to a host of each share's switches (its switch
+        sends the request, or the ARP before it, to the host)."""
+        topo = self.fab.topo
+        targets = []
+        for group in self.groups:
+            members = set(group)
+            target = next(h for h in topo.hosts if any(
+                topo.neighbour(h.name, port) in members for port, _, _ in
+                topo.ports_of(h.name)))
+            source = next(h for h in topo.hosts if h.name != target.name)
+            targets.append((source.name, target.ip))
+        self.hosts_run_each([(src, ["ping", "-c", "1", "-W", "2", ip]) for src, ip in targets])
+
+    def hosts_run_each(self, commands: list[tuple[str, list[str]]]) -> None:
+        """Each (host, argv), several at a time, unchecked."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda c: self.host_run(c[0], c[1], check=False), commands))
+
+    def teardown(self, net: Any) -> None:
+        """The extra processes stopped first (their switches go with them), then the rest
+        as on one process."""
+        self.stop_forwarders()
+        super().teardown(net)
+
+    def stop_forwarders(self) -> None:
+        stopped = {str(f.directory) for f in self.forwarders}
+        stop_all([f.directory for f in self.forwarders])
+        record = self.fab.record
+        if not record.released and any(d in stopped for d in record.forwarders):
+            record.forwarders = [d for d in record.forwarders if d not in stopped]
+            record.save()
+
+    def close(self) -> None:
+        self.stop_forwarders()  # a build cut short: nothing of them stays
+        super().close()
