@@ -11,9 +11,15 @@ from testbed.spec import loads
 def run(tmp_path: Path, data: dict) -> tuple[Path, dict]:
     """Run a spec given as data. TESTBED_TEST_DATAPATH (user | kernel | auto) sets the
     datapath of every spec that names none: how the suite is run on the kernel datapath
-    (README: Datapaths)."""
+    (README: Datapaths). TESTBED_TEST_FORWARDING (a number of processes, or auto) sets
+    `forwarding.processes` of every spec on one machine's userspace datapath that names
+    none: how the suite is run with its fabrics split across forwarding processes."""
     if os.environ.get("TESTBED_TEST_DATAPATH") and "datapath" not in data:
         data = {**data, "datapath": os.environ["TESTBED_TEST_DATAPATH"]}
+    split = os.environ.get("TESTBED_TEST_FORWARDING")
+    if split and not {"forwarding", "cluster"} & set(data) \
+            and data.get("datapath", "user") == "user":
+        data = {**data, "forwarding": {"processes": split if split == "auto" else int(split)}}
     spec, topo = loads(data)
     out = run_spec(spec, topo, json.dumps(data), tmp_path / "run", log=lambda m: None,
                    points=sweep_points(data))
