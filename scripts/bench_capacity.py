@@ -15,6 +15,10 @@ constants of `testbed plan` (testbed/plan.py, CAPACITY).
    and a parallel rank's (emulated compute, eight data-parallel ranks) per MB it sends.
 
     sudo .venv/bin/python scripts/bench_capacity.py OUTDIR [EARLIER_OUTDIR...]
+    sudo .venv/bin/python scripts/bench_capacity.py --forwarding N OUTDIR
+
+With `--forwarding N`, part 1 only, its fabrics forwarded by N ovs-vswitchd processes
+(`forwarding.processes`): what the split changes of the machine's packet capacity.
 
 Prints Markdown tables and the fitted constants (docs/BENCHMARKS.md, "Capacity of one
 machine"), and writes every run's results and bench.json under OUTDIR. With earlier runs'
@@ -49,11 +53,13 @@ def phases(done: Path) -> list[dict]:
     return [e for e in events if "conservation" in e]
 
 
-def forwarding(out_dir: Path, mtu: int, rate: float, duration: float = 12.0) -> dict:
+def forwarding(out_dir: Path, mtu: int, rate: float, duration: float = 12.0,
+               processes: int = 1) -> dict:
     done = run(out_dir / f"fwd-{mtu}-{rate:g}", {
         "name": f"bench-capacity-{mtu}-{rate:g}",
         "topology": {"kind": "fattree", "params": {"k": 4, "rate_mbps": rate}},
         "links": {"buffer_pkts": 100, "mtu_bytes": mtu},
+        "forwarding": {"processes": processes},
         "experiments": [{"type": "permutation", "patterns": ["stride:8"],
                          "routings": ["ecmp"], "duration_s": duration, "omit_s": 2}]})
     (phase,) = phases(done)
@@ -197,6 +203,29 @@ def combine(runs: list[dict]) -> dict:
                for k in ("base_s", "per_mb_s", "per_step_s", "wait_factor", "rank_per_mb_s")}}
 
 
+FORWARDING_TABLE = ("| MTU | rate (Mb/s) | normalised | packets into switches /s | OVS thread "
+                    "(mean, p90) | machine busy (cores) | OVS added delay p50 (ms) | "
+                    "CPU-bound |\n|---|---|---|---|---|---|---|---|")
+
+
+def forwarding_rows(fwd: list[dict]) -> list[str]:
+    return [f"| {r['mtu']} | {r['rate_mbps']:g} | {r['normalised']} | {r['pps']} | "
+            f"{r['ovs_thread_mean']}, {r['ovs_thread_p90']} | {r['machine_busy_cores']} | "
+            f"{r['ovs_added_delay_p50_ms']} | {r['cpu_bound']} |" for r in fwd]
+
+
+def split(out_dir: Path, processes: int) -> int:
+    """Part 1 alone, with the fabric forwarded by `processes` processes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    forwarding(out_dir / "warm-up", 9000, 10, duration=4, processes=processes)
+    fwd = [forwarding(out_dir, mtu, rate, processes=processes) for mtu, rate in FORWARDING]
+    (out_dir / "bench.json").write_text(json.dumps({"processes": processes,
+                                                    "forwarding": fwd}, indent=1))
+    print(f"forwarding processes: {processes} (OVS thread: the busiest one's)")
+    print("\n".join([FORWARDING_TABLE, *forwarding_rows(fwd)]))
+    return 0
+
+
 def main(out_dir: Path, earlier: list[Path]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     forwarding(out_dir / "warm-up", 9000, 10, duration=4)  # the first run after OVS starts
@@ -220,14 +249,7 @@ def main(out_dir: Path, earlier: list[Path]) -> int:
                "trainer_cpu": cpu_fit, "packets_per_segment": packets_per_segment(fwd),
                "parallel": par}
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
-    print("| MTU | rate (Mb/s) | normalised | packets into switches /s | OVS thread (mean, "
-          "p90) | machine busy (cores) | OVS added delay p50 (ms) | CPU-bound |\n"
-          "|---|---|---|---|---|---|---|---|")
-    for r in fwd:
-        print(f"| {r['mtu']} | {r['rate_mbps']:g} | {r['normalised']} | {r['pps']} | "
-              f"{r['ovs_thread_mean']}, "
-              f"{r['ovs_thread_p90']} | {r['machine_busy_cores']} | "
-              f"{r['ovs_added_delay_p50_ms']} | {r['cpu_bound']} |")
+    print("\n".join([FORWARDING_TABLE, *forwarding_rows(fwd)]))
     for mtu, lim in limits.items():
         print(f"\nMTU {mtu}: carried {lim['carried_max_pps']} packets/s into switches "
               f"without being CPU-bound; CPU-bound from {lim['cpu_bound_min_pps']}")
@@ -261,7 +283,9 @@ def main(out_dir: Path, earlier: list[Path]) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    if len(sys.argv) < 2 or sys.argv[1] == "--forwarding" and len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
+    if sys.argv[1] == "--forwarding":
+        sys.exit(split(Path(sys.argv[3]), int(sys.argv[2])))
     sys.exit(main(Path(sys.argv[1]), [Path(a) for a in sys.argv[2:]]))

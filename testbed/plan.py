@@ -246,14 +246,17 @@ def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE, models: bool = F
     """The spec's CPU plan; with `models`, what its experiments' models expect too (a
     parallel job's path-aware model replays its iterations over its hash draws: seconds
     of CPU per job)."""
-    return CapacityPlan(spec.name, cap, [(f"{i}:{exp.type}", [demand(load, cap) for load in
-                                                     loads(spec, topo, exp, cap)])
-                                 for i, exp in enumerate(spec.experiments)],
-                len(spec.cluster.servers) if spec.cluster is not None else None,
-                [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
-                 if models and (e := expectations(spec, topo, exp, cap))],
-                switch_ports(topo), longest_switches(topo), spec.forwarding.count(topo),
-                len(host_switches(topo)))
+    def priced(load: Load) -> Demand:  # at the capacity of its fabric's forwarding
+        return demand(load, cap.forwarded_by(spec.forwarding_processes(load.topo)))
+
+    return CapacityPlan(spec.name, cap, [(f"{i}:{exp.type}", [priced(load) for load in
+                                                              loads(spec, topo, exp, cap)])
+                                         for i, exp in enumerate(spec.experiments)],
+                        len(spec.cluster.servers) if spec.cluster is not None else None,
+                        [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
+                         if models and (e := expectations(spec, topo, exp, cap))],
+                        switch_ports(topo), longest_switches(topo),
+                        spec.forwarding_processes(topo), len(host_switches(topo)))
 
 
 def switch_ports(topo: Topology) -> int:

@@ -389,7 +389,7 @@ def build_fabric(spec: Spec, topo: Topology, routing: str, *, links: LinkConfig,
     if spec.cluster is not None:
         from testbed.cluster.fabric import ClusterExecutor
         executor = ClusterExecutor(spec.cluster)
-    elif (processes := spec.forwarding.count(topo)) > 1:
+    elif (processes := spec.forwarding_processes(topo)) > 1:
         executor = PartitionedExecutor(partition(topo, processes))
     return Fabric(topo=topo, links=links, hosts=hosts, routing=routing, qos=qos,
                   executor=executor, out_dir=out_dir, record=record,

@@ -6,7 +6,7 @@ machine"); a machine of another kind is measured the same way and its numbers pa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The runner's verdict (testbed/measure/cpu.py): a phase is CPU-bound when OVS's forwarding
 # thread has fallen behind so far that it adds more than this much queueing delay (median)
@@ -49,6 +49,14 @@ class Capacity:
     # switch it holds on each wake-up, so a crossing costs this plus this per port
     crossing_base_s: float
     crossing_per_port_s: float
+    # a fabric forwarded by several processes (`forwarding.processes`): each process's
+    # thread is kept busy by its own share of the packets, so together they take more of
+    # the machine's cores and it carries fewer packets faithfully (the packets per second
+    # entering switches it carried, and the least it was CPU-bound at, any MTU) while
+    # these cores are busy
+    split_fits_pps: float = 0.0
+    split_bound_pps: float = 0.0
+    split_network_cores: float = 0.0
 
     def ovs_pps(self, mtu: int) -> tuple[float, float]:
         """(fits, bound) at this MTU: linear in per-packet time between the measured MTUs,
@@ -59,6 +67,16 @@ class Capacity:
         def at(table: dict[int, float]) -> float:
             return 1 / ((1 - w) / table[m0] + w / table[m1])
         return at(self.ovs_fits_pps), at(self.ovs_bound_pps)
+
+    def forwarded_by(self, processes: int) -> Capacity:
+        """This machine's capacity for a fabric that `processes` ovs-vswitchd forward."""
+        if processes <= 1 or not self.split_fits_pps:
+            return self
+        return replace(self, ovs_fits_pps={m: min(v, self.split_fits_pps)
+                                           for m, v in self.ovs_fits_pps.items()},
+                       ovs_bound_pps={m: min(v, self.split_bound_pps)
+                                      for m, v in self.ovs_bound_pps.items()},
+                       network_cores=self.split_network_cores)
 
     def crossing_s(self, ports: int) -> float:
         """What one switch crossing adds to an idle packet when one forwarding process
@@ -86,7 +104,10 @@ class Capacity:
 # farthest pair added 0.21-0.35 ms per switch crossing at k=4 (80 switch ports; ten runs,
 # mean 0.28) and 1.4-4.1 ms at k=8 (640; nine runs, mean 1.9), in one ovs-vswitchd
 # (scripts/bench_partitions.py; docs/BENCHMARKS.md, "Latency and the forwarding process"):
-# the line through the two means.
+# the line through the two means. Split into two processes (`bench_capacity.py
+# --forwarding 2`, 2026-11-28), the Fat-Tree k=4 carried 22,855 packets/s at MTU 9000 with
+# the machine 1.38-1.66 cores busy, and was CPU-bound (the machine under 10% idle) from
+# 29,277 at MTU 1500 and 32,775 at MTU 9000, where one process carried 39,800.
 REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      ovs_bound_pps={1500: 82461, 9000: 86448}, packets_per_segment=1.39,
                      network_cores=1.1, compute_cores=1.55, step_overhead=1.2,
@@ -94,4 +115,5 @@ REFERENCE = Capacity(cores=2, ovs_fits_pps={1500: 67034, 9000: 79491},
                      trainer_per_step_s=0.000185, rank_per_mb_s=0.0105, wait_factor=0.55,
                      latency_s=0.0005, roce_pkt_s=47e-6,
                      crossing_base_s=0.28e-3 - 80 * (1.9e-3 - 0.28e-3) / 560,
-                     crossing_per_port_s=(1.9e-3 - 0.28e-3) / 560)
+                     crossing_per_port_s=(1.9e-3 - 0.28e-3) / 560,
+                     split_fits_pps=22855, split_bound_pps=29277, split_network_cores=1.52)

@@ -31,8 +31,9 @@ MAX_PROCESSES = 32
 class ForwardingSpec:
     """`processes`: the ovs-vswitchd processes that forward the fabric (1: the machine's
     own, as Open vSwitch runs; N: it and N-1 more, each owning a share of the switches;
-    `auto`: enough that none reads more than AUTO_PORTS_PER_PROCESS switch ports)."""
-    processes: int | Literal["auto"] = 1
+    `auto`, the default: enough that none reads more than AUTO_PORTS_PER_PROCESS switch
+    ports, which leaves a Fat-Tree k=4 (80) in one and splits a k=8 (640) in eight)."""
+    processes: int | Literal["auto"] = "auto"
 
     def check(self, path: str = "forwarding") -> None:
         if self.processes != "auto" and not 1 <= self.processes <= MAX_PROCESSES:

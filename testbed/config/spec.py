@@ -112,6 +112,14 @@ class Spec:
     def build_topology(self) -> Topology:
         return build(self.topology.kind, **self.topology.params)
 
+    def forwarding_processes(self, topo: Topology) -> int:
+        """The ovs-vswitchd processes that forward a fabric of `topo` on this machine
+        (config/forwarding.py): one on a cluster's servers (each its own) and on the
+        kernel datapath (or one that may be it), where no thread reads the ports."""
+        if self.cluster is not None or self.datapath != "user":
+            return 1
+        return self.forwarding.count(topo)
+
 
 def check(spec: Spec, experiments_required: bool = True) -> Topology:
     """Semantic checks; returns the topology the spec describes. A script's fabric needs no
@@ -134,7 +142,7 @@ def check(spec: Spec, experiments_required: bool = True) -> Topology:
             raise SpecError(str(exc)) from None
     spec.controller.check(topo)
     spec.forwarding.check()
-    if spec.forwarding.processes != 1 and spec.datapath != "user":
+    if spec.forwarding.processes not in (1, "auto") and spec.datapath != "user":
         raise SpecError(f"forwarding.processes: the userspace datapath only (one thread per "
                         f"process reads its ports; datapath is {spec.datapath})")
     if spec.capture is not None:
@@ -181,7 +189,7 @@ def check_cluster(spec: Spec, topo: Topology) -> None:
     if spec.capture is not None:
         raise SpecError("capture: runs on one machine only so far (each server's ports "
                         "would need their own tcpdump); leave out capture, or cluster")
-    if spec.forwarding.processes != 1:
+    if spec.forwarding.processes not in (1, "auto"):
         raise SpecError("forwarding.processes: one per server on a cluster so far (each "
                         "server's own Open vSwitch); leave it out, or cluster")
     if spec.datapath != "user":
