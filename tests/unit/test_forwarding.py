@@ -10,8 +10,8 @@ import pytest
 
 from testbed.config.forwarding import ForwardingSpec, host_switches, partition
 from testbed.config.loader import SpecError
-from testbed.spec import loads
 from testbed.core.resources import directory_daemons, stop_directory
+from testbed.spec import loads
 from topologies import build
 from topologies.builders import fattree
 
