@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.core.errors import TestbedError
@@ -38,7 +38,9 @@ def folder() -> Path:
 @dataclass
 class Detached:
     """A detached fabric's state file: its holder (pid and start time: a reused pid is not
-    it), what it runs, and each node's namespace (a host's PID; None for a switch)."""
+    it), what it runs, each node's namespace (a host's PID; None for a switch), and the
+    environment of a switch forwarded by an extra process (its Open vSwitch tools reach
+    that process: net/partitioned.py)."""
     name: str
     pid: int
     start: int | None
@@ -48,6 +50,7 @@ class Detached:
     status: str                      # "starting", then "up"
     nodes: dict[str, int | None]
     log: str
+    switch_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -105,7 +108,10 @@ def exec_argv(d: Detached, node: str, argv: list[str]) -> list[str]:
         raise TestbedError(f"exec: no node {node!r} in fabric {d.name!r} (nodes: "
                            f"{', '.join(names[:8])}{'...' if len(names) > 8 else ''})")
     pid = d.nodes[node]
-    return argv if pid is None else in_netns(pid, argv)
+    if pid is not None:
+        return in_netns(pid, argv)
+    env = d.switch_env.get(node, {})
+    return ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv] if env else argv
 
 
 def refuse_second() -> None:
@@ -216,6 +222,8 @@ def serve(request_path: Path) -> int:
                 live = tb.fabric("up")
                 state.nodes = {**{h.name: live.pid(h.name) for h in live.topo.hosts},
                                **{s.name: None for s in live.topo.switches}}
+                state.switch_env = {s.name: env for s in live.topo.switches
+                                    if (env := live.fabric.switch_env(s.name))}
                 state.status = "up"
                 state.save()
                 print(f"{name}: up; results in {tb.out_dir}", flush=True)

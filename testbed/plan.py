@@ -303,6 +303,11 @@ def render(p: CapacityPlan) -> str:
                 f"{n}: {cap.crossing_s(p.ports_with(n)) * 1e3:.2f} ms"
                 + (" (this run)" if n == p.processes else "") for n in choices)
                 + " a crossing")
+        if p.processes > 1:
+            lines.append(f"  {p.processes} processes: each one's thread busy with its share "
+                         "under load, the machine's packet capacity is priced as measured "
+                         "with two (docs/BENCHMARKS.md, \"Capacity of one machine\")"
+                         + ("; more may carry less" if p.processes > 2 else ""))
     lines += ["", {"fits": "one machine is enough",
                    "marginal": "one machine is at its limit: some phases may be flagged "
                                f"CPU-bound; {p.servers} servers leave headroom",

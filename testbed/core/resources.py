@@ -315,8 +315,12 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
         if stop_pid(entry["pid"], entry.get("start"), group=entry.get("group", False),
                     groups=groups, netns=entry.get("netns")):
             removed.append(f"process {entry['pid']} ({entry['what']})")
+    failed = []
     for directory in rec.forwarders:
-        removed += stop_directory(Path(directory))
+        try:
+            removed += stop_directory(Path(directory))
+        except TestbedError as exc:  # the rest is removed all the same, then this is said
+            failed.append(str(exc))
     existing = set(run(["ovs-vsctl", "--timeout=5", "list-br"], check=False).stdout.split())
     doomed = [b for b in rec.bridges if b in existing]
     with expedited_rcu():
@@ -337,6 +341,9 @@ def release_record(rec: RunRecord, release_servers: ServerRelease | None = None)
     removed += unregister_struct_ops(rec.struct_ops)
     if rec.servers and release_servers is not None:
         removed += release_servers(rec.servers, rec.run_id)
+    if failed:
+        raise TestbedError("; ".join(failed) + " (everything else of run "
+                           f"{rec.run_id} was removed; `testbed clean` again)")
     mark_killed(rec)
     rec.released = True
     rec.path.unlink(missing_ok=True)

@@ -152,8 +152,11 @@ def _packet_sockets(owner: str | None = "ovs-vswitchd", ifaces: set[str] | None 
 
 def send_socket_buffer(out: str | None = None, pid: int | None = None) -> int | None:
     """Send buffer (bytes) of OVS's shared AF_PACKET send socket; None before it exists.
-    `out`: `ss`'s output (packet_sockets_argv(True)) from another server; `pid`: that of
-    this ovs-vswitchd process (else the first one `ss` lists)."""
+    `out`: `ss`'s output (packet_sockets_argv(True)) from another server (its one
+    ovs-vswitchd's); `pid`: that of this ovs-vswitchd process (here, by default the
+    machine's own, not a forwarding process of a split fabric)."""
+    if pid is None and out is None:
+        pid = vswitchd_pid()
     owner = "ovs-vswitchd" if pid is None else f"pid={pid},"
     for sock in _packet_sockets(owner=owner, out=out):
         if sock["iface"] == "*":

@@ -84,9 +84,10 @@ def switch_counters(ports: dict[str, list[str]], socket_drops: bool,
 
     # OpenFlow rule counters lag the datapath until a revalidator round pulls them in;
     # kernel counters do not. Wait for a full round so both describe the same packets.
-    for group in groups or [list(ports)]:
-        if group:
-            at(group[0], ["ovs-appctl", "revalidator/wait"])
+    with ThreadPoolExecutor(max_workers=8) as pool:  # each process's round, side by side
+        list(pool.map(lambda group: at(group[0], ["ovs-appctl", "--timeout=10",
+                                                  "revalidator/wait"]),
+                      [g for g in groups or [list(ports)] if g]))
     drops = (ovs.port_socket_drops({n for names in ports.values() for n in names})
              if socket_drops else {})
     # one ovs-ofctl per switch, a few at once: in series they took most of a snapshot

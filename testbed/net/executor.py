@@ -123,6 +123,11 @@ class LocalExecutor:
         """Once the links are made, before the switches start (a split fabric's: its extra
         Open vSwitch processes, net/partitioned.py)."""
 
+    def switch_env(self, switch: str) -> dict[str, str]:
+        """The environment that aims Open vSwitch's tools at `switch`'s process (empty:
+        the machine's own)."""
+        return {}
+
     def forwarder_pids(self) -> list[int]:
         """The fabric's ovs-vswitchd processes here besides the machine's own."""
         return []

@@ -374,6 +374,10 @@ class Fabric:
         """OVS's send socket buffer where switches run, by server ('': this machine)."""
         return self.executor.send_buffers()
 
+    def switch_env(self, switch: str) -> dict[str, str]:
+        """The environment that aims Open vSwitch's tools at `switch`'s process."""
+        return self.executor.switch_env(switch)
+
     def forwarder_pids(self) -> list[int]:
         """The ovs-vswitchd processes here that forward it besides the machine's own."""
         return self.executor.forwarder_pids()

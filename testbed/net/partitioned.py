@@ -13,18 +13,22 @@ machine they run on).
 """
 from __future__ import annotations
 
-import os
+import hashlib
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.core.system import run
+from testbed.core.system import TestbedError, run
 from testbed.dataplane import ovs
 from testbed.dataplane.forwarders import ROOT, Forwarder, start_all, stop_all
 from testbed.measure.conservation import SwitchCounters, switch_counters
+from topologies.model import Topology
 
 from .executor import LocalExecutor
+
+if TYPE_CHECKING:
+    from .fabric import Fabric
 
 
 class PartitionedExecutor(LocalExecutor):
@@ -34,9 +38,15 @@ class PartitionedExecutor(LocalExecutor):
     def __init__(self, groups: list[list[str]]) -> None:
         super().__init__()
         self.groups = groups
-        self.forwarders = [Forwarder(ROOT / f"{os.getpid()}.{p}")
-                           for p in range(1, len(groups))]
+        self.forwarders: list[Forwarder] = []  # once attached: named after the run
         self.share = {switch: p for p, group in enumerate(groups) for switch in group}
+
+    def attach(self, fab: Fabric) -> None:
+        super().attach(fab)
+        # the run's own directories (a record's, for `testbed clean`), short enough for the
+        # Unix sockets in them (108 bytes)
+        tag = hashlib.sha1(fab.record.run_id.encode()).hexdigest()[:10]
+        self.forwarders = [Forwarder(ROOT / f"{tag}.{p}") for p in range(1, len(self.groups))]
 
     def forwarder(self, switch: str) -> Forwarder | None:
         """The extra process that forwards `switch` (None: the machine's own)."""
@@ -52,9 +62,13 @@ class PartitionedExecutor(LocalExecutor):
         fwd = self.forwarder(switch)
         return run(fwd.argv(argv) if fwd else argv, input=input, check=check)
 
+    def switch_env(self, switch: str) -> dict[str, str]:
+        fwd = self.forwarder(switch)
+        return fwd.env if fwd else {}
+
     def node_params(self, name: str) -> dict:
-        fwd = self.forwarder(name) if name in self.share else None
-        return {"ovs_env": fwd.env} if fwd else {}
+        env = self.switch_env(name) if name in self.share else {}
+        return {"ovs_env": env} if env else {}
 
     def before_switches(self) -> None:
         record = self.fab.record
@@ -79,18 +93,15 @@ class PartitionedExecutor(LocalExecutor):
 
     def first_packet(self) -> None:
         """A packet out of every process, each making its send socket while the raised
-        buffer default is in force: a ping to a host of each share's switches (its switch
-        sends the request, or the ARP before it, to the host)."""
-        topo = self.fab.topo
-        targets = []
-        for group in self.groups:
-            members = set(group)
-            target = next(h for h in topo.hosts if any(
-                topo.neighbour(h.name, port) in members for port, _, _ in
-                topo.ports_of(h.name)))
-            source = next(h for h in topo.hosts if h.name != target.name)
-            targets.append((source.name, target.ip))
-        self.hosts_run_each([(src, ["ping", "-c", "1", "-W", "2", ip]) for src, ip in targets])
+        buffer default is in force (checked: a process that sent none is an error)."""
+        self.hosts_run_each([first_ping(self.fab.topo, group) for group in self.groups])
+        silent = [str(f.directory) for f in self.forwarders
+                  if ovs.send_socket_buffer(pid=f.pid()) is None]
+        if silent:
+            raise TestbedError(f"the forwarding processes of {', '.join(silent)} sent no "
+                               "packet at the start, so their send socket would take the "
+                               "kernel's default buffer (docs/FIDELITY.md); set "
+                               "forwarding.processes lower for this topology")
 
     def hosts_run_each(self, commands: list[tuple[str, list[str]]]) -> None:
         """Each (host, argv), several at a time, unchecked."""
@@ -100,8 +111,10 @@ class PartitionedExecutor(LocalExecutor):
     def teardown(self, net: Any) -> None:
         """The extra processes stopped first (their switches go with them), then the rest
         as on one process."""
-        self.stop_forwarders()
-        super().teardown(net)
+        try:
+            self.stop_forwarders()
+        finally:
+            super().teardown(net)
 
     def stop_forwarders(self) -> None:
         stopped = {str(f.directory) for f in self.forwarders}
@@ -112,5 +125,21 @@ class PartitionedExecutor(LocalExecutor):
             record.save()
 
     def close(self) -> None:
-        self.stop_forwarders()  # a build cut short: nothing of them stays
-        super().close()
+        try:
+            self.stop_forwarders()  # a build cut short: nothing of them stays
+        finally:
+            super().close()
+
+
+def first_ping(topo: Topology, group: list[str]) -> tuple[str, list[str]]:
+    """(host, argv) of a ping that one of `group`'s switches forwards to a host: between
+    two hosts of one of its switches (one hop apart, also where servers relay: BCube,
+    DCell), else to the host of a switch that has one, from another host (the last hop
+    of a host with one port is its switch)."""
+    hosts = {sw: [h for h in topo.hosts for port, _, _ in topo.ports_of(h.name)
+                  if topo.neighbour(h.name, port) == sw] for sw in group}
+    pair = next(((hs[0], hs[1]) for hs in hosts.values() if len(hs) >= 2), None)
+    if pair is None:
+        target = next(hs[0] for hs in hosts.values() if hs)
+        pair = (next(h for h in topo.hosts if h.name != target.name), target)
+    return pair[0].name, ["ping", "-c", "1", "-W", "2", pair[1].ip]

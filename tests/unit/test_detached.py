@@ -33,6 +33,12 @@ def test_exec_enters_a_hosts_namespace_and_runs_a_switchs_as_it_is(state):
         exec_argv(d, "h9", ["true"])
     with pytest.raises(TestbedError, match="give a command after --"):
         exec_argv(d, "h1", [])
+    # a switch forwarded by an extra process: its tools aimed at that process
+    d.switch_env = {"l1": {"OVS_RUNDIR": "/run/testbed/ovs/x.1"}}
+    d.save()
+    (again,) = fabrics()
+    assert exec_argv(again, "l1", ["ovs-ofctl", "show", "l1"]) == [
+        "env", "OVS_RUNDIR=/run/testbed/ovs/x.1", "ovs-ofctl", "show", "l1"]
 
 
 def test_a_live_holder_is_found_and_refuses_a_second_up(state):

@@ -115,3 +115,20 @@ def test_the_plan_prices_a_split_fabric_as_measured(rate, processes, measured):
     p = plan(spec, topo)
     assert p.processes == processes
     assert p.verdict == measured, p.demands
+
+
+@pytest.mark.parametrize("kind", ["fattree", "leafspine", "bcube", "dumbbell", "dcell",
+                                  "ficonn", "mdcube", "vl2", "torus", "rail", "hybrid"])
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_each_share_gets_a_first_packet_its_switch_forwards(kind, n):
+    """The first ping of each share ends through one of its switches: two hosts of one
+    switch (one hop apart, relaying servers included), or to a host whose one port is on it."""
+    from testbed.net.partitioned import first_ping
+    topo = build(kind)
+    for group in partition(topo, n):
+        source, argv = first_ping(topo, group)
+        target = topo.host_by_ip(argv[-1])
+        assert target is not None and source != target.name
+        over = {topo.neighbour(target.name, p) for p, _, _ in topo.ports_of(target.name)}
+        shared = over & {topo.neighbour(source, p) for p, _, _ in topo.ports_of(source)}
+        assert shared & set(group) or (target.ports == 1 and over <= set(group)), (group, source, target)
