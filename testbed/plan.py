@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from testbed.config.capacity import MACHINE_IDLE_MEAN_MIN, OVS_DELAY_LIMIT_MS, REFERENCE, Capacity
-from testbed.config.forwarding import host_switches
+from testbed.config.forwarding import host_switches, switch_port_count
 from testbed.config.spec import ExperimentSpec, Spec
 from testbed.experiments import EXPERIMENTS
 from testbed.experiments.load import Expectation, Flow, Load
@@ -255,12 +255,8 @@ def plan(spec: Spec, topo: Topology, cap: Capacity = REFERENCE, models: bool = F
                         len(spec.cluster.servers) if spec.cluster is not None else None,
                         [(f"{i}:{exp.type}", e) for i, exp in enumerate(spec.experiments)
                          if models and (e := expectations(spec, topo, exp, cap))],
-                        switch_ports(topo), longest_switches(topo),
+                        switch_port_count(topo), longest_switches(topo),
                         spec.forwarding_processes(topo), len(host_switches(topo)))
-
-
-def switch_ports(topo: Topology) -> int:
-    return sum(1 for link in topo.links for node in (link.a, link.b) if not topo.is_host(node))
 
 
 def longest_switches(topo: Topology) -> int:

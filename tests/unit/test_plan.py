@@ -224,7 +224,8 @@ def test_the_plan_shows_what_the_models_expect_of_a_parallel_job():
 def test_the_idle_latency_follows_the_ports_one_process_reads():
     # measured in one ovs-vswitchd (docs/BENCHMARKS.md, "Latency and the forwarding
     # process"): 0.21-0.35 ms per crossing at k=4 (80 switch ports), 1.4-4.1 ms at k=8 (640)
-    from testbed.plan import CapacityPlan, longest_switches, switch_ports
+    from testbed.config.forwarding import switch_port_count as switch_ports
+    from testbed.plan import CapacityPlan, longest_switches
     for k, ports, measured in ((4, 80, (0.21e-3, 0.35e-3)), (8, 640, (1.4e-3, 4.1e-3))):
         topo = fattree(k, 20)
         assert switch_ports(topo) == ports and longest_switches(topo) == 5
