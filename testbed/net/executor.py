@@ -79,15 +79,21 @@ class LocalExecutor:
         return ovs.raised_socket_defaults(self.fab.needed_buffer_bytes,
                                           self.fab.record.remember_sysctl)
 
+    def forwarding_groups(self) -> list[list[str]]:
+        """The switches by the ovs-vswitchd that forwards them: one per machine here (a
+        split fabric's: one per process, net/partitioned.py)."""
+        return self.switch_groups()
+
     def quicken_reconnect(self, target: str) -> None:
-        for group in self.switch_groups():
+        for group in self.forwarding_groups():
             ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
 
     def switch_counters(self) -> dict[str, SwitchCounters]:
         """Every switch's packet counters now (measure/conservation.py)."""
         return switch_counters({s.name: self.fab.switch_ifaces([s.name])
                                 for s in self.fab.topo.switches},
-                               self.fab.traits.socket_drops)
+                               self.fab.traits.socket_drops, run_at=self.root_run,
+                               groups=self.forwarding_groups())
 
     def send_buffers(self) -> dict[str, int | None]:
         """OVS's send socket buffer where switches run, by server ('': this machine)."""

@@ -16,13 +16,11 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.system import TestbedError, run
 from testbed.dataplane import ovs
 from testbed.dataplane.forwarders import ROOT, Forwarder, start_all, stop_all
-from testbed.measure.conservation import SwitchCounters, switch_counters
 from topologies.model import Topology
 
 from .executor import LocalExecutor
@@ -53,9 +51,8 @@ class PartitionedExecutor(LocalExecutor):
         p = self.share[switch]
         return self.forwarders[p - 1] if p else None
 
-    def quicken_reconnect(self, target: str) -> None:
-        for group in self.groups:
-            ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
+    def forwarding_groups(self) -> list[list[str]]:
+        return [list(group) for group in self.groups]
 
     def root_run(self, switch: str, argv: list[str], input: str | None = None,
                  check: bool = True) -> subprocess.CompletedProcess:
@@ -78,12 +75,6 @@ class PartitionedExecutor(LocalExecutor):
 
     def forwarder_pids(self) -> list[int]:
         return [pid for f in self.forwarders if (pid := f.pid()) is not None]
-
-    def switch_counters(self) -> dict[str, SwitchCounters]:
-        return switch_counters({s.name: self.fab.switch_ifaces([s.name])
-                                for s in self.fab.topo.switches},
-                               self.fab.traits.socket_drops, run_at=self.root_run,
-                               groups=self.groups)
 
     def send_buffers(self) -> dict[str, int | None]:
         """The smallest of the processes' send socket buffers (None while one has none)."""
