@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import termios
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
@@ -66,11 +67,18 @@ class DeferredShell:
 
     def startShell(self: Any, mnopts: str | None = None) -> None:  # noqa: N802 (Mininet's)
         opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
-        cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, *self.shell_env(), "bash", "--norc",
-               "--noediting", "-is", "mininet:" + self.name]
+        cmd = ["mnexec", opts, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        # Mininet's `env PS1=...` and its first command's `stty -echo` without their
+        # processes (416 on a Fat-Tree k=8): the variables through Popen, the
+        # terminal's echo off before the shell starts
+        env = {**os.environ, "PS1": PROMPT,
+               **dict(pair.split("=", 1) for pair in self.shell_env())}
         self.master, self.slave = pty.openpty()
+        attrs = termios.tcgetattr(self.slave)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave,
-                                 stderr=self.slave, close_fds=False)
+                                 stderr=self.slave, close_fds=False, env=env)
         self.stdin = os.fdopen(self.master, "r")
         self.stdout = self.stdin
         self.pid = self.shell.pid
@@ -93,7 +101,7 @@ class DeferredShell:
             self.pollOut.poll()
         self.waiting = False
         self.shell_ready = True
-        self.cmd("unset HISTFILE; stty -echo; set +m")
+        self.cmd("unset HISTFILE; set +m")
 
     def cmd(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.shell_ready and not self.inNamespace and args == ("ifconfig", "lo", "up"):
