@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from testbed.config.cluster import ClusterSpec
 from testbed.config.placement import Crossing, crossings, place
 from testbed.core.resources import STATE_DIR
-from testbed.core.system import TestbedError
-from testbed.dataplane import ovs
+from testbed.core.system import TestbedError, side_by_side
+from testbed.dataplane import ovs, queues
 from testbed.dataplane.dpapi import Agent
 from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.conservation import SwitchCounters, switch_counters
@@ -301,6 +301,10 @@ class ClusterExecutor(LocalExecutor):
     def root_run(self, switch: str, argv: list[str], input: str | None = None,
                  check: bool = True) -> subprocess.CompletedProcess:
         return self.conns[self.where[switch]].run(argv, input=input, check=check)
+
+    def offloads_off(self, switch: str, ifnames: list[str]) -> None:
+        self.root_run(switch, side_by_side([queues.offload_command(name)
+                                            for name in ifnames]))
 
     def switch_counters(self) -> dict[str, SwitchCounters]:
         groups = self.switch_groups()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.system import delete_bridges, delete_links, expedited_rcu, in_netns, run
-from testbed.dataplane import ovs
+from testbed.dataplane import ovs, queues
 from testbed.dataplane.qosplane import QosPlane
 from testbed.measure.conservation import SwitchCounters, switch_counters
 
@@ -74,6 +74,11 @@ class LocalExecutor:
         """`argv` in the root namespace of the machine that runs `switch`."""
         return run(argv, input=input, check=check)
 
+    def offloads_off(self, switch: str, ifnames: list[str]) -> None:
+        """queues.offload_command's effect on these interfaces of the root namespace of the
+        machine that runs `switch` (here: by ioctl, queues.offloads_off)."""
+        queues.offloads_off(ifnames)
+
     def raised_buffers(self) -> contextlib.AbstractContextManager:
         """The socket buffer defaults raised while OVS makes its sockets (ovs.py says why)."""
         return ovs.raised_socket_defaults(self.fab.needed_buffer_bytes,
@@ -85,8 +90,10 @@ class LocalExecutor:
         return self.switch_groups()
 
     def quicken_reconnect(self, target: str) -> None:
-        for group in self.forwarding_groups():
-            ovs.quicken_reconnect(target, runner=partial(self.root_run, group[0]))
+        """ovs.quicken_reconnect in every forwarding process, side by side."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda group: ovs.quicken_reconnect(
+                target, runner=partial(self.root_run, group[0])), self.forwarding_groups()))
 
     def switch_counters(self) -> dict[str, SwitchCounters]:
         """Every switch's packet counters now (measure/conservation.py)."""

@@ -19,8 +19,8 @@ from testbed.core.system import (
     TestbedError,
     batch_input,
     route_with_initcwnd,
-    side_by_side,
     sysctl_get,
+    sysctl_script,
     sysctl_set,
 )
 from testbed.dataplane import queues
@@ -131,11 +131,11 @@ class HostSetup:
                              "net.ipv4.fib_multipath_hash_policy=1"]
             # ends by reading back the congestion control the host took
             argvs[host.name] = ["sh", "-c", " && ".join(
-                [shlex.join(["sysctl", "-q", "-w", *settings])]
+                [sysctl_script(settings)]
                 + [shlex.join(queues.offload_command(ifname(host.name, port)))
                    for port in range(host.ports)]
                 + [shlex.join(route) for route in no_resolver]
-                + ["cat /proc/sys/net/ipv4/tcp_congestion_control"])]
+                + ["read cc < /proc/sys/net/ipv4/tcp_congestion_control", 'echo "$cc"'])]
         for name, done in fab.hosts_run(argvs).items():
             self.host_cc[name] = (done.stdout.split() or [""])[-1]  # after any ethtool says
         for host in fab.topo.hosts:
@@ -152,8 +152,7 @@ class HostSetup:
             names = fab.switch_ifaces(group)
             fab.root_run(group[0], ["sysctl", "-q", "-w", *(
                 f"net.ipv6.conf.{name}.disable_ipv6=1" for name in names)], check=False)
-            fab.root_run(group[0], side_by_side([queues.offload_command(name)
-                                                 for name in names]))
+            fab.executor.offloads_off(group[0], names)
 
     def initial_window(self, host: str, n: int) -> None:
         """A TCP initial window of `n` segments on every route of the host (the kernel reads

@@ -78,16 +78,18 @@ class PartitionedExecutor(LocalExecutor):
 
     def send_buffers(self) -> dict[str, int | None]:
         """The smallest of the processes' send socket buffers (None while one has none)."""
-        sizes = [ovs.send_socket_buffer(pid=pid) for pid in
-                 (ovs.vswitchd_pid(), *(f.pid() for f in self.forwarders))]
+        pids = [ovs.vswitchd_pid(), *(f.pid() for f in self.forwarders)]
+        found = ovs.send_socket_buffers(pid for pid in pids if pid is not None)
+        sizes = [found[pid] if pid is not None else None for pid in pids]
         return {"": None if None in sizes else min(s for s in sizes if s is not None)}
 
     def first_packet(self) -> None:
         """A packet out of every process, each making its send socket while the raised
         buffer default is in force (checked: a process that sent none is an error)."""
         self.hosts_run_each([first_ping(self.fab.topo, group) for group in self.groups])
-        silent = [str(f.directory) for f in self.forwarders
-                  if ovs.send_socket_buffer(pid=f.pid()) is None]
+        pids = {str(f.directory): f.pid() for f in self.forwarders}
+        found = ovs.send_socket_buffers(pid for pid in pids.values() if pid is not None)
+        silent = [where for where, pid in pids.items() if pid is None or found[pid] is None]
         if silent:
             raise TestbedError(f"the forwarding processes of {', '.join(silent)} sent no "
                                "packet at the start, so their send socket would take the "

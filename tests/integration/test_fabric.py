@@ -16,6 +16,33 @@ from .helpers import leftovers, machine_state, rows, run
 REPO = Path(__file__).resolve().parents[2]
 
 
+OFFLOADS_BOTH_WAYS = """
+import subprocess
+from testbed.dataplane.queues import offload_command, offloads_off
+for a, b in (("tbA0", "tbB0"), ("tbA1", "tbB1")):
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+subprocess.run(offload_command("tbA0"), check=True, capture_output=True)
+offloads_off(["tbA1"])
+for name in ("tbA0", "tbA1"):
+    print(subprocess.run(["ethtool", "-k", name], check=True, capture_output=True,
+                         text=True).stdout.split("\\n", 1)[1], end="@@")
+"""
+
+
+def test_offloads_off_by_ioctl_is_ethtools_own():
+    """queues.offloads_off leaves a switch port as `ethtool -K` with the offloads the
+    testbed turns off does, every feature (run in a namespace of its own, which goes with
+    the process)."""
+    out = subprocess.run(["unshare", "-n", sys.executable, "-c", OFFLOADS_BOTH_WAYS],
+                         cwd=REPO, check=True, capture_output=True, text=True).stdout
+    by_ethtool, by_ioctl, _ = out.split("@@")
+    assert by_ioctl == by_ethtool
+    for line in ("rx-checksumming: off", "tx-checksumming: off",
+                 "tcp-segmentation-offload: off", "generic-segmentation-offload: off",
+                 "generic-receive-offload: off"):
+        assert line in by_ioctl.splitlines()
+
+
 @pytest.mark.parametrize("kind,params,routing", [
     ("fattree", {"k": 4}, "ecmp"),
     ("leafspine", {"spines": 2, "leaves": 4, "hosts_per_leaf": 4}, "ecmp"),

@@ -1,3 +1,5 @@
+import subprocess
+
 import pytest
 
 from testbed.core.system import TestbedError, in_netns, route_with_initcwnd
@@ -42,6 +44,20 @@ def test_offloads_and_netns_argv():
                                           "tso", "off", "gso", "off", "gro", "off"]
     assert in_netns(42, ["tc", "-batch", "f"]) == ["nsenter", "--net=/proc/42/ns/net", "--",
                                                    "tc", "-batch", "f"]
+
+
+def test_sysctl_script_writes_each_setting_and_names_the_one_that_fails(tmp_path):
+    from testbed.core.system import sysctl_script
+    line = sysctl_script(["net.ipv4.tcp_ecn=1", "net.ipv4.tcp_congestion_control=dc tcp"])
+    assert line.startswith("{ echo 1 2>/dev/null > /proc/sys/net/ipv4/tcp_ecn || ")
+    assert "echo 'dc tcp' 2>/dev/null > /proc/sys/net/ipv4/tcp_congestion_control" in line
+    # the same line with its files somewhere writable, and one that is not
+    fake = line.replace("/proc/sys/net/ipv4/tcp_ecn", str(tmp_path / "ecn")).replace(
+        "/proc/sys/net/ipv4/tcp_congestion_control", str(tmp_path / "missing" / "cc"))
+    done = subprocess.run(["sh", "-c", fake], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert (tmp_path / "ecn").read_text() == "1\n"
+    assert done.stderr.strip() == "cannot set net.ipv4.tcp_congestion_control=dc tcp"
 
 
 def test_jumbo_frames_quantum_limits_and_mtu_commands():
