@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .largebatch import DATASET_SAMPLES, TRAIN_SHARE
+
 MODELS = ("mlp", "cnn", "transformer")
 DATASETS = ("digits", "synthetic")
 VOCAB = 17  # digits pixels take the values 0..16: the language model reads them as tokens
@@ -105,7 +107,8 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1], data[:, -1].astype(int)
 
 
-def dataset(name: str, model: str, seed: int = 0, synthetic_n: int = 2048):
+def dataset(name: str, model: str, seed: int = 0,
+            synthetic_n: int = DATASET_SAMPLES["synthetic"]):
     """(train_x, train_y, test_x, test_y): digits split 80/20 by a seeded permutation."""
     g = torch.Generator().manual_seed(seed)
     if name == "digits":
@@ -123,7 +126,7 @@ def dataset(name: str, model: str, seed: int = 0, synthetic_n: int = 2048):
     else:
         x = x / 16.0
     perm = torch.randperm(x.shape[0], generator=g)
-    cut = int(0.8 * x.shape[0])
+    cut = int(TRAIN_SHARE * x.shape[0])
     tr, te = perm[:cut], perm[cut:]
     return x[tr], y[tr], x[te], y[te]
 

@@ -11,6 +11,10 @@ Synchronisation (`--sync`):
 - ps: parameter server with `--ps-shards` servers (ranks 0..S-1), BSP / SSP / ASP (ps.py).
 - local: local SGD, parameters averaged every `--local-steps` steps.
 
+`--optimizer lars|lamb` (ring and local) takes the layer-wise trust ratios of large-batch
+training, and `--lr-scale` with `--warmup-iters` the linear scaling rule with gradual
+warm-up (largebatch.py, optimizers.py).
+
 One thread, a bounded timeout so that a broken network fails the run with a clear message.
 Writes, per rank, `rank<R>.jsonl` (one line per iteration: compute and communication time,
 bytes on the wire of the host's interface, loss, accuracy when evaluated; servers log one
@@ -39,6 +43,8 @@ from pathlib import Path
 
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 
+from .fusionsync import MODES as FUSIONS
+from .largebatch import OPTIMIZERS, learning_rate
 from .rank import Timeline, counters, exit_now, run_rank, union_s
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window, tcp_written
 
@@ -60,7 +66,21 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                    help="ring (without --priority) and local only; a server applies SGD")
+    ap.add_argument("--lr-scale", type=float, default=1.0,
+                    help="the linear scaling rule's k: the rate is --lr x k after warm-up")
+    ap.add_argument("--warmup-iters", type=int, default=0,
+                    help="gradual warm-up from --lr to --lr x --lr-scale over these")
+    ap.add_argument("--weight-decay", type=float, default=None,
+                    help="default: the optimizer's paper's (SGD: none)")
     ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--fusion", choices=("ddp",) + FUSIONS, default="ddp",
+                    help="ring: DDP's buckets (--bucket-mb), or the messages of fusionsync.py")
+    ap.add_argument("--fusion-threshold-mb", type=float, default=64.0,
+                    help="--fusion horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)")
+    ap.add_argument("--cycle-ms", type=float, default=1.0,
+                    help="--fusion horovod: the cycle time (HOROVOD_CYCLE_TIME)")
     ap.add_argument("--compression", default="none")
     ap.add_argument("--topk-ratio", type=float, default=0.01)
     ap.add_argument("--qsgd-levels", type=int, default=16)
@@ -143,6 +163,17 @@ class Worker:
         self.window = tcp_window(self.fds)
         return waited
 
+    def optimizer(self, params):
+        """The job's optimizer (optimizers.py) at its first iteration's rate."""
+        from . import optimizers
+        return optimizers.build(self.args.optimizer, params, self.lr(0), self.args.momentum,
+                                self.args.weight_decay)
+
+    def lr(self, it: int) -> float:
+        """Iteration `it`'s learning rate (the linear scaling rule's warm-up)."""
+        a = self.args
+        return learning_rate(it, a.lr, a.lr_scale, a.warmup_iters)
+
     def syncing(self) -> None:
         self.reporter.set_phase("sync")
 
@@ -155,14 +186,17 @@ class Worker:
         idx = self.torch.randint(0, self.xtr.shape[0], (self.args.batch,), generator=self.gen)
         return self.xtr[idx], self.ytr[idx]
 
-    def forward_backward(self, module, it: int):
-        """Loss and accuracy of one batch, gradients in .grad; returns (loss, acc)."""
+    def forward_backward(self, module, it: int, before_backward=None):
+        """Loss and accuracy of one batch, gradients in .grad; returns (loss, acc).
+        `before_backward()` is called between the two."""
         if it == self.args.crash_at_iter:
             raise RuntimeError(f"injected fault at iteration {it} (--crash-at-iter)")
         x, y = self.batch()
         loss, correct, total = self.models.loss_and_correct(module, self.args.model, x, y)
         if self.args.compute_delay_ms:  # before backward, whose gradients start the sync
             time.sleep(self.args.compute_delay_ms / 1000)
+        if before_backward is not None:
+            before_backward()
         loss.backward()
         return loss.item(), correct / total
 
@@ -200,6 +234,9 @@ def run(args, out: Path) -> None:
     fds = socket_fds() - before
     if args.job_dscp:
         mark_sockets(fds, args.job_dscp)
+    if args.optimizer != "sgd" and (args.sync == "ps" or args.priority != "none"):
+        raise ValueError(f"--optimizer {args.optimizer}: for --sync ring without --priority, "
+                         "or local (a server and layer-wise priority apply plain SGD)")
     w = Worker(args, out, fds)
     try:
         {"ring": run_ring, "ps": run_ps, "local": run_local}[args.sync](w)
@@ -233,11 +270,14 @@ def run_ring(w: Worker) -> None:
     args = w.args
     if args.priority != "none":
         return run_layerwise(w)
+    if args.fusion != "ddp":
+        return run_fusion(w)
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from . import compression
+    from .optimizers import set_lr
     ddp = DDP(w.model, bucket_cap_mb=args.bucket_mb)
     comm: list[tuple[float, float, int]] = []
     wire: list[int] = []
@@ -285,9 +325,10 @@ def run_ring(w: Worker) -> None:
         return fut.then(combine)
 
     ddp.register_comm_hook(None, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    opt = w.optimizer(ddp.parameters())
     for it in range(args.iters):
         waited = w.before(it)
+        set_lr(opt, lr := w.lr(it))
         base = counters(args.ifname)
         comm.clear()
         wire.clear()
@@ -303,7 +344,46 @@ def run_ring(w: Worker) -> None:
         w.timeline.span("forward+backward", "compute", t0, t_bwd, iteration=it)
         w.timeline.span("step", "compute", t_bwd, t1, iteration=it)
         w.write(_row(w, it, t0, t1, comm, exposed, base, loss, acc, waited,
-                     payload_bytes=sum(wire)))
+                     payload_bytes=sum(wire), lr=lr))
+
+
+def run_fusion(w: Worker) -> None:
+    """Ring data parallelism whose messages fusionsync.py makes (no DDP): each iteration's
+    messages, their sizes and timing from the start of backward, beside the model's."""
+    from .fusionsync import FusionSync
+    from .optimizers import set_lr
+    args = w.args
+    sync = FusionSync(w.model, args.world_size, args.fusion,
+                      int(args.fusion_threshold_mb * 2 ** 20), args.cycle_ms / 1000,
+                      w.timeline)
+    opt = w.optimizer(w.model.parameters())
+    try:
+        for it in range(args.iters):
+            waited = w.before(it)
+            set_lr(opt, lr := w.lr(it))
+            base = counters(args.ifname)
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss, acc = w.forward_backward(w.model, it, before_backward=sync.begin)
+            t_bwd = time.perf_counter()
+            sync.wait()
+            t_synced = time.perf_counter()
+            opt.step()
+            t1 = time.perf_counter()
+            model = sync.predicted()
+            spans = [(sync.t_backward + s, sync.t_backward + e) for _, s, e, _ in sync.messages]
+            w.timeline.span("forward+backward", "compute", t0, t_bwd, iteration=it)
+            w.timeline.span("step", "compute", t_synced, t1, iteration=it)
+            w.write(_row(w, it, t0, t1, spans, t_synced - t_bwd, base, loss, acc, waited,
+                         payload_bytes=sum(b for *_, b in sync.messages), lr=lr,
+                         fusion=args.fusion, message_bytes=[b for *_, b in sync.messages],
+                         backward_s=t_bwd - sync.t_backward,
+                         synced_s=t_synced - sync.t_backward,
+                         model_synced_s=model.end_s, model_messages=len(model.messages),
+                         negotiations=sync.negotiations, planned=sync.planned_now,
+                         comm_a_s=sync.comm.a, comm_b_s_per_byte=sync.comm.b))
+    finally:
+        sync.close()
 
 
 def run_layerwise(w: Worker) -> None:
@@ -374,13 +454,15 @@ def run_ps(w: Worker) -> None:
 
 
 def run_local(w: Worker) -> None:
-    import torch
     import torch.distributed as dist
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    from .optimizers import set_lr
     args = w.args
-    opt = torch.optim.SGD(w.model.parameters(), lr=args.lr, momentum=args.momentum)
+    opt = w.optimizer(w.model.parameters())
     for it in range(args.iters):
         waited = w.before(it)
+        set_lr(opt, lr := w.lr(it))
         base = counters(args.ifname)
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -399,7 +481,7 @@ def run_local(w: Worker) -> None:
         exposed = sum(e - s for s, e in spans)
         w.timeline.span("iteration", "compute", t0, t1, iteration=it)
         w.write(_row(w, it, t0, t1, spans, exposed, base, loss, acc, waited,
-                     synchronised=bool(spans)))
+                     synchronised=bool(spans), lr=lr))
 
 
 if __name__ == "__main__":

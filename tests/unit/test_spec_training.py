@@ -38,6 +38,14 @@ BAD_TRAINING = [
     ({"straggler": {"worker": 4}}, "experiments[0].straggler.worker"),
     ({"iters": 5, "warmup_iters": 5}, "experiments[0].warmup_iters"),
     ({"p3_dscp": [46, 46]}, "experiments[0].p3_dscp"),
+    ({"jobs": [{"optimizer": "adam"}]}, "experiments[0].jobs[0].optimizer: unknown 'adam'"),
+    ({"jobs": [{"sync": "ps", "optimizer": "lars"}]}, "experiments[0].jobs[0].optimizer"),
+    ({"jobs": [{"priority": "p3", "optimizer": "lamb"}]}, "experiments[0].jobs[0].optimizer"),
+    ({"jobs": [{"lr_scaling": "log"}]}, "experiments[0].jobs[0].lr_scaling"),
+    ({"jobs": [{"batch": -1}]}, "experiments[0].jobs[0].batch"),
+    ({"jobs": [{"weight_decay": -0.1}]}, "experiments[0].jobs[0].weight_decay"),
+    ({"warmup_iters": 2, "jobs": [{"epochs": 1, "batch": 512}]},
+     "experiments[0].jobs[0].epochs: 1 epochs are 1 iterations with 4 workers"),
     ({"jobs": [{"workerz": 4}]}, "experiments[0].jobs[0].workerz: unknown key"),
 ]
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.stats import median_or_none
+from testbed.workloads.largebatch import train_samples
 
 from ..trainers.analysis import read_records
 from ..trainers.model import cpu_bound_verdict
 from .model import RankPlacement, job_with, predict
-from .spec import Training, TrainingJob
+from .spec import Training, TrainingJob, job_batch, job_iters, job_schedule
 
 ITER_FIELDS = ["iter_s", "compute_s", "comm_s", "comm_exposed_s", "cpu_wait_s", "cpu_s",
                "tx_bytes", "rx_bytes", "payload_bytes", "loss", "train_acc", "test_acc"]
@@ -64,6 +65,8 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
     wait = max((w for w in waits if w is not None), default=None)
     wait_share = wait / iter_s if wait is not None and iter_s else None
     per_sync_iters = job.local_steps if job.sync == "local" else 1
+    iters = job_iters(exp, job, n)
+    lr, scale, warmup = job_schedule(exp, job, n)
     last = [rows[-1] for rows in workers if rows]
     accs = [row["test_acc"] for row in last if "test_acc" in row]
     servers = [per_rank[r] for r in range(first)]
@@ -83,7 +86,13 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
         "host_rate_mbps": rate_mbps, "server_rate_mbps": server_rate_mbps if
         placement.servers else None, "rtt_ms": round(rtt * 1000, 3) if rtt else None,
         "model": exp.model, "grad_bytes": grad_bytes, "payload_bytes": round(payload),
-        "messages": messages, "iterations": exp.iters,
+        "messages": messages, "iterations": iters,
+        "optimizer": job.optimizer, "batch_per_worker": job_batch(exp, job),
+        "global_batch": job_batch(exp, job) * n,
+        "epochs": round(iters * job_batch(exp, job) * n / train_samples(exp.data), 3),
+        "lr": lr, "lr_peak": round(lr * scale, 6), "warmup_iterations": warmup,
+        "sync_rounds": -(-iters // per_sync_iters),
+        **fusion_summary(job, steady),
         "iter_s_median": round(iter_s, 4) if iter_s else None,
         "iter_s_fastest_worker": round(per_worker[0], 4),
         "iter_s_slowest_worker": round(per_worker[-1], 4),
@@ -123,6 +132,29 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
                               row["iteration"]]
                              + [row.get(f) for f in ITER_FIELDS])
     return summary, iter_rows
+
+
+def fusion_summary(job: TrainingJob, steady: list[dict]) -> dict:
+    """A job whose messages fusionsync.py made: its messages and their overlap with
+    backward beside the model's (workloads/fusion.py), medians over the planned iterations
+    after the warm-up."""
+    if job.fusion == "ddp":
+        return {"fusion": "ddp"}
+    rows = [row for row in steady if row.get("planned", True)]
+
+    def med(key: str) -> float | None:
+        value = median_or_none([row[key] for row in rows if row.get(key) is not None])
+        return round(value, 6) if value is not None else None
+    synced, model = med("synced_s"), med("model_synced_s")
+    sizes = rows[-1]["message_bytes"] if rows else []
+    return {"fusion": job.fusion, "backward_s_median": med("backward_s"),
+            "synced_s_median": synced, "model_synced_s_median": model,
+            "synced_over_model": round(synced / model, 3) if synced and model else None,
+            "model_messages": med("model_messages"), "negotiations": med("negotiations"),
+            "message_bytes": " ".join(str(b) for b in sizes),
+            "comm_a_ms": round(rows[-1]["comm_a_s"] * 1000, 4) if rows else None,
+            "comm_b_us_per_kb": round(rows[-1]["comm_b_s_per_byte"] * 1e9, 4)
+            if rows else None}
 
 
 def fault_spike(workers: list[list[dict]], down_times: list[float],

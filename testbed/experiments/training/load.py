@@ -16,7 +16,7 @@ from ..load import Flow, Load, rated
 from ..trainers.load import step_time
 from ..trainers.model import host_link
 from .model import place_on, predict, ring_link_load, spread
-from .spec import Training, TrainingJob, job_hosts_needed, training_topologies
+from .spec import Training, TrainingJob, job_batch, job_hosts_needed, training_topologies
 
 
 def _ring(hosts: list[str]) -> list[Flow]:
@@ -74,12 +74,13 @@ def loads(spec: Spec, topo: Topology, exp: Training, cap: Capacity) -> Iterator[
     """Every job, with each of its worker counts, on each fabric and link rate, in the
     order the runner runs them."""
     mtu = spec.links.mtu_bytes
-    step, grad = step_time(exp.model, exp.width, exp.depth, exp.batch, exp.data)
     for fabric in training_topologies(exp, rated(spec, topo)):
         for rate in exp.rates_mbps or [None]:
             where = at_rate(fabric, rate) if rate else fabric
             names = [h.name for h in where.hosts]
             for job in exp.jobs:
+                step, grad = step_time(exp.model, exp.width, exp.depth, job_batch(exp, job),
+                                       exp.data)
                 for n in exp.workers or [job.workers]:
                     job_n = dataclasses.replace(job, workers=n)
                     hosts = spread(names, job_hosts_needed(job_n, n))

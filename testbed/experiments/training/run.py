@@ -27,7 +27,14 @@ from .model import (
     ring_link_load,
     training_qos,
 )
-from .spec import Training, TrainingJob, training_topologies
+from .spec import (
+    Training,
+    TrainingJob,
+    job_batch,
+    job_iters,
+    job_schedule,
+    training_topologies,
+)
 
 MASTER_PORT = 29500
 
@@ -43,14 +50,22 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     world = len(placement.ranks)
     straggler = exp.straggler
     slow_rank = len(placement.servers) + straggler.worker if straggler else None
+    iters = job_iters(exp, job, n)
+    lr, lr_scale, warmup_iters = job_schedule(exp, job, n)
     opts = dict(sync=job.sync, model=exp.model, width=exp.width, depth=exp.depth,
-                data=exp.data, iters=exp.iters, batch=exp.batch, lr=exp.lr,
+                data=exp.data, iters=iters, batch=job_batch(exp, job), lr=lr,
+                lr_scale=lr_scale, warmup_iters=warmup_iters, optimizer=job.optimizer,
                 bucket_mb=job.bucket_mb, compression=job.compression,
                 topk_ratio=job.topk_ratio, qsgd_levels=job.qsgd_levels,
                 terngrad_clip=job.terngrad_clip, ps_shards=job.ps_shards,
                 consistency=job.consistency, staleness=job.staleness,
-                local_steps=job.local_steps, eval_every=exp.eval_every or exp.iters,
+                local_steps=job.local_steps, eval_every=exp.eval_every or iters,
                 seed=exp.seed, timeout_s=exp.timeout_s)
+    if job.weight_decay is not None:
+        opts["weight_decay"] = job.weight_decay
+    if job.fusion != "ddp":
+        opts.update(fusion=job.fusion, fusion_threshold_mb=job.fusion_threshold_mb,
+                    cycle_ms=job.cycle_ms)
     if job.priority != "none":
         opts.update(priority=job.priority,
                     dscp=",".join(str(d) for d in (exp.p3_dscp if job.priority == "p3"

@@ -2,6 +2,7 @@
 background traffic, stragglers and faults; checked before anything starts."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -10,11 +11,13 @@ from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
+from testbed.workloads.largebatch import OPTIMIZERS, iterations
 from topologies import TopologyError
 from topologies.model import Topology
 
 SYNCS = ("ring", "ps", "local")
 COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
+FUSIONS = ("ddp", "one", "wfbp", "mgwfbp", "optimal", "horovod")
 MODELS = ("mlp", "cnn", "transformer")
 DATASETS = ("digits", "synthetic")
 
@@ -36,6 +39,21 @@ class TrainingJob:
     terngrad_clip: float = 2.5         # TernGrad's clipping, in standard deviations
     priority: str = "none"             # none (DDP buckets) | fifo | p3 (layer-wise, ring)
     bucket_mb: float = 25.0
+    # when the gradients go (workloads/fusion.py): DDP's buckets, or one message, each
+    # tensor alone (WFBP), MG-WFBP's merge, the model's optimum, Horovod's fusion cycle
+    fusion: str = "ddp"                # ddp | one | wfbp | mgwfbp | optimal | horovod
+    fusion_threshold_mb: float = 64.0  # horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)
+    cycle_ms: float = 1.0              # horovod: the cycle time (HOROVOD_CYCLE_TIME)
+    # large batches (workloads/largebatch.py): the optimizer, the job's own batch per
+    # worker and budget in epochs, its learning rate (tuned at the experiment's batch) and
+    # the linear scaling rule with gradual warm-up
+    optimizer: str = "sgd"             # sgd | lars | lamb
+    batch: int = 0                     # per worker; 0: the experiment's
+    epochs: float = 0.0                # passes over the training split; 0: the experiment's iters
+    lr: float = 0.0                    # 0: the experiment's
+    lr_scaling: str = "none"           # none | linear | sqrt (of the job's batch / the experiment's)
+    warmup_epochs: float = 0.0         # gradual warm-up to the scaled rate
+    weight_decay: float | None = None  # None: the optimizer's paper's (SGD: none)
 
     def label(self) -> str:
         if self.name:
@@ -51,6 +69,12 @@ class TrainingJob:
             parts.append(self.compression)
         if self.priority != "none":
             parts.append(self.priority)
+        if self.fusion != "ddp":
+            parts.append(self.fusion)
+        if self.optimizer != "sgd":
+            parts.append(self.optimizer)
+        if self.batch:
+            parts.append(f"b{self.batch}")
         return "-".join(parts) + f"-{self.workers}w"
 
 
@@ -136,6 +160,32 @@ def training_topologies(exp: Training, topo: Topology) -> list[Topology]:
     return build_fabrics(exp.topologies, topo)
 
 
+def job_batch(exp: Training, job: TrainingJob) -> int:
+    """A job's batch per worker."""
+    return job.batch or exp.batch
+
+
+def job_iters(exp: Training, job: TrainingJob, n: int) -> int:
+    """A job's iterations with `n` workers: its epochs at its global batch, or the
+    experiment's iters."""
+    if not job.epochs:
+        return exp.iters
+    return iterations(job.epochs, exp.data, job_batch(exp, job) * n)
+
+
+def job_schedule(exp: Training, job: TrainingJob, n: int) -> tuple[float, float, int]:
+    """(lr, scale, warmup iterations) of a job with `n` workers (largebatch.learning_rate):
+    the rate it was tuned at (at the experiment's batch), times `scale`: k, its batch over
+    the experiment's, under Goyal et al.'s linear scaling rule, or sqrt(k) as LAMB's paper
+    scales; reached over its warm-up epochs."""
+    lr = job.lr or exp.lr
+    k = job_batch(exp, job) / exp.batch
+    scale = {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[job.lr_scaling]
+    warmup = (iterations(job.warmup_epochs, exp.data, job_batch(exp, job) * n)
+              if job.warmup_epochs else 0)
+    return lr, scale, warmup
+
+
 def job_hosts_needed(job: TrainingJob, workers: int) -> int:
     return workers + (job.ps_shards if job.sync == "ps" and job.ps_placement == "dedicated"
                       else 0)
@@ -158,6 +208,24 @@ def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: in
         raise SpecError(f"{jp}.staleness: must be >= 0 (got {job.staleness})")
     positive(job.local_steps, f"{jp}.local_steps")
     positive(job.bucket_mb, f"{jp}.bucket_mb")
+    one_of(job.fusion, FUSIONS, f"{jp}.fusion")
+    positive(job.fusion_threshold_mb, f"{jp}.fusion_threshold_mb")
+    positive(job.cycle_ms, f"{jp}.cycle_ms")
+    if job.fusion != "ddp" and (job.sync != "ring" or job.priority != "none"
+                                or job.compression != "none"):
+        raise SpecError(f"{jp}.fusion: {job.fusion} sends a ring job's uncompressed "
+                        "gradients (sync: ring, no priority, no compression)")
+    one_of(job.optimizer, OPTIMIZERS, f"{jp}.optimizer")
+    one_of(job.lr_scaling, ("none", "linear", "sqrt"), f"{jp}.lr_scaling")
+    for name in ("batch", "epochs", "lr", "warmup_epochs"):
+        if getattr(job, name) < 0:
+            raise SpecError(f"{jp}.{name}: must be >= 0 (got {getattr(job, name)})")
+    if job.weight_decay is not None and job.weight_decay < 0:
+        raise SpecError(f"{jp}.weight_decay: must be >= 0 (got {job.weight_decay})")
+    if job.optimizer != "sgd" and (job.sync == "ps" or job.priority != "none"):
+        raise SpecError(f"{jp}.optimizer: {job.optimizer} runs in the workers of sync: ring "
+                        "(without priority) or local; a parameter server and layer-wise "
+                        "priority apply plain SGD")
     if job.priority != "none" and job.sync != "ring":
         raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
     if job.priority != "none" and job.compression != "none":
@@ -209,6 +277,11 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
     fewest = min(len(t.hosts) for t in fabrics)
     for j, job in enumerate(exp.jobs):
         check_training_job(job, f"{path}.jobs[{j}]", exp.workers or [job.workers], fewest)
+        for n in exp.workers or [job.workers]:
+            if (iters := job_iters(exp, job, n)) <= exp.warmup_iters:
+                raise SpecError(f"{path}.jobs[{j}].epochs: {job.epochs:g} epochs are {iters} "
+                                f"iterations with {n} workers, not more than warmup_iters "
+                                f"({exp.warmup_iters})")
     names = {h.name for t in fabrics for h in t.hosts}
     for j, bg in enumerate(exp.background):
         bp = f"{path}.background[{j}]"
