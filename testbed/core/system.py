@@ -212,7 +212,8 @@ def sysctl_script(settings: list[str]) -> str:
     writes = []
     for setting in settings:
         name, value = setting.split("=", 1)
-        writes.append(f"{{ echo {shlex.quote(value)} 2>/dev/null > {sysctl_path(name)} || "
+        writes.append(f"{{ echo {shlex.quote(value)} 2>/dev/null > "
+                      f"{shlex.quote(str(sysctl_path(name)))} || "
                       f"{{ echo {shlex.quote(f'cannot set {setting}')} >&2; false; }}; }}")
     return " && ".join(writes)
 

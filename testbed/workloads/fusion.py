@@ -17,8 +17,11 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
-HOROVOD_FUSION_THRESHOLD = 64 * 1024 * 1024  # bytes (HOROVOD_FUSION_THRESHOLD's default)
-HOROVOD_CYCLE_S = 0.001                      # HOROVOD_CYCLE_TIME's default, 1 ms
+MODES = ("one", "wfbp", "mgwfbp", "optimal", "horovod")
+PROFILED = ("mgwfbp", "optimal")  # planned from a profile of the first iterations
+PROFILE_ITERS = 3                 # profiled iterations, after a first one left out
+HOROVOD_FUSION_THRESHOLD = 128 * 1024 * 1024  # bytes: Horovod's defaults since v0.21
+HOROVOD_CYCLE_S = 0.001                       # (HOROVOD_FUSION_THRESHOLD, _CYCLE_TIME)
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,10 @@ def fusion(sizes: list[int], tb: list[float], comm: CommModel,
            cycle_s: float = HOROVOD_CYCLE_S) -> tuple[list[list[int]], Overlap]:
     """Horovod's tensor fusion, its groups and their timing: a background loop's cycle
     starts every `cycle_s` (or when the last one's work is done, if later) with a
-    negotiation (one small message, a) of which gradients every worker has ready; those
-    not yet sent go, in the order they became ready, into fusion buffers of at most
-    `threshold` bytes (one larger than that alone), sent one after the other."""
+    negotiation (a message of one 4-byte flag per layer) of which gradients every worker
+    has ready at the cycle's start; those not yet sent go, in the order they became ready,
+    into fusion buffers of at most `threshold` bytes (one larger than that alone), sent one
+    after the other."""
     if cycle_s <= 0:
         raise ValueError("cycle_s must be > 0")
     ready = ready_times(tb)
@@ -164,9 +168,7 @@ def fusion(sizes: list[int], tb: list[float], comm: CommModel,
     messages: list[tuple[float, float, float]] = []
     s = 0.0  # a cycle's start, from the start of backward
     while left:
-        if ready[left[0]] > s:  # nothing ready: the cycle it will be ready by
-            s += cycle_s * math.ceil((ready[left[0]] - s) / cycle_s - 1e-9)
-        t = s + comm.time(1)  # the negotiation
+        t = s + comm.time(4 * len(sizes))  # the negotiation, every cycle
         due = [layer for layer in left if ready[layer] <= s + 1e-12]
         left = left[len(due):]
         buffer: list[int] = []

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 
-from .fusionsync import MODES as FUSIONS
+from .fusion import MODES as FUSIONS
 from .largebatch import OPTIMIZERS, learning_rate
 from .rank import Timeline, counters, exit_now, run_rank, union_s
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window, tcp_written
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--bucket-mb", type=float, default=25.0)
     ap.add_argument("--fusion", choices=("ddp",) + FUSIONS, default="ddp",
                     help="ring: DDP's buckets (--bucket-mb), or the messages of fusionsync.py")
-    ap.add_argument("--fusion-threshold-mb", type=float, default=64.0,
+    ap.add_argument("--fusion-threshold-mb", type=float, default=128.0,
                     help="--fusion horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)")
     ap.add_argument("--cycle-ms", type=float, default=1.0,
                     help="--fusion horovod: the cycle time (HOROVOD_CYCLE_TIME)")
@@ -355,7 +355,11 @@ def run_fusion(w: Worker) -> None:
     args = w.args
     sync = FusionSync(w.model, args.world_size, args.fusion,
                       int(args.fusion_threshold_mb * 2 ** 20), args.cycle_ms / 1000,
-                      w.timeline)
+                      args.timeout_s, w.timeline)
+
+    def before_backward() -> None:
+        w.syncing()
+        sync.begin()
     opt = w.optimizer(w.model.parameters())
     try:
         for it in range(args.iters):
@@ -364,7 +368,7 @@ def run_fusion(w: Worker) -> None:
             base = counters(args.ifname)
             t0 = time.perf_counter()
             opt.zero_grad()
-            loss, acc = w.forward_backward(w.model, it, before_backward=sync.begin)
+            loss, acc = w.forward_backward(w.model, it, before_backward=before_backward)
             t_bwd = time.perf_counter()
             sync.wait()
             t_synced = time.perf_counter()

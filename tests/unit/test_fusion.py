@@ -100,10 +100,11 @@ def test_horovods_cycles_fuse_what_is_ready_up_to_the_threshold():
     comm = CommModel(a=0.001, b=1e-8)
     sizes, tb = [400_000] * 4, [0.002] * 4          # ready at 2, 4, 6, 8 ms
     groups, timing = fusion(sizes, tb, comm, threshold=800_000, cycle_s=0.005)
-    # cycle 0 at 0 (nothing), cycle at 5 ms: layers 3 and 2 (one buffer of 800 kB), then
-    # the next cycle when that is done (5 + 1 negotiation + 9 ms = 15 ms): layers 1, 0
+    # a negotiation (16 bytes of flags) every cycle: at 0 nothing is ready; at 5 ms layers
+    # 3 and 2 (one buffer of 800 kB) go after it; the next cycle starts when that is done
+    # (5 + 1 + 9 ms = 15 ms) with layers 1 and 0
     assert groups == [[3, 2], [1, 0]]
-    assert [m[1] for m in timing.messages] == pytest.approx([0.006 + 1e-8, 0.016 + 2e-8])
+    assert [m[1] for m in timing.messages] == pytest.approx([0.006 + 16e-8, 0.016 + 32e-8])
     small, _ = fusion(sizes, tb, comm, threshold=400_000, cycle_s=0.005)
     assert small == [[3], [2], [1], [0]]
     with pytest.raises(ValueError):

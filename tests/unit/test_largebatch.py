@@ -45,6 +45,8 @@ def test_a_jobs_iterations_and_schedule_follow_its_batch():
     assert job_iters(exp, plain, 4) == 30 and job_schedule(exp, plain, 4) == (0.05, 1.0, 0)
     assert job_iters(exp, big, 4) == math.ceil(20 * 1437 / 512)
     assert job_schedule(exp, big, 4) == (0.05, 16.0, math.ceil(5 * 1437 / 512))
+    # k is the global batch's ratio: the same job with 8 workers instead of its 4
+    assert job_schedule(exp, big, 8)[1] == 32.0
     lamb = TrainingJob(optimizer="lamb", batch=128, lr=0.01, lr_scaling="sqrt")
     assert job_schedule(exp, lamb, 4) == (0.01, 4.0, 0)
     assert TrainingJob(optimizer="lars", batch=128).label() == "ring-lars-b128-4w"

@@ -46,9 +46,9 @@ def test_bucket_size_sets_tensor_fusion(tmp_path, bucket_mb, buckets):
         assert all(r["messages"] == 1 for r in rows[1:])
 
 
-def _two(tmp_path, name, **opts):
+def _two(tmp_path, name, model="mlp", **opts):
     port, out = free_port(), tmp_path / name
-    procs = [worker(r, 2, port, out, model="mlp", width=64, iters=8, lr=0.05, **opts)
+    procs = [worker(r, 2, port, out, model=model, width=64, iters=8, lr=0.05, **opts)
              for r in range(2)]
     for p in procs:
         assert p.wait(timeout=240) == 0, p.stderr.read()
@@ -59,11 +59,17 @@ def test_fusion_modes_send_their_messages_and_train_as_ddp_does(tmp_path):
     """Every plan of fusionsync.py averages the same gradients as DDP, so the losses are
     DDP's step by step; what differs is the messages: one after backward, one per tensor
     (wait-free backpropagation), MG-WFBP's and the optimum's merges after the profile,
-    Horovod's cycles with their negotiations."""
-    ddp = [r["loss"] for r in _two(tmp_path, "ddp")]
-    tensors = len(list(models.build("mlp", 64, 2).parameters()))
+    Horovod's cycles with their negotiations. The CNN's residual blocks register their
+    tensors in another order than backward makes them."""
+    for model in ("mlp", "cnn"):
+        _fusion_modes(tmp_path / model, model)
+
+
+def _fusion_modes(tmp_path, model):
+    ddp = [r["loss"] for r in _two(tmp_path, "ddp", model=model)]
+    tensors = len(list(models.build(model, 64, 2).parameters()))
     for mode in ("one", "wfbp", "mgwfbp", "optimal", "horovod"):
-        rows = _two(tmp_path, mode, fusion=mode)
+        rows = _two(tmp_path, mode, fusion=mode, model=model)
         assert [r["loss"] for r in rows] == pytest.approx(ddp, rel=1e-4), mode
         assert all(r["fusion"] == mode and sum(r["message_bytes"]) == r["grad_bytes"]
                    for r in rows), mode
@@ -75,8 +81,8 @@ def test_fusion_modes_send_their_messages_and_train_as_ddp_does(tmp_path):
         elif mode == "horovod":
             assert all(r["negotiations"] >= 1 for r in rows)
         else:  # the profile's iterations send one message, then the plan's
-            assert counts[:3] == [1] * 3 and not rows[2]["planned"] and rows[3]["planned"]
-            assert all(r["messages"] == r["model_messages"] for r in rows[3:])
+            assert counts[:4] == [1] * 4 and not rows[3]["planned"] and rows[4]["planned"]
+            assert all(r["messages"] == r["model_messages"] for r in rows[4:])
         assert all(0 < r["model_synced_s"] and r["backward_s"] <= r["synced_s"]
                    for r in rows)
 

@@ -11,13 +11,15 @@ from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
+from testbed.workloads.fusion import MODES as FUSION_MODES
+from testbed.workloads.fusion import PROFILE_ITERS, PROFILED
 from testbed.workloads.largebatch import OPTIMIZERS, iterations
 from topologies import TopologyError
 from topologies.model import Topology
 
 SYNCS = ("ring", "ps", "local")
 COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
-FUSIONS = ("ddp", "one", "wfbp", "mgwfbp", "optimal", "horovod")
+FUSIONS = ("ddp",) + FUSION_MODES
 MODELS = ("mlp", "cnn", "transformer")
 DATASETS = ("digits", "synthetic")
 
@@ -42,7 +44,7 @@ class TrainingJob:
     # when the gradients go (workloads/fusion.py): DDP's buckets, or one message, each
     # tensor alone (WFBP), MG-WFBP's merge, the model's optimum, Horovod's fusion cycle
     fusion: str = "ddp"                # ddp | one | wfbp | mgwfbp | optimal | horovod
-    fusion_threshold_mb: float = 64.0  # horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)
+    fusion_threshold_mb: float = 128.0  # horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)
     cycle_ms: float = 1.0              # horovod: the cycle time (HOROVOD_CYCLE_TIME)
     # large batches (workloads/largebatch.py): the optimizer, the job's own batch per
     # worker and budget in epochs, its learning rate (tuned at the experiment's batch) and
@@ -175,15 +177,20 @@ def job_iters(exp: Training, job: TrainingJob, n: int) -> int:
 
 def job_schedule(exp: Training, job: TrainingJob, n: int) -> tuple[float, float, int]:
     """(lr, scale, warmup iterations) of a job with `n` workers (largebatch.learning_rate):
-    the rate it was tuned at (at the experiment's batch), times `scale`: k, its batch over
-    the experiment's, under Goyal et al.'s linear scaling rule, or sqrt(k) as LAMB's paper
-    scales; reached over its warm-up epochs."""
+    the rate it was tuned at (the experiment's batch per worker, the job's own `workers`),
+    times `scale`: k, its global batch over that one, under Goyal et al.'s linear scaling
+    rule, or sqrt(k) as LAMB's paper scales; reached over its warm-up epochs."""
     lr = job.lr or exp.lr
-    k = job_batch(exp, job) / exp.batch
+    k = job_batch(exp, job) * n / (exp.batch * job.workers)
     scale = {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[job.lr_scaling]
     warmup = (iterations(job.warmup_epochs, exp.data, job_batch(exp, job) * n)
               if job.warmup_epochs else 0)
     return lr, scale, warmup
+
+
+def fewest_iters(exp: Training) -> int:
+    """The fewest iterations any job of the experiment runs (with any of its worker counts)."""
+    return min(job_iters(exp, job, n) for job in exp.jobs for n in exp.workers or [job.workers])
 
 
 def job_hosts_needed(job: TrainingJob, workers: int) -> int:
@@ -222,10 +229,16 @@ def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: in
             raise SpecError(f"{jp}.{name}: must be >= 0 (got {getattr(job, name)})")
     if job.weight_decay is not None and job.weight_decay < 0:
         raise SpecError(f"{jp}.weight_decay: must be >= 0 (got {job.weight_decay})")
-    if job.optimizer != "sgd" and (job.sync == "ps" or job.priority != "none"):
-        raise SpecError(f"{jp}.optimizer: {job.optimizer} runs in the workers of sync: ring "
-                        "(without priority) or local; a parameter server and layer-wise "
-                        "priority apply plain SGD")
+    if job.sync == "ps" or job.priority != "none":
+        for name, plain in (("optimizer", "sgd"), ("lr_scaling", "none"),
+                            ("warmup_epochs", 0.0), ("weight_decay", None)):
+            if getattr(job, name) != plain:
+                raise SpecError(f"{jp}.{name}: for the workers of sync: ring (without "
+                                "priority) or local; a parameter server and layer-wise "
+                                "priority apply plain SGD at a fixed rate")
+    if job.epochs and job.warmup_epochs >= job.epochs:
+        raise SpecError(f"{jp}.warmup_epochs: must be below epochs ({job.epochs:g}), or the "
+                        "scaled rate is never reached")
     if job.priority != "none" and job.sync != "ring":
         raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
     if job.priority != "none" and job.compression != "none":
@@ -282,6 +295,10 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
                 raise SpecError(f"{path}.jobs[{j}].epochs: {job.epochs:g} epochs are {iters} "
                                 f"iterations with {n} workers, not more than warmup_iters "
                                 f"({exp.warmup_iters})")
+            if job.fusion in PROFILED and iters <= PROFILE_ITERS + 1:
+                raise SpecError(f"{path}.jobs[{j}].fusion: {job.fusion} plans after "
+                                f"{PROFILE_ITERS + 1} iterations of profile; the job has "
+                                f"{iters}")
     names = {h.name for t in fabrics for h in t.hosts}
     for j, bg in enumerate(exp.background):
         bp = f"{path}.background[{j}]"
@@ -303,10 +320,11 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
         most = min(exp.workers or [job.workers for job in exp.jobs])
         if not 0 <= exp.fault.worker < most:
             raise SpecError(f"{path}.fault.worker: an index below {most} (got {exp.fault.worker})")
-        if not 0 <= exp.fault.at_iter < exp.iters:
-            raise SpecError(f"{path}.fault.at_iter: must be in 0..iters-1")
+        if not 0 <= exp.fault.at_iter < fewest_iters(exp):
+            raise SpecError(f"{path}.fault.at_iter: must be in 0..{fewest_iters(exp) - 1} "
+                            "(the fewest iterations of a job)")
     for fabric in fabrics:
-        check_faults(exp.faults, path, fabric, None, exp.iters)
+        check_faults(exp.faults, path, fabric, None, fewest_iters(exp))
     if exp.straggler is not None:
         st = exp.straggler
         most = min(exp.workers or [job.workers for job in exp.jobs])
