@@ -272,7 +272,8 @@ def _training_cpu_bound(r: dict) -> bool:
 
 
 TRAINING = ("training_priority", "training_compression", "training_consistency",
-            "training_16_cnn", "training_link_rate", "training_ring_vs_ps")
+            "training_16_cnn", "training_link_rate", "training_ring_vs_ps",
+            "training_large_batch", "training_fusion")
 
 
 PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",

@@ -28,7 +28,8 @@ if ((${#specs[@]} == 0)); then
          ecn_queue priority incast pfc_victim rdma_dcqcn rdma_convergence rdma_incast \
          rdma_fct rdma_irn rdma_pfc_victim \
          training_priority training_compression training_consistency training_16_cnn \
-         training_link_rate training_ring_vs_ps training_survey \
+         training_link_rate training_ring_vs_ps training_survey training_large_batch \
+         training_fusion \
          hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
          parallel_roce parallel_roce_ecmp parallel_3d \

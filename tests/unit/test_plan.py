@@ -24,6 +24,10 @@ MEASURED_CPU_BOUND = {
     "ecn_queue": False, "priority": False, "incast": False, "pfc_victim": False,
     "training_ring_vs_ps": False, "training_link_rate": True, "training_priority": False,
     "training_compression": True, "training_consistency": False, "training_16_cnn": True,
+    # measured 2026-11-28 at 50 Mb/s: no job flagged (at 100 Mb/s those at 2048 were)
+    "training_large_batch": False,
+    # measured 2026-11-28 (10 and 50 Mb/s, and the CNN at 10): no job flagged
+    "training_fusion": False,
     # hedera_fattree_20mbps: its single-path flags came from a freshly started OVS's malloc
     # (fixed 2026-11-25); re-measured since, none of 40 single-path and 20 non-blocking
     # phases, and its ECMP and Hedera phases were never flagged
