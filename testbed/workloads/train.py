@@ -174,6 +174,15 @@ class Worker:
         a = self.args
         return learning_rate(it, a.lr, a.lr_scale, a.warmup_iters)
 
+    def begin_iteration(self, it: int, opt) -> tuple[float, float, tuple]:
+        """Iteration `it` of a job that steps its own optimizer: the gate and common start
+        (`before`), its rate set on `opt`, and the interface counters it starts from;
+        returns (seconds waited, rate, counters)."""
+        from .optimizers import set_lr
+        waited = self.before(it)
+        set_lr(opt, lr := self.lr(it))
+        return waited, lr, counters(self.args.ifname)
+
     def syncing(self) -> None:
         self.reporter.set_phase("sync")
 
@@ -277,7 +286,6 @@ def run_ring(w: Worker) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from . import compression
-    from .optimizers import set_lr
     ddp = DDP(w.model, bucket_cap_mb=args.bucket_mb)
     comm: list[tuple[float, float, int]] = []
     wire: list[int] = []
@@ -327,9 +335,7 @@ def run_ring(w: Worker) -> None:
     ddp.register_comm_hook(None, hook)
     opt = w.optimizer(ddp.parameters())
     for it in range(args.iters):
-        waited = w.before(it)
-        set_lr(opt, lr := w.lr(it))
-        base = counters(args.ifname)
+        waited, lr, base = w.begin_iteration(it, opt)
         comm.clear()
         wire.clear()
         t0 = time.perf_counter()
@@ -351,7 +357,6 @@ def run_fusion(w: Worker) -> None:
     """Ring data parallelism whose messages fusionsync.py makes (no DDP): each iteration's
     messages, their sizes and timing from the start of backward, beside the model's."""
     from .fusionsync import FusionSync
-    from .optimizers import set_lr
     args = w.args
     sync = FusionSync(w.model, args.world_size, args.fusion,
                       int(args.fusion_threshold_mb * 2 ** 20), args.cycle_ms / 1000,
@@ -363,9 +368,7 @@ def run_fusion(w: Worker) -> None:
     opt = w.optimizer(w.model.parameters())
     try:
         for it in range(args.iters):
-            waited = w.before(it)
-            set_lr(opt, lr := w.lr(it))
-            base = counters(args.ifname)
+            waited, lr, base = w.begin_iteration(it, opt)
             t0 = time.perf_counter()
             opt.zero_grad()
             loss, acc = w.forward_backward(w.model, it, before_backward=before_backward)
@@ -461,13 +464,10 @@ def run_local(w: Worker) -> None:
     import torch.distributed as dist
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-    from .optimizers import set_lr
     args = w.args
     opt = w.optimizer(w.model.parameters())
     for it in range(args.iters):
-        waited = w.before(it)
-        set_lr(opt, lr := w.lr(it))
-        base = counters(args.ifname)
+        waited, lr, base = w.begin_iteration(it, opt)
         t0 = time.perf_counter()
         opt.zero_grad()
         loss, acc = w.forward_backward(w.model, it)
