@@ -257,6 +257,22 @@ def training(out: Path, name: str) -> None:
               f"| {_g(r, 'worker_cpu_wait_share', '{:.0%}')} | {_training_cpu_bound(r)} |")
 
 
+def scheduling(out: Path, name: str) -> None:
+    """Layer-wise jobs beside their schedule's model (workloads/commsched.py)."""
+    print("| job | iteration (median) | model | x | pieces | partition / credit | "
+          "negotiations / iteration | a round | fitted a, b | CPU-bound |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows(out / name, "training.csv"):
+        sizes = (f"{_g(r, 'partition_bytes', '{:,.0f}')} / {_g(r, 'credit_bytes', '{:,.0f}')} B"
+                 if r.get("partition_bytes") not in (None, "", "None") else "-")
+        print(f"| {r['job']} | {_g(r, 'iter_s_median', '{:.3f}')} s "
+              f"| {_g(r, 'model_iter_s', '{:.3f} s')} | **{_g(r, 'iter_over_model_iter', '{:.2f}')}** "
+              f"| {_g(r, 'pieces')} | {sizes} | {_g(r, 'negotiations')} "
+              f"| {_g(r, 'negotiation_ms', '{:.1f} ms')} "
+              f"| {_g(r, 'comm_a_ms', '{:.0f} ms')}, {_g(r, 'comm_b_us_per_kb', '{:.0f} us/KB')} "
+              f"| {_training_cpu_bound(r)} |")
+
+
 def _training_cpu_bound(r: dict) -> bool:
     """The run's verdict, with the workers' CPU-wait limit of the current code."""
     from testbed.experiments.trainers.model import cpu_bound_verdict
@@ -273,7 +289,7 @@ def _training_cpu_bound(r: dict) -> bool:
 
 TRAINING = ("training_priority", "training_compression", "training_consistency",
             "training_16_cnn", "training_link_rate", "training_ring_vs_ps",
-            "training_large_batch", "training_fusion")
+            "training_large_batch", "training_fusion", "training_scheduling")
 
 
 PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",
@@ -339,6 +355,9 @@ def main(out: Path) -> None:
         if (out / name / "metrics" / "training.csv").exists():
             print(f"\n### {name}\n")
             training(out, name)
+            if name == "training_scheduling":
+                print()
+                scheduling(out, name)
     for name in PARALLEL:
         if (out / name / "metrics" / "parallel.csv").exists():
             print(f"\n### {name}\n")

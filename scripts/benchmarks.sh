@@ -29,7 +29,7 @@ if ((${#specs[@]} == 0)); then
          rdma_fct rdma_irn rdma_pfc_victim \
          training_priority training_compression training_consistency training_16_cnn \
          training_link_rate training_ring_vs_ps training_survey training_large_batch \
-         training_fusion \
+         training_fusion training_scheduling \
          hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
          parallel_roce parallel_roce_ecmp parallel_3d \

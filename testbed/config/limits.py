@@ -35,6 +35,7 @@ RULES: tuple[tuple[str, float, float, str], ...] = (
     ("_bytes", 0, MAX_BYTES, "a size in bytes"),
     ("_mb", 0, MAX_BYTES / 1e6, "a size in MB"),
     ("_pkts", 0, 10_000_000, "a number of packets"),
+    ("_params", 0, 1e13, "a number of parameters"),  # ten times the largest models
     ("dscp", 0, 63, "a DSCP"),
     ("width", 0, MAX_WIDTH, "a layer width"),   # 0: a default (ffn = 4 x hidden)
     ("hidden", 0, MAX_WIDTH, "a layer width"),

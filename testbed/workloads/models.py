@@ -14,20 +14,25 @@ from torch import nn
 
 from .largebatch import DATASET_SAMPLES, TRAIN_SHARE
 
-MODELS = ("mlp", "cnn", "transformer")
+MODELS = ("mlp", "cnn", "vgg", "transformer")
 DATASETS = ("digits", "synthetic")
 VOCAB = 17  # digits pixels take the values 0..16: the language model reads them as tokens
+
+
+def dense(d: int, width: int, depth: int) -> nn.Sequential:
+    """`depth` ReLU layers of `width` on `d` inputs, then the 10 classes."""
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(d, width), nn.ReLU()]
+        d = width
+    layers.append(nn.Linear(d, 10))
+    return nn.Sequential(*layers)
 
 
 class Mlp(nn.Module):
     def __init__(self, width: int, depth: int):
         super().__init__()
-        layers, d = [], 64
-        for _ in range(depth):
-            layers += [nn.Linear(d, width), nn.ReLU()]
-            d = width
-        layers.append(nn.Linear(d, 10))
-        self.net = nn.Sequential(*layers)
+        self.net = dense(64, width, depth)
 
     def forward(self, x):
         return self.net(x.reshape(x.shape[0], -1))
@@ -58,6 +63,24 @@ class SmallResNet(nn.Module):
         return self.head(self.blocks(x).mean(dim=(2, 3)))
 
 
+class SmallVgg(nn.Module):
+    """VGG's shape on a digit: four convolutions at 8x8 and 4x4 (32, 32, 64, 64 channels:
+    most of the compute, few of the parameters), then `depth` fully connected layers of
+    `width` (most of the parameters, little of the compute) and the classifier."""
+
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+            nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = dense(64 * 2 * 2, width, depth)
+
+    def forward(self, x):
+        x = self.features(x.reshape(x.shape[0], 1, 8, 8))
+        return self.classifier(x.flatten(1))
+
+
 class TinyLM(nn.Module):
     """Next-pixel prediction over the 64 pixels of a digit, read as a token sequence."""
 
@@ -84,6 +107,8 @@ def build(name: str, width: int = 64, depth: int = 2) -> nn.Module:
         return Mlp(width, depth)
     if name == "cnn":
         return SmallResNet(width, depth)
+    if name == "vgg":
+        return SmallVgg(width, depth)
     if name == "transformer":
         return TinyLM(width, depth)
     raise ValueError(f"unknown model {name!r} (one of {', '.join(MODELS)})")

@@ -49,7 +49,8 @@ from .rank import Timeline, counters, exit_now, run_rank, union_s
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window, tcp_written
 
 SYNCS = ("ring", "ps", "local")
-PRIORITIES = ("none", "fifo", "p3")
+FIT_SIZES = (1_024, 16_384, 65_536)  # floats per timed allreduce of a layer-wise job's fit
+PRIORITIES = ("none", "fifo", "p3", "tictac", "bytescheduler")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,9 +87,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--qsgd-levels", type=int, default=16)
     ap.add_argument("--terngrad-clip", type=float, default=2.5)
     ap.add_argument("--priority", choices=PRIORITIES, default="none",
-                    help="ring only: layer-wise allreduce, fifo (one level) or p3 (levels)")
+                    help="ring only: layer-wise allreduce, fifo (one level), p3 (levels), or "
+                    "tictac / bytescheduler (scheduled in best effort: commsched.py)")
+    ap.add_argument("--partition-bytes", type=int, default=0,
+                    help="bytescheduler: the largest piece of a gradient (0: whole)")
+    ap.add_argument("--credit-bytes", type=int, default=0,
+                    help="bytescheduler: the bytes in flight (one piece at least)")
+    ap.add_argument("--forward-ms", type=float, default=0.0,
+                    help="layer-wise: emulated forward compute per iteration over the layers "
+                    "by their multiply-accumulates, backward twice as long")
     ap.add_argument("--dscp", default="0",
-                    help="comma-separated DSCP per priority level, highest first")
+                    help="comma-separated DSCP per priority level, highest first (tictac, "
+                    "bytescheduler: the negotiation's, then the gradients')")
     ap.add_argument("--ps-shards", type=int, default=1)
     ap.add_argument("--consistency", default="bsp", choices=("bsp", "ssp", "asp"))
     ap.add_argument("--staleness", type=int, default=2)
@@ -394,33 +404,70 @@ def run_fusion(w: Worker) -> None:
 
 
 def run_layerwise(w: Worker) -> None:
+    """Layer-wise allreduce (layerwise.py): FIFO, P3's priority levels, or the schedules of
+    commsched.py, whose rows carry the model's iteration beside the measured one."""
     import torch.distributed as dist
 
-    from .layerwise import LayerwiseSync, priority_groups
+    from .commsched import Schedule, iteration
+    from .fusionsync import fit_comm
+    from .layerwise import LayerwiseSync, ScheduledSync, layer_macs, priority_groups
     args = w.args
     dscps = [int(d) for d in args.dscp.split(",")]
     if args.priority == "fifo":
         dscps = dscps[-1:]
-    groups = priority_groups(dscps)
-    sync = LayerwiseSync(w.model, groups, args.world_size, args.lr, args.momentum, w.timeline)
+    elif args.priority != "p3":  # a scheduler's groups: its negotiation's, its gradients'
+        dscps = [dscps[0], dscps[-1]]
+    # the model's a and b, in the class the gradients take (not P3's, above the rest)
+    comm = fit_comm(FIT_SIZES) if args.priority != "p3" else None
+    groups = priority_groups(dscps, args.timeout_s)
+    forward_s = args.forward_ms / 1000
+    weights = layer_macs(w.model, w.xtr[:args.batch])  # how the emulated compute is shared
+    schedule = Schedule(args.priority if args.priority != "p3" else "fifo",
+                        args.partition_bytes or None, args.credit_bytes)
+    if args.priority in ("tictac", "bytescheduler"):
+        sync: LayerwiseSync = ScheduledSync(
+            w.model, groups, args.world_size, args.lr, args.momentum, schedule,
+            args.cycle_ms / 1000, args.timeout_s, w.timeline, forward_s, weights)
+    else:
+        sync = LayerwiseSync(w.model, groups, args.world_size, args.lr, args.momentum,
+                             w.timeline, forward_s, weights)
     marked = [m for _, _, m in groups]
+    sizes = [sum(p.numel() for p in sync.params[id(m)]) * 4 for m in sync.layers]
+    fwd = [sync.forward_share[id(m)] for m in sync.layers]
     prev = None
-    for it in range(args.iters + 1):
-        t0 = time.perf_counter()
-        if prev is not None:  # the previous iteration ends where this one can start
-            pit, pt0, base, loss, acc, waited0 = prev
-            row = _row(w, pit, pt0, t0, sync.take_spans(), sync.waited_s - waited0, base,
-                       loss, acc, levels=len(groups), sockets_marked=marked)
-            w.write(row)
-        if it == args.iters:
-            break
-        base = counters(args.ifname)
-        waited0 = sync.waited_s
-        loss, acc = w.forward_backward(w.model, it)  # forward waits for each layer's update
-        w.timeline.span("forward+backward", "compute", t0, time.perf_counter(), iteration=it)
-        if it == args.iters - 1:
-            sync.flush()
-        prev = (it, t0, base, loss, acc, waited0)
+    try:
+        for it in range(args.iters + 1):
+            t0 = time.perf_counter()
+            if prev is not None:  # the previous iteration ends where this one can start
+                pit, pt0, base, loss, acc, waited0 = prev
+                extra: dict = {}
+                if isinstance(sync, ScheduledSync):
+                    rounds, round_s = sync.take_rounds()
+                    extra.update(negotiations=rounds, negotiation_s=round_s,
+                                 pieces=len(sync.plan))
+                if comm is not None:
+                    extra.update(model_iter_s=iteration(
+                        schedule, sizes, fwd, [2 * f for f in fwd], comm,
+                        extra.get("negotiation_s", 0.0)), comm_a_s=comm.a,
+                        comm_b_s_per_byte=comm.b)
+                spans = sync.take_spans()
+                row = _row(w, pit, pt0, t0, spans, sync.waited_s - waited0, base, loss, acc,
+                           levels=len(sync.groups), sockets_marked=marked,
+                           payload_bytes=sum(b for _, _, b, _ in spans), **extra)
+                w.write(row)
+            if it == args.iters:
+                break
+            base = counters(args.ifname)
+            waited0 = sync.waited_s
+            loss, acc = w.forward_backward(w.model, it)  # forward waits for each update
+            w.timeline.span("forward+backward", "compute", t0, time.perf_counter(),
+                            iteration=it)
+            if it == args.iters - 1:
+                sync.flush()
+            prev = (it, t0, base, loss, acc, waited0)
+    finally:
+        if isinstance(sync, ScheduledSync):
+            sync.close()
     dist.barrier()
 
 

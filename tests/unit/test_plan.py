@@ -28,6 +28,8 @@ MEASURED_CPU_BOUND = {
     "training_large_batch": False,
     # measured 2026-11-28 (10 and 50 Mb/s, and the CNN at 10): no job flagged
     "training_fusion": False,
+    # measured 2026-11-28 (20 Mb/s, background): no job flagged
+    "training_scheduling": False,
     # hedera_fattree_20mbps: its single-path flags came from a freshly started OVS's malloc
     # (fixed 2026-11-25); re-measured since, none of 40 single-path and 20 non-blocking
     # phases, and its ECMP and Hedera phases were never flagged

@@ -13,7 +13,21 @@ def spec(**training):
 
 
 BAD_TRAINING = [
-    ({"model": "vgg"}, "experiments[0].model: unknown 'vgg'"),
+    ({"model": "alexnet"}, "experiments[0].model: unknown 'alexnet'"),
+    ({"jobs": [{"priority": "bytescheduler", "partition_params": 0}]},
+     "experiments[0].jobs[0].partition_params: must be > 0"),
+    ({"jobs": [{"priority": "bytescheduler", "credit_params": -1}]},
+     "experiments[0].jobs[0].credit_params"),
+    ({"jobs": [{"priority": "tictac", "credit_params": 1e6}]},
+     "experiments[0].jobs[0].credit_params: for priority: bytescheduler"),
+    ({"jobs": [{"priority": "fifo", "partition_params": 1e6}]},
+     "experiments[0].jobs[0].partition_params: for priority: bytescheduler"),
+    ({"model": "transformer", "jobs": [{"priority": "p3"}]},
+     "experiments[0].jobs[0].priority: layer-wise synchronisation"),
+    ({"jobs": [{"forward_ms": 100}]}, "experiments[0].jobs[0].forward_ms: emulated compute"),
+    ({"jobs": [{"priority": "fifo", "forward_ms": -1}]}, "experiments[0].jobs[0].forward_ms"),
+    ({"jobs": [{"priority": "bytescheduler", "partition_params": 1e14}]},
+     "experiments[0].jobs[0].partition_params: out of range for a number of parameters"),
     ({"data": "mnist"}, "experiments[0].data"),
     ({"jobs": [{"sync": "allreduce"}]}, "experiments[0].jobs[0].sync: unknown 'allreduce'"),
     ({"jobs": [{"compression": "zip"}]}, "experiments[0].jobs[0].compression"),

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from testbed.workloads import models
+from testbed.workloads import commsched, models
 from testbed.workloads.launch import free_port, start_local
+from testbed.workloads.layerwise import layers
 from testbed.workloads.model.commmodel import ring_allreduce_s
 
 worker = start_local
@@ -119,3 +120,27 @@ def test_digits_are_scikit_learns_without_importing_it():
     d = load_digits()
     assert pixels.shape == (1797, 64) and np.array_equal(pixels, d.data)
     assert np.array_equal(labels, d.target) and set(labels) == set(range(10))
+
+
+def test_schedulers_send_every_piece_and_train_as_fifo_does(tmp_path):
+    """TicTac and ByteScheduler (commsched.py) change only when each layer's gradient goes
+    and in how many pieces: the averaged gradients, so the losses, are FIFO's step by step,
+    every piece's bytes add up to the gradient, and each rank's rounds agreed (a rank whose
+    allreduces went in another order than its peer's would have failed or diverged)."""
+    fifo = _two(tmp_path, "fifo", model="vgg", priority="fifo", forward_ms=20)
+    grad = fifo[0]["grad_bytes"]
+    assert all(r["model_iter_s"] > 0 for r in fifo)
+    sizes = [sum(p.numel() for p in m.parameters(recurse=False)) * 4
+             for m in layers(models.build("vgg", 64, 2))]
+    for name, opts, pieces in (("tictac", {}, len(sizes)),
+                               ("bytescheduler", dict(partition_bytes=65_536,
+                                                      credit_bytes=131_072),
+                                len(commsched.pieces(sizes, 65_536)))):
+        rows = _two(tmp_path, name, model="vgg", priority=name, forward_ms=20, **opts)
+        assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in fifo],
+                                                          rel=1e-4), name
+        # a row has the pieces that came back during its iteration: the iteration before's
+        # (the first has none, the last also its own, flushed)
+        assert all(r["pieces"] == r["messages"] == pieces for r in rows[1:-1]), name
+        assert all(r["payload_bytes"] == grad for r in rows[1:-1]), name
+        assert all(r["negotiations"] >= 1 and r["model_iter_s"] > 0 for r in rows), name

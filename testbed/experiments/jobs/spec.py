@@ -268,7 +268,7 @@ DEFAULT_JOB = SharedJob()
 
 
 def check_shared_training(t: SharedTraining, path: str, hosts: int) -> None:
-    check_training_job(t, path, [t.workers], hosts)
+    check_training_job(t, path, [t.workers], hosts, t.model)
     if t.priority != "none":
         raise SpecError(f"{path}.priority: layer-wise priorities mark traffic with several "
                         "DSCPs; jobs sharing a fabric mark each job with its own")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from testbed.config.units import tcp_payload_fraction
 from testbed.results.stats import median_or_none
+from testbed.workloads.commsched import scaled_bytes
 from testbed.workloads.largebatch import train_samples
 
 from ..trainers.analysis import read_records
@@ -93,6 +94,7 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
         "lr": lr, "lr_peak": round(lr * scale, 6), "warmup_iterations": warmup,
         "sync_rounds": -(-iters // per_sync_iters),
         **fusion_summary(job, steady),
+        **schedule_summary(job, steady, rate_mbps),
         "iter_s_median": round(iter_s, 4) if iter_s else None,
         "iter_s_fastest_worker": round(per_worker[0], 4),
         "iter_s_slowest_worker": round(per_worker[-1], 4),
@@ -155,6 +157,33 @@ def fusion_summary(job: TrainingJob, steady: list[dict]) -> dict:
             "comm_a_ms": round(rows[-1]["comm_a_s"] * 1000, 4) if rows else None,
             "comm_b_us_per_kb": round(rows[-1]["comm_b_s_per_byte"] * 1e9, 4)
             if rows else None}
+
+
+def schedule_summary(job: TrainingJob, steady: list[dict], rate_mbps: float) -> dict:
+    """A layer-wise job beside the model of its schedule (workloads/commsched.py): medians
+    over the iterations after the warm-up; a scheduler's negotiation rounds and pieces."""
+    if job.priority == "none":
+        return {}
+    out: dict = {"forward_ms": job.forward_ms}
+    if job.priority == "bytescheduler":
+        out.update(partition_params=job.partition_params, credit_params=job.credit_params,
+                   partition_bytes=scaled_bytes(job.partition_params, rate_mbps),
+                   credit_bytes=scaled_bytes(job.credit_params, rate_mbps))
+    if job.priority in ("tictac", "bytescheduler"):
+        rounds = median_or_none([row["negotiations"] for row in steady])
+        took = median_or_none([row["negotiation_s"] for row in steady])
+        out.update(pieces=steady[-1]["pieces"] if steady else None,
+                   negotiations=rounds, negotiation_ms=round(took * 1000, 3)
+                   if took is not None else None)
+    iters = [row["iter_s"] for row in steady if row.get("model_iter_s") is not None]
+    model = median_or_none([row["model_iter_s"] for row in steady
+                            if row.get("model_iter_s") is not None])
+    if model and iters:
+        out.update(model_iter_s=round(model, 4),
+                   iter_over_model_iter=round(statistics.median(iters) / model, 3),
+                   comm_a_ms=round(steady[-1]["comm_a_s"] * 1000, 4),
+                   comm_b_us_per_kb=round(steady[-1]["comm_b_s_per_byte"] * 1e9, 4))
+    return out
 
 
 def fault_spike(workers: list[list[dict]], down_times: list[float],

@@ -9,6 +9,7 @@ from pathlib import Path
 from controllers.recovery import degraded
 from testbed.config.faults import FabricFault, describe_steps, fault_ports
 from testbed.core.errors import TestbedError
+from testbed.workloads.commsched import scaled_bytes
 from testbed.workloads.launch import train_argv
 from topologies.graph import distances_to
 from topologies.model import Topology, at_rate, ifname
@@ -52,6 +53,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
     slow_rank = len(placement.servers) + straggler.worker if straggler else None
     iters = job_iters(exp, job, n)
     lr, lr_scale, warmup_iters = job_schedule(exp, job, n)
+    job_rate = min(host_link(topo, h).rate_mbps for h in placement.workers)
     opts = dict(sync=job.sync, model=exp.model, width=exp.width, depth=exp.depth,
                 data=exp.data, iters=iters, batch=job_batch(exp, job), lr=lr,
                 lr_scale=lr_scale, warmup_iters=warmup_iters, optimizer=job.optimizer,
@@ -67,9 +69,15 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
         opts.update(fusion=job.fusion, fusion_threshold_mb=job.fusion_threshold_mb,
                     cycle_ms=job.cycle_ms)
     if job.priority != "none":
-        opts.update(priority=job.priority,
-                    dscp=",".join(str(d) for d in (exp.p3_dscp if job.priority == "p3"
-                                                   else [0])))
+        # P3: its levels; FIFO: best effort; a scheduler: its negotiation in the highest
+        # class (a few bytes a round, which at the papers' rates wait microseconds in a
+        # queue), its gradients in best effort
+        dscps = {"p3": exp.p3_dscp, "fifo": [0]}.get(job.priority, [exp.p3_dscp[0], 0])
+        opts.update(priority=job.priority, dscp=",".join(str(d) for d in dscps),
+                    forward_ms=job.forward_ms, cycle_ms=job.cycle_ms)
+        if job.priority == "bytescheduler":
+            opts.update(partition_bytes=scaled_bytes(job.partition_params, job_rate),
+                        credit_bytes=scaled_bytes(job.credit_params, job_rate))
 
     def argv_of(rank: int, host: str) -> list[str]:
         extra = dict(opts)

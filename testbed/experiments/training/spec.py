@@ -11,6 +11,7 @@ from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
+from testbed.workloads.commsched import CREDIT_PARAMS, PARTITION_PARAMS, SCHEDULES
 from testbed.workloads.fusion import MODES as FUSION_MODES
 from testbed.workloads.fusion import PROFILE_ITERS, PROFILED
 from testbed.workloads.largebatch import OPTIMIZERS, iterations
@@ -20,7 +21,8 @@ from topologies.model import Topology
 SYNCS = ("ring", "ps", "local")
 COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
 FUSIONS = ("ddp",) + FUSION_MODES
-MODELS = ("mlp", "cnn", "transformer")
+MODELS = ("mlp", "cnn", "vgg", "transformer")
+PRIORITIES = ("none", "fifo", "p3") + SCHEDULES[1:]
 DATASETS = ("digits", "synthetic")
 
 
@@ -39,13 +41,19 @@ class TrainingJob:
     topk_ratio: float = 0.01           # topk's and sbc's share of the entries sent
     qsgd_levels: int = 16
     terngrad_clip: float = 2.5         # TernGrad's clipping, in standard deviations
-    priority: str = "none"             # none (DDP buckets) | fifo | p3 (layer-wise, ring)
+    priority: str = "none"             # none (DDP buckets) | fifo | p3 | tictac | bytescheduler
+    # ByteScheduler's piece and credit (workloads/commsched.py), in parameters at its paper's
+    # 100 Gb/s as BYTESCHEDULER_PARTITION / _CREDIT are: scaled with the job's link rate
+    partition_params: float = PARTITION_PARAMS
+    credit_params: float = CREDIT_PARAMS
+    forward_ms: float = 0.0            # layer-wise: emulated forward per iteration (backward 2x)
     bucket_mb: float = 25.0
     # when the gradients go (workloads/fusion.py): DDP's buckets, or one message, each
     # tensor alone (WFBP), MG-WFBP's merge, the model's optimum, Horovod's fusion cycle
     fusion: str = "ddp"                # ddp | one | wfbp | mgwfbp | optimal | horovod
     fusion_threshold_mb: float = 128.0  # horovod: the fusion buffer (HOROVOD_FUSION_THRESHOLD)
-    cycle_ms: float = 1.0              # horovod: the cycle time (HOROVOD_CYCLE_TIME)
+    cycle_ms: float = 1.0              # horovod: the cycle time (HOROVOD_CYCLE_TIME); tictac,
+    #                                    bytescheduler: the shortest time between two rounds
     # large batches (workloads/largebatch.py): the optimizer, the job's own batch per
     # worker and budget in epochs, its learning rate (tuned at the experiment's batch) and
     # the linear scaling rule with gradual warm-up
@@ -198,12 +206,26 @@ def job_hosts_needed(job: TrainingJob, workers: int) -> int:
                       else 0)
 
 
-def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: int) -> None:
-    """One job's fields, with each of its worker counts on a fabric of `fewest` hosts."""
+def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: int,
+                       model: str) -> None:
+    """One job's fields, with each of its worker counts on a fabric of `fewest` hosts and
+    the experiment's `model`."""
     one_of(job.sync, SYNCS, f"{jp}.sync")
     one_of(job.consistency, ("bsp", "ssp", "asp"), f"{jp}.consistency")
     one_of(job.ps_placement, ("dedicated", "colocated"), f"{jp}.ps_placement")
-    one_of(job.priority, ("none", "fifo", "p3"), f"{jp}.priority")
+    one_of(job.priority, PRIORITIES, f"{jp}.priority")
+    positive(job.partition_params, f"{jp}.partition_params")
+    if job.credit_params < 0:
+        raise SpecError(f"{jp}.credit_params: must be >= 0 (got {job.credit_params})")
+    for name, default in (("partition_params", PARTITION_PARAMS),
+                          ("credit_params", CREDIT_PARAMS)):
+        if job.priority != "bytescheduler" and getattr(job, name) != default:
+            raise SpecError(f"{jp}.{name}: for priority: bytescheduler")
+    if job.forward_ms < 0:
+        raise SpecError(f"{jp}.forward_ms: must be >= 0 (got {job.forward_ms})")
+    if job.forward_ms and job.priority == "none":
+        raise SpecError(f"{jp}.forward_ms: emulated compute is for layer-wise jobs "
+                        "(priority: fifo, p3, tictac or bytescheduler)")
     one_of(job.compression, COMPRESSIONS, f"{jp}.compression")
     if not 0 < job.topk_ratio <= 1:
         raise SpecError(f"{jp}.topk_ratio: must be in (0, 1] (got {job.topk_ratio})")
@@ -241,6 +263,10 @@ def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: in
                         "scaled rate is never reached")
     if job.priority != "none" and job.sync != "ring":
         raise SpecError(f"{jp}.priority: layer-wise priority scheduling is for sync: ring")
+    if job.priority != "none" and model == "transformer":
+        raise SpecError(f"{jp}.priority: layer-wise synchronisation applies each layer's "
+                        "update before its forward runs, and the transformer's attention "
+                        "output projection has none of its own (model: mlp, cnn or vgg)")
     if job.priority != "none" and job.compression != "none":
         raise SpecError(f"{jp}.priority: not combined with compression")
     if job.sync == "local" and job.compression != "none":
@@ -289,7 +315,8 @@ def check_training(exp: Training, path: str, topo: Topology) -> None:
         raise SpecError(f"{path}.topologies: {exc}") from None
     fewest = min(len(t.hosts) for t in fabrics)
     for j, job in enumerate(exp.jobs):
-        check_training_job(job, f"{path}.jobs[{j}]", exp.workers or [job.workers], fewest)
+        check_training_job(job, f"{path}.jobs[{j}]", exp.workers or [job.workers], fewest,
+                           exp.model)
         for n in exp.workers or [job.workers]:
             if (iters := job_iters(exp, job, n)) <= exp.warmup_iters:
                 raise SpecError(f"{path}.jobs[{j}].epochs: {job.epochs:g} epochs are {iters} "
