@@ -12,6 +12,9 @@ Consistency:
   held while it is more than s pushes ahead of the slowest worker (Ho et al. 2013).
 - ASP: SSP with no bound.
 
+With `lr_staleness="dynsgd"` (SSP or ASP) a push's weight is cut by how stale it is
+(staleness.py: DynSGD's rule); SSP with it is the survey's DynSSP.
+
 The reply carries the shard's version (updates applied) after the parameters, so a worker
 knows how stale what it computes on is. Servers log one JSON line per push.
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import compression
+from .staleness import staleness_weight
 
 CONSISTENCY = ("bsp", "ssp", "asp")
 
@@ -70,7 +74,7 @@ class StalenessGate:
 class Server:
     def __init__(self, rank: int, shards: int, workers: int, params: torch.Tensor,
                  consistency: str, staleness: int, lr: float, momentum: float,
-                 comp: compression.Compressor, iters: int, log):
+                 comp: compression.Compressor, iters: int, log, lr_staleness: str = "none"):
         import torch.distributed as dist
         self.dist = dist
         self.rank = rank
@@ -82,6 +86,7 @@ class Server:
         bound = {"bsp": 0, "ssp": staleness, "asp": None}[consistency]
         self.gate = StalenessGate(self.workers, bound)
         self.lr, self.momentum = lr, momentum
+        self.lr_staleness = lr_staleness
         self.comp = comp
         self.template = comp.compress(torch.zeros(hi - lo), "template")
         comp.residuals.clear()
@@ -125,6 +130,7 @@ class Server:
             threading.Thread(target=self._receiver, args=(w, size, arrivals), daemon=True,
                              name=f"push-from-{w}").start()
         round_sum, round_count = torch.zeros_like(self.params), 0
+        weight = 1.0
         for push in range(n * self.iters):
             t0 = time.perf_counter()
             w, msg = arrivals.get()
@@ -143,7 +149,9 @@ class Server:
                     round_sum.zero_()
                     round_count = 0
             else:
-                self._apply(grad, 1.0 / n)
+                weight = (staleness_weight(staleness, n) if self.lr_staleness == "dynsgd"
+                          else 1.0)
+                self._apply(grad, weight / n)
             released = self.gate.release() if self.consistency != "bsp" or round_count == 0 \
                 else []
             reply_leads = {}
@@ -152,6 +160,7 @@ class Server:
                 self._reply(r)
             self.log({"role": "server", "shard": self.rank, "push": push, "worker": w,
                       "clock": self.gate.clock[w], "lead_at_push": lead, "staleness": staleness,
+                      "weight": weight,
                       "version": self.version, "wait_s": t1 - t0, "bytes": size,
                       "replied": reply_leads})
         for s in self.pending_sends:

@@ -102,6 +102,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ps-shards", type=int, default=1)
     ap.add_argument("--consistency", default="bsp", choices=("bsp", "ssp", "asp"))
     ap.add_argument("--staleness", type=int, default=2)
+    ap.add_argument("--lr-staleness", default="none", choices=("none", "dynsgd"),
+                    help="ps, ssp or asp: a push's weight cut by its staleness (ps.py)")
     ap.add_argument("--local-steps", type=int, default=4)
     ap.add_argument("--compute-delay-ms", type=float, default=0.0,
                     help="extra compute time per iteration, between forward and backward "
@@ -482,7 +484,7 @@ def run_ps(w: Worker) -> None:
     flat = parameters_to_vector(w.model.parameters()).detach()
     if args.rank < shards:
         server = Server(args.rank, shards, workers, flat, args.consistency, args.staleness,
-                        args.lr, args.momentum, w.comp, args.iters, w.write)
+                        args.lr, args.momentum, w.comp, args.iters, w.write, args.lr_staleness)
         server.serve()
         return
     client = Client(shards, flat.numel(), w.comp)

@@ -1,10 +1,14 @@
 """The parameter server on loopback (no root): the protocol (BSP equals ring allreduce step
 for step), the staleness bound of SSP, ASP without one, and the pure gate."""
 import json
+import statistics
+
+import pytest
 
 from testbed.workloads.launch import free_port
 from testbed.workloads.launch import start_local as worker
 from testbed.workloads.ps import StalenessGate, shard_bounds
+from testbed.workloads.staleness import expected_weight, staleness_weight
 
 
 def rows(path):
@@ -78,3 +82,32 @@ def test_ssp_bounds_how_far_a_worker_runs_ahead_of_a_straggler(tmp_path):
             assert max(r["lead_at_push"] for r in log) == bound + 1  # the bound was hit
         else:
             assert max(leads) > 5   # fast workers ran far ahead of the straggler
+
+
+def test_dynsgd_weights_each_push_by_its_staleness(tmp_path):
+    """ASP with a straggler (rank 3, 40 ms more compute a step): the server applies each
+    push with DynSGD's weight for the staleness it logs; the fast workers' pushes are as
+    fresh as in lockstep (weight 1), the straggler's older and weighed less, as far below
+    1 as its slowdown says."""
+    out, port = tmp_path / "asp-dyn", free_port()
+    procs = [worker(r, 4, port, out, sync="ps", ps_shards=1, iters=15, consistency="asp",
+                    lr_staleness="dynsgd", compute_delay_ms=40 if r == 3 else 0)
+             for r in range(4)]
+    for p in procs:
+        assert p.wait(timeout=240) == 0, p.stderr.read()
+    log = rows(out / "rank0.jsonl")
+    assert all(r["weight"] == staleness_weight(r["staleness"], 3) for r in log)
+    assert min(r["weight"] for r in log if r["worker"] == 3) < 1.0
+    assert statistics.median(r["weight"] for r in log if r["worker"] != 3) == 1.0
+    plain = tmp_path / "asp"
+    run_job(plain, 4, sync="ps", ps_shards=1, iters=15, consistency="asp")
+    assert all(r["weight"] == 1.0 for r in rows(plain / "rank0.jsonl"))
+
+
+def test_staleness_weight_is_dynsgds_rule_over_a_lockstep_push():
+    assert staleness_weight(0, 4) == staleness_weight(3, 4) == 1.0   # lockstep: 3 updates
+    assert staleness_weight(7, 4) == 0.5                              # 1/8 over 1/4
+    assert expected_weight(4, 1.0) == 1.0                             # SSP: held to one pace
+    assert expected_weight(4, 5.0) == 4 / 16                          # tau = 3 x 5 = 15
+    # 40 iterations each: the others are done after the straggler's 8th push
+    assert expected_weight(4, 5.0, 40) == pytest.approx((8 * 4 / 16 + 32) / 40)

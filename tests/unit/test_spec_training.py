@@ -14,6 +14,11 @@ def spec(**training):
 
 BAD_TRAINING = [
     ({"model": "alexnet"}, "experiments[0].model: unknown 'alexnet'"),
+    ({"jobs": [{"sync": "ps", "lr_staleness": "dynsgd"}]},
+     "experiments[0].jobs[0].lr_staleness: weights pushes by their staleness"),
+    ({"jobs": [{"lr_staleness": "dynsgd"}]}, "experiments[0].jobs[0].lr_staleness"),
+    ({"jobs": [{"sync": "ps", "consistency": "ssp", "lr_staleness": "adaptive"}]},
+     "experiments[0].jobs[0].lr_staleness: unknown 'adaptive'"),
     ({"jobs": [{"priority": "bytescheduler", "partition_params": 0}]},
      "experiments[0].jobs[0].partition_params: must be > 0"),
     ({"jobs": [{"priority": "bytescheduler", "credit_params": -1}]},

@@ -12,6 +12,7 @@ from testbed.config.units import tcp_payload_fraction
 from testbed.results.stats import median_or_none
 from testbed.workloads.commsched import scaled_bytes
 from testbed.workloads.largebatch import train_samples
+from testbed.workloads.staleness import expected_weight
 
 from ..trainers.analysis import read_records
 from ..trainers.model import cpu_bound_verdict
@@ -114,6 +115,7 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
                              default=None),
         "max_reply_lead": max((lead for rows in servers for row in rows
                                for lead in row["replied"].values()), default=None),
+        **staleness_summary(exp, job, n, first, servers, per_worker),
         **queue,
         "peak_rss_mb_max": max(peaks, default=None),
         "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
@@ -157,6 +159,27 @@ def fusion_summary(job: TrainingJob, steady: list[dict]) -> dict:
             "comm_a_ms": round(rows[-1]["comm_a_s"] * 1000, 4) if rows else None,
             "comm_b_us_per_kb": round(rows[-1]["comm_b_s_per_byte"] * 1e9, 4)
             if rows else None}
+
+
+def staleness_summary(exp: Training, job: TrainingJob, n: int, first: int,
+                      servers: list[list[dict]], per_worker: list[float]) -> dict:
+    """A parameter server's push weights (workloads/staleness.py): their mean, and the
+    straggler's beside what its slowdown against the fastest worker predicts (the fastest
+    worker's median iteration: one of the others when the straggler is slowest)."""
+    if job.sync != "ps" or job.consistency == "bsp":
+        return {}
+    pushes = [row for rows in servers for row in rows if "weight" in row]
+    out: dict = {"lr_staleness": job.lr_staleness,
+                 "push_weight_mean": round(statistics.mean(r["weight"] for r in pushes), 3)
+                 if pushes else None}
+    if exp.straggler and pushes and per_worker and per_worker[0] > 0:
+        slow = first + exp.straggler.worker
+        mine = [r["weight"] for r in pushes if r["worker"] == slow]
+        out.update(straggler_weight_mean=round(statistics.mean(mine), 3) if mine else None,
+                   expected_straggler_weight=round(expected_weight(
+                       n, per_worker[-1] / per_worker[0], job_iters(exp, job, n)), 3)
+                   if job.lr_staleness != "none" else 1.0)
+    return out
 
 
 def schedule_summary(job: TrainingJob, steady: list[dict], rate_mbps: float) -> dict:

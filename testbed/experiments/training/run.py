@@ -61,6 +61,7 @@ def run_job(ctx: Context, fab: Phase, exp: Training, job: TrainingJob, n: int, i
                 topk_ratio=job.topk_ratio, qsgd_levels=job.qsgd_levels,
                 terngrad_clip=job.terngrad_clip, ps_shards=job.ps_shards,
                 consistency=job.consistency, staleness=job.staleness,
+                lr_staleness=job.lr_staleness,
                 local_steps=job.local_steps, eval_every=exp.eval_every or iters,
                 seed=exp.seed, timeout_s=exp.timeout_s)
     if job.weight_decay is not None:

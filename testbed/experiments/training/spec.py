@@ -15,6 +15,7 @@ from testbed.workloads.commsched import CREDIT_PARAMS, PARTITION_PARAMS, SCHEDUL
 from testbed.workloads.fusion import MODES as FUSION_MODES
 from testbed.workloads.fusion import PROFILE_ITERS, PROFILED
 from testbed.workloads.largebatch import OPTIMIZERS, iterations
+from testbed.workloads.staleness import LR_STALENESS
 from topologies import TopologyError
 from topologies.model import Topology
 
@@ -36,6 +37,9 @@ class TrainingJob:
     ps_placement: str = "dedicated"    # dedicated (own hosts) | colocated (on worker hosts)
     consistency: str = "bsp"           # bsp | ssp | asp (parameter server)
     staleness: int = 2                 # SSP bound, in iterations
+    # ssp / asp: a push's weight cut by its staleness, DynSGD's rule (workloads/ps.py);
+    # with ssp, the survey's DynSSP
+    lr_staleness: str = "none"         # none | dynsgd
     local_steps: int = 4               # local SGD: average every H steps
     compression: str = "none"          # none | fp16 | topk | qsgd | sign | terngrad | sbc
     topk_ratio: float = 0.01           # topk's and sbc's share of the entries sent
@@ -73,6 +77,8 @@ class TrainingJob:
             parts.append(f"{self.ps_shards}x{self.ps_placement[:3]}-{self.consistency}")
             if self.consistency == "ssp":
                 parts[-1] += str(self.staleness)
+            if self.lr_staleness != "none":
+                parts[-1] += "-dyn"
         if self.sync == "local":
             parts.append(f"h{self.local_steps}")
         if self.compression != "none":
@@ -213,6 +219,10 @@ def check_training_job(job: TrainingJob, jp: str, workers: list[int], fewest: in
     one_of(job.sync, SYNCS, f"{jp}.sync")
     one_of(job.consistency, ("bsp", "ssp", "asp"), f"{jp}.consistency")
     one_of(job.ps_placement, ("dedicated", "colocated"), f"{jp}.ps_placement")
+    one_of(job.lr_staleness, LR_STALENESS, f"{jp}.lr_staleness")
+    if job.lr_staleness != "none" and (job.sync != "ps" or job.consistency == "bsp"):
+        raise SpecError(f"{jp}.lr_staleness: weights pushes by their staleness at a "
+                        "parameter server under ssp or asp (BSP's pushes are never stale)")
     one_of(job.priority, PRIORITIES, f"{jp}.priority")
     positive(job.partition_params, f"{jp}.partition_params")
     if job.credit_params < 0:
