@@ -105,7 +105,7 @@ def training_member(exp: Jobs, m: Member, job: SharedJob, shared: bool,
                 compression=t.compression, topk_ratio=t.topk_ratio, qsgd_levels=t.qsgd_levels,
                 terngrad_clip=t.terngrad_clip,
                 ps_shards=t.ps_shards, consistency=t.consistency, staleness=t.staleness,
-                local_steps=t.local_steps, eval_every=exp.iters, seed=exp.seed,
+                lr_staleness=t.lr_staleness, local_steps=t.local_steps, eval_every=exp.iters, seed=exp.seed,
                 timeout_s=exp.timeout_s, compute_delay_ms=t.compute_ms,
                 job_dscp=JOB_DSCPS[m.index], gate_file=m.dir / "gate.json",
                 report_file=m.dir / "progress.json", start_file=m.dir / "start.json")

@@ -115,7 +115,7 @@ def summarise(exp: Training, job: TrainingJob, n: int, placement: RankPlacement,
                              default=None),
         "max_reply_lead": max((lead for rows in servers for row in rows
                                for lead in row["replied"].values()), default=None),
-        **staleness_summary(exp, job, n, first, servers, per_worker),
+        **staleness_summary(exp, job, n, first, servers, workers, per_worker),
         **queue,
         "peak_rss_mb_max": max(peaks, default=None),
         "peak_rss_mb_sum": round(sum(peaks), 1), **measured,
@@ -162,22 +162,26 @@ def fusion_summary(job: TrainingJob, steady: list[dict]) -> dict:
 
 
 def staleness_summary(exp: Training, job: TrainingJob, n: int, first: int,
-                      servers: list[list[dict]], per_worker: list[float]) -> dict:
+                      servers: list[list[dict]], workers: list[list[dict]],
+                      per_worker: list[float]) -> dict:
     """A parameter server's push weights (workloads/staleness.py): their mean, and the
-    straggler's beside what its slowdown against the fastest worker predicts (the fastest
-    worker's median iteration: one of the others when the straggler is slowest)."""
+    straggler's beside what its slowdown predicts: its median iteration over the fastest
+    worker's (`per_worker`, sorted)."""
     if job.sync != "ps" or job.consistency == "bsp":
         return {}
     pushes = [row for rows in servers for row in rows if "weight" in row]
     out: dict = {"lr_staleness": job.lr_staleness,
                  "push_weight_mean": round(statistics.mean(r["weight"] for r in pushes), 3)
                  if pushes else None}
-    if exp.straggler and pushes and per_worker and per_worker[0] > 0:
+    slow_s = median_or_none([row["iter_s"] for row in
+                             workers[exp.straggler.worker][exp.warmup_iters:]]) \
+        if exp.straggler and exp.straggler.worker < len(workers) else None
+    if exp.straggler and pushes and slow_s and per_worker and per_worker[0] > 0:
         slow = first + exp.straggler.worker
         mine = [r["weight"] for r in pushes if r["worker"] == slow]
         out.update(straggler_weight_mean=round(statistics.mean(mine), 3) if mine else None,
                    expected_straggler_weight=round(expected_weight(
-                       n, per_worker[-1] / per_worker[0], job_iters(exp, job, n)), 3)
+                       n, slow_s / per_worker[0], job_iters(exp, job, n)), 3)
                    if job.lr_staleness != "none" else 1.0)
     return out
 
