@@ -16,9 +16,9 @@ them (commsched.py): a communication thread agrees with the other workers on wha
 ready, in rounds on a process group of its own, and starts the allreduces the schedule picks.
 
 `forward_s` emulates compute: that much forward time per iteration, shared over the layers
-by their multiply-accumulates (`layer_macs`), and twice as much backward (each layer's share before its gradient is
-handed over), so that the scheduling matters as it does when compute and communication are
-of a size.
+by their multiply-accumulates (`layer_macs`), and twice as much backward (each layer's
+share before its gradient is handed over), so that the scheduling matters as it does when
+compute and communication are of a size.
 """
 from __future__ import annotations
 
