@@ -151,6 +151,21 @@ def best_groups(sizes: list[int], tb: list[float], comm: CommModel) -> list[list
     return best
 
 
+def pack(due: list[int], sizes: list[int], threshold: int) -> list[list[int]]:
+    """Horovod's fusion buffers: the `due` tensors, in their order, into buffers of at most
+    `threshold` bytes of `sizes` (a tensor larger than that alone)."""
+    buffers: list[list[int]] = []
+    filled = 0
+    for i in due:
+        if buffers and buffers[-1] and filled + sizes[i] <= threshold:
+            buffers[-1].append(i)
+            filled += sizes[i]
+        else:
+            buffers.append([i])
+            filled = sizes[i]
+    return buffers
+
+
 def fusion(sizes: list[int], tb: list[float], comm: CommModel,
            threshold: int = HOROVOD_FUSION_THRESHOLD,
            cycle_s: float = HOROVOD_CYCLE_S) -> tuple[list[list[int]], Overlap]:
@@ -171,17 +186,10 @@ def fusion(sizes: list[int], tb: list[float], comm: CommModel,
         t = s + comm.time(4 * len(sizes))  # the negotiation, every cycle
         due = [layer for layer in left if ready[layer] <= s + 1e-12]
         left = left[len(due):]
-        buffer: list[int] = []
-        for layer in due + [-1]:
-            full = layer < 0 or (buffer and sum(sizes[i] for i in buffer) + sizes[layer]
-                                 > threshold)
-            if full and buffer:
-                start, t = t, t + comm.time(sum(sizes[i] for i in buffer))
-                groups.append(buffer)
-                messages.append((max(ready[i] for i in buffer), start, t))
-                buffer = []
-            if layer >= 0:
-                buffer.append(layer)
+        for buffer in pack(due, sizes, threshold):
+            start, t = t, t + comm.time(sum(sizes[i] for i in buffer))
+            groups.append(buffer)
+            messages.append((max(ready[i] for i in buffer), start, t))
         s = max(s + cycle_s, t)
     backward = ready[0] if tb else 0.0
     end = messages[-1][2] if messages else 0.0

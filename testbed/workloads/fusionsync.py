@@ -37,6 +37,7 @@ from .fusion import (
     one_group,
     optimal_groups,
     overlap,
+    pack,
     wfbp_groups,
 )
 
@@ -253,16 +254,10 @@ class FusionSync:
             # knows: their own ready times differ)
             order = self.forward or list(range(n))
             due = [i for i in reversed(order) if flags[i]]
-            buffer: list[int] = []
-            for i in due + [-1]:
-                full = i < 0 or (buffer and sum(self.sizes[j] for j in buffer) + self.sizes[i]
-                                 > self.threshold)
-                if full and buffer:
-                    self._send(buffer)
-                    buffer = []
-                if i >= 0:
-                    buffer.append(i)
-                    self.sent[i] = True
+            for i in due:
+                self.sent[i] = True
+            for buffer in pack(due, self.sizes, self.threshold):
+                self._send(buffer)
             left = self.cycle_s - (time.perf_counter() - cycle)
             if left > 0 and not all(self.sent):
                 time.sleep(left)

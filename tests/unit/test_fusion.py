@@ -13,6 +13,7 @@ from testbed.workloads.fusion import (
     one_group,
     optimal_groups,
     overlap,
+    pack,
     ready_times,
     wfbp_groups,
 )
@@ -109,3 +110,10 @@ def test_horovods_cycles_fuse_what_is_ready_up_to_the_threshold():
     assert small == [[3], [2], [1], [0]]
     with pytest.raises(ValueError):
         fusion(sizes, tb, comm, cycle_s=0)
+
+
+def test_fusion_buffers_hold_up_to_the_threshold_in_order():
+    sizes = [4, 4, 10, 4, 2]
+    assert pack([0, 1, 2, 3, 4], sizes, 8) == [[0, 1], [2], [3, 4]]  # 10 > 8 goes alone
+    assert pack([4, 3, 1], sizes, 100) == [[4, 3, 1]]
+    assert pack([], sizes, 8) == []
