@@ -107,9 +107,14 @@ def test_a_ring_job_survives_a_link_failure_on_its_path(tmp_path):
     assert job["fault_on_job_path"] == "True", job
     assert job["faults"].startswith("link a1-c1 down"), job
     assert int(job["fault_iteration"]) >= 5
-    # the iteration the failure struck took longer than the steady ones (the packets lost
-    # with the link are retransmitted; measured 1.13-1.36x, more with a timeout)
-    assert float(job["fault_spike"]) > 1.0, job
+    # the failure cut the job's packets off on the link: they were lost in the two switches
+    # at its ends (the conservation count) and retransmitted. What that costs the struck
+    # iteration depends on how many: with the reroute decided about 10 ms after the failure,
+    # 1-4 packets and 1.00-1.03x of a steady iteration (a fast retransmit); earlier, with
+    # a slower reroute, a timeout and up to 1.36x. So the loss is asserted, the spike is
+    # reported.
+    assert int(job["lost_in_switches_pkts"]) >= 1, job
+    assert float(job["fault_spike"]) > 0, job
     its = rows(out, "training_iterations.csv")
     assert {int(r["iteration"]) for r in its} == set(range(14))
 
