@@ -37,7 +37,7 @@ class TrainingJob:
     ps_placement: str = "dedicated"    # dedicated (own hosts) | colocated (on worker hosts)
     consistency: str = "bsp"           # bsp | ssp | asp (parameter server)
     staleness: int = 2                 # SSP bound, in iterations
-    # ssp / asp: a push's weight cut by its staleness, DynSGD's rule (workloads/ps.py);
+    # ssp / asp: a push's weight cut by its staleness, DynSGD's rule (workloads/staleness.py);
     # with ssp, the survey's DynSSP
     lr_staleness: str = "none"         # none | dynsgd
     local_steps: int = 4               # local SGD: average every H steps
