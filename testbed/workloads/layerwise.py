@@ -94,6 +94,7 @@ class LayerwiseSync:
         self.groups = groups
         self.params = {id(m): [p for p in m.parameters(recurse=False) if p.requires_grad]
                        for m in self.layers}
+        self.sizes = [sum(p.numel() for p in self.params[id(m)]) * 4 for m in self.layers]
         self.momentum_bufs = {p: torch.zeros_like(p) for m in self.layers
                               for p in self.params[id(m)]}
         self.ready: dict[int, int] = {}
@@ -198,7 +199,6 @@ class ScheduledSync(LayerwiseSync):
         self.control, self.data = groups[0][0], groups[1][0]
         self.schedule, self.cycle_s, self.timeout_s = schedule, cycle_s, timeout_s
         self.index = {id(m): i for i, m in enumerate(self.layers)}  # forward order
-        self.sizes = [sum(p.numel() for p in self.params[id(m)]) * 4 for m in self.layers]
         self.plan = pieces(self.sizes, schedule.partition
                            if schedule.name == "bytescheduler" else None)
         self.credit = schedule.credit if schedule.name == "bytescheduler" else 0

@@ -434,7 +434,6 @@ def run_layerwise(w: Worker) -> None:
         sync = LayerwiseSync(w.model, groups, args.world_size, args.lr, args.momentum,
                              w.timeline, forward_s, weights)
     marked = [m for _, _, m in groups]
-    sizes = [sum(p.numel() for p in sync.params[id(m)]) * 4 for m in sync.layers]
     fwd = [sync.forward_share[id(m)] for m in sync.layers]
     prev = None
     try:
@@ -449,7 +448,7 @@ def run_layerwise(w: Worker) -> None:
                                  pieces=len(sync.plan))
                 if comm is not None:
                     extra.update(model_iter_s=iteration(
-                        schedule, sizes, fwd, [2 * f for f in fwd], comm,
+                        schedule, sync.sizes, fwd, [2 * f for f in fwd], comm,
                         extra.get("negotiation_s", 0.0)), comm_a_s=comm.a,
                         comm_b_s_per_byte=comm.b)
                 spans = sync.take_spans()
