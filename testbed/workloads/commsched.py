@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from .fusion import CommModel
 
 SCHEDULES = ("fifo", "tictac", "bytescheduler")
+# a ring job's --priority: none (DDP's buckets), or layer-wise: FIFO, P3's levels, a schedule
+PRIORITIES = ("none", "fifo", "p3") + SCHEDULES[1:]
 # ByteScheduler's defaults for allreduce (BYTESCHEDULER_PARTITION and _CREDIT, in
 # parameters of 4 bytes), at the 100 Gb/s of its paper's testbed: scaled with the link rate
 # so that a piece takes the same time on the wire

@@ -197,7 +197,7 @@ class ScheduledSync(LayerwiseSync):
                  forward_s: float = 0.0, weights: list[float] | None = None):
         super().__init__(model, groups[1:], world, lr, momentum, timeline, forward_s, weights)
         self.control, self.data = groups[0][0], groups[1][0]
-        self.schedule, self.cycle_s, self.timeout_s = schedule, cycle_s, timeout_s
+        self.cycle_s, self.timeout_s = cycle_s, timeout_s
         self.index = {id(m): i for i, m in enumerate(self.layers)}  # forward order
         self.plan = pieces(self.sizes, schedule.partition
                            if schedule.name == "bytescheduler" else None)

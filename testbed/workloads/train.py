@@ -43,14 +43,15 @@ from pathlib import Path
 
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 
+from .commsched import PRIORITIES
 from .fusion import MODES as FUSIONS
 from .largebatch import OPTIMIZERS, learning_rate
 from .rank import Timeline, counters, exit_now, run_rank, union_s
 from .sockets import mark_sockets, socket_fds, tcp_sent, tcp_window, tcp_written
+from .staleness import LR_STALENESS
 
 SYNCS = ("ring", "ps", "local")
 FIT_SIZES = (1_024, 16_384, 65_536)  # floats per timed allreduce of a layer-wise job's fit
-PRIORITIES = ("none", "fifo", "p3", "tictac", "bytescheduler")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -102,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ps-shards", type=int, default=1)
     ap.add_argument("--consistency", default="bsp", choices=("bsp", "ssp", "asp"))
     ap.add_argument("--staleness", type=int, default=2)
-    ap.add_argument("--lr-staleness", default="none", choices=("none", "dynsgd"),
+    ap.add_argument("--lr-staleness", default="none", choices=LR_STALENESS,
                     help="ps, ssp or asp: a push's weight cut by its staleness (ps.py)")
     ap.add_argument("--local-steps", type=int, default=4)
     ap.add_argument("--compute-delay-ms", type=float, default=0.0,

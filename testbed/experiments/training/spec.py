@@ -11,7 +11,7 @@ from testbed.config.faults import FabricFault, check_faults
 from testbed.config.loader import SpecError
 from testbed.config.network import TopologySpec, build_fabrics, one_of, positive
 from testbed.config.spec import ExperimentSpec, Spec
-from testbed.workloads.commsched import CREDIT_PARAMS, PARTITION_PARAMS, SCHEDULES
+from testbed.workloads.commsched import CREDIT_PARAMS, PARTITION_PARAMS, PRIORITIES
 from testbed.workloads.fusion import MODES as FUSION_MODES
 from testbed.workloads.fusion import PROFILE_ITERS, PROFILED
 from testbed.workloads.largebatch import OPTIMIZERS, iterations
@@ -23,7 +23,6 @@ SYNCS = ("ring", "ps", "local")
 COMPRESSIONS = ("none", "fp16", "topk", "qsgd", "sign", "terngrad", "sbc")
 FUSIONS = ("ddp",) + FUSION_MODES
 MODELS = ("mlp", "cnn", "vgg", "transformer")
-PRIORITIES = ("none", "fifo", "p3") + SCHEDULES[1:]
 DATASETS = ("digits", "synthetic")
 
 
