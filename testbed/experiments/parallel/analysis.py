@@ -9,13 +9,13 @@ from testbed.results.stats import median_or_none
 from testbed.results.stats import round_or_none as _r
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network
 from testbed.workloads.model.parallel.layout import Layout
-from testbed.workloads.model.parallel.schedule import simulate
+from testbed.workloads.model.parallel.schedule import ASYNC, simulate, staleness
 
 from ..trainers.model import cpu_bound_verdict
 from .model import wire_factor
 
-ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "compute_s",
-                "comm_s", "cpu_wait_s", "cpu_s", "tx_bytes", "rx_bytes", "loss"]
+ITER_FIELDS = (["iter_s", "pipeline_s", "sync_s", "pp_wait_s", "bubble", "staleness",
+                "compute_s", "comm_s", "cpu_wait_s", "cpu_s", "tx_bytes", "rx_bytes", "loss"]
                + [f"{k}_{f}" for k in KINDS for f in ("s", "bytes", "wire_bytes")])
 KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_bytes_per_rank",
                "bytes_over_model", "wire_bytes_per_rank", "model_wire_bytes_per_rank",
@@ -26,6 +26,14 @@ KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_b
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
+
+
+def model_staleness(plan: JobShape) -> float:
+    """The mean delay over the stages and micro-batches: (p-1)/(2m) without a flush."""
+    lay, m = plan.layout, plan.micro_batches
+    if plan.schedule not in ASYNC:
+        return 0.0
+    return statistics.mean(d for s in range(lay.pp) for d in staleness(s, lay.pp, m))
 
 
 def exposed_pipeline(plan: JobShape, rows: dict[int, list[dict]], warmup: int) -> float | None:
@@ -126,6 +134,9 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
     wait_share = wait / iter_s if wait is not None and iter_s else None
     cpu = checks["cpu"]
     losses = [r["loss"] for rs in rows.values() for r in rs[-1:] if r.get("loss") is not None]
+    # one mini-batch's loss is noisy: the mean over the last tenth of the run beside it
+    tail = [r["loss"] for rs in rows.values() for r in rs[-max(1, len(rs) // 10):]
+            if r.get("loss") is not None]
     core_total = sum(core_measured.values()) / n_iters if core_measured is not None else None
     summary = {
         "experiment": experiment, "fabric": fabric, "job": label, "layout": lay.label(),
@@ -160,6 +171,11 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
         "core_bytes_per_iter": _r(core_total, 0),
         "model_core_bytes_per_iter": _r(sum(model_core.values()) * wf, 0),
         "final_loss": round(statistics.mean(losses), 5) if losses else None,
+        "tail_loss": round(statistics.mean(tail), 5) if tail else None,
+        # weight updates between a micro-batch's forward and backward (PipeMare's delay)
+        "staleness": _r(statistics.mean(r.get("staleness", 0.0) for r in steady), 3)
+        if steady else None,
+        "model_staleness": round(model_staleness(plan), 3),
         **queue, **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
         "machine_steal_mean": cpu.get("machine_steal_mean"),

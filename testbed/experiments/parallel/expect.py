@@ -16,6 +16,7 @@ from testbed.config.qos import QosConfig
 from testbed.config.spec import Spec
 from testbed.config.units import tcp_payload_fraction
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network
+from testbed.workloads.model.parallel.schedule import ASYNC
 from testbed.workloads.model.rdma import INT_LEN
 from topologies.kinds import own_routing
 from topologies.model import Topology, at_rate
@@ -81,8 +82,9 @@ def expected(exp: Parallel, job: ParallelJob, topo: Topology, hosts: list[str],
     plan = cfg.plan()
     pred = prediction(plan, net, cfg.s_per_flop, cfg.profile)
     payload = share if share is not None else tcp_payload_fraction(mtu)
-    # (real compute's time is not the model's to know: no path model)
-    paths = None if exp.compute != "emulated" else path_model(
+    # (real compute's time is not the model's to know, and the path model replays the
+    # synchronous schedules only: no path model)
+    paths = None if exp.compute != "emulated" or job.schedule in ASYNC else path_model(
         plan, compute_time(plan, cfg.s_per_flop, cfg.profile), topo,
         None if routing in UNMODELLED else routing_plan(topo, routing), hosts, payload,
         net.latency_s, class_of_kind(exp, qos) if scheme is None else None,

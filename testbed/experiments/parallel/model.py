@@ -30,6 +30,7 @@ from testbed.workloads.model.parallel.fluid import (
 )
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.pipemare import PipeMare
 from testbed.workloads.model.rdma import WIRE_OVERHEAD
 from topologies.graph import link_shares, shortest_paths
 from topologies.model import Topology
@@ -67,7 +68,7 @@ def job_config(exp: Parallel, job: ParallelJob, rate_mbps: float) -> JobConfig:
                      model=exp.describe_model() if emulated else None,
                      scale=exp.scale, s_per_flop=s_per_flop(exp, rate_mbps), profile=profile,
                      real=exp.real, dscp=dict(exp.dscp), timeout_s=exp.timeout_s,
-                     **fault_fields(exp))
+                     pipemare=job.pipemare or PipeMare(), **fault_fields(exp))
 
 
 def fault_fields(exp: Parallel) -> dict[str, int]:

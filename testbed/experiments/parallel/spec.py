@@ -14,8 +14,9 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.desc import ModelDesc, load_models
 from testbed.workloads.model.parallel.job import COMPUTE_MODES, RealModel
 from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.model.parallel.pipemare import PipeMare
 from testbed.workloads.model.parallel.roce import queue_pairs
-from testbed.workloads.model.parallel.schedule import SCHEDULES
+from testbed.workloads.model.parallel.schedule import ASYNC, SCHEDULES
 from topologies import TopologyError
 from topologies.kinds import own_routing
 from topologies.model import Topology
@@ -39,8 +40,9 @@ DEFAULT_DSCP = {"tp": 10, "pp": 12, "dp": 18, "ep": 26, "fsdp": 34}
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelJob:
-    """One job: its layout (dp x tp x pp ranks, ep carved out of dp), pipeline schedule,
-    ZeRO stage and placement (`packed`, `spread`, `random` with `seed`, or `hosts`)."""
+    """One job: its layout (dp x tp x pp ranks, ep carved out of dp), pipeline schedule
+    (with `schedule: pipemare`, PipeMare's corrections in `pipemare`), ZeRO stage and
+    placement (`packed`, `spread`, `random` with `seed`, or `hosts`)."""
     name: str = ""
     dp: int = 1
     tp: int = 1
@@ -52,6 +54,7 @@ class ParallelJob:
     placement: str = "packed"          # packed | spread | random
     hosts: list[str] = field(default_factory=list)  # explicit: rank i on hosts[i]
     seed: int = 0
+    pipemare: PipeMare | None = None   # schedule pipemare: its corrections (default: both)
 
     @property
     def layout(self) -> Layout:
@@ -63,6 +66,8 @@ class ParallelJob:
         parts = [self.layout.label()]
         if self.pp > 1:
             parts.append(f"{self.schedule}-m{self.micro_batches}")
+            if self.pipemare is not None and self.pipemare.label():
+                parts.append(self.pipemare.label())
         elif self.micro_batches > 1:
             parts.append(f"m{self.micro_batches}")
         if self.zero:
@@ -238,7 +243,8 @@ def check_job(exp: Parallel, job: ParallelJob, jp: str, model_path: str,
               model: ModelDesc | None) -> None:
     """One job's layout, schedule and placement against its model (`jp` names the job's
     fields, `model_path` the model's)."""
-    one_of(job.schedule, SCHEDULES, f"{jp}.schedule")
+    one_of(job.schedule, SCHEDULES + ASYNC, f"{jp}.schedule")
+    check_async(exp, job, jp)
     one_of(job.placement, POLICIES, f"{jp}.placement")
     if not 0 <= job.zero <= 3:
         raise SpecError(f"{jp}.zero: 0 (plain data parallel), 1, 2 or 3 (got {job.zero})")
@@ -256,6 +262,27 @@ def check_job(exp: Parallel, job: ParallelJob, jp: str, model_path: str,
             raise SpecError(where) from None
     else:
         check_real(exp.real, job, jp)
+
+
+def check_async(exp: Parallel, job: ParallelJob, jp: str) -> None:
+    """PipeMare's pipeline: two stages or more, plain data parallelism, over Gloo; its
+    corrections only with it."""
+    if job.schedule not in ASYNC:
+        if job.pipemare is not None:
+            raise SpecError(f"{jp}.pipemare: only with schedule: pipemare")
+        return
+    if job.pp < 2:
+        raise SpecError(f"{jp}.schedule: pipemare pipelines stages (pp >= 2, got {job.pp})")
+    if job.zero:
+        raise SpecError(f"{jp}.zero: pipemare updates each stage on its own; plain data "
+                        "parallelism only (zero: 0)")
+    if exp.transport != "gloo":
+        raise SpecError(f"{jp}.schedule: pipemare runs over gloo (transport: gloo)")
+    pm = job.pipemare or PipeMare()
+    if pm.lr_steps < 0:
+        raise SpecError(f"{jp}.pipemare.lr_steps: must be >= 0 (got {pm.lr_steps})")
+    if not 0 < pm.decay < 1:
+        raise SpecError(f"{jp}.pipemare.decay: between 0 and 1 (got {pm.decay})")
 
 
 def check_real(real: RealModel, job: ParallelJob, jp: str) -> None:

@@ -88,7 +88,7 @@ class EmulatedStage:
             self.layer(j, backward=False)
         return self.act
 
-    def backward(self, mb: int, g):
+    def backward(self, mb: int, g, lag: int = 0):
         for j in reversed(range(len(self.work))):
             self.layer(j, backward=True)
         return self.act

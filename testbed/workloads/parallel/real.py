@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from testbed.workloads.model.parallel.desc import stage_layers
 from testbed.workloads.model.parallel.job import JobConfig
+from testbed.workloads.model.parallel.pipemare import gamma, tau
 
 from .comm import Comm
 from .shards import Shards
@@ -46,6 +47,11 @@ class RealStage:
         self.shards = Shards(torch, flats, comm, cfg.zero)
         self.unit_first = [2 * u for u in self.mine]
         self.saved: dict[int, list] = {}
+        # PipeMare's discrepancy correction: per unit, the moving average of an update
+        self.velocity: list | None = None
+        if cfg.schedule == "pipemare" and cfg.pipemare.predict:
+            self.velocity = [torch.zeros_like(f) for f in flats]
+            self.gamma = gamma(cfg.pipemare.decay, tau(stage, lay.pp, cfg.micro_batches))
 
     def slice_unit(self, unit) -> list:
         if len(unit) == 1:
@@ -54,6 +60,21 @@ class RealStage:
         k = a.out_features // self.tp
         lo, hi = self.tpi * k, (self.tpi + 1) * k
         return [a.weight[lo:hi], a.bias[lo:hi], b.weight[:, lo:hi], b.bias]
+
+    def weights(self, j: int, lag: int) -> list:
+        """Unit j's weights for a backward `lag` updates after its forward: today's, or
+        under discrepancy correction those the forward used, predicted."""
+        w = self.shards.full(j)
+        if lag and self.velocity is not None:
+            w = w - lag * self.velocity[j]
+        return self.unpack(j, w)
+
+    def moved(self, before: list) -> None:
+        """After an update (`before`: the weights it started from): the moving averages."""
+        if self.velocity is None:
+            return
+        for v, old, new in zip(self.velocity, before, self.shards.params):
+            v.mul_(self.gamma).add_(new[:v.numel()] - old[:v.numel()], alpha=1 - self.gamma)
 
     def unpack(self, j: int, flat) -> list:
         out, pos = [], 0
@@ -89,10 +110,11 @@ class RealStage:
         self.saved[mb] = saved
         return x
 
-    def backward(self, mb: int, g):
+    def backward(self, mb: int, g, lag: int = 0):
+        """The micro-batch's backward, `lag` weight updates after its forward."""
         saved = self.saved.pop(mb)
         for j in reversed(range(len(self.mine))):
-            p = self.unpack(j, self.shards.full(j))
+            p = self.weights(j, lag)
             grad = self.unpack(j, self.shards.grads[j])
             s = saved[j]
             z = s[-1] if len(p) == 4 else s[1]

@@ -13,7 +13,8 @@ from pathlib import Path
 from testbed.workloads.model.jobsync import Gate, Reporter, before_iteration
 from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.job import JobConfig
-from testbed.workloads.model.parallel.schedule import actions
+from testbed.workloads.model.parallel.pipemare import lr_scale, tau
+from testbed.workloads.model.parallel.schedule import ASYNC, actions, stream
 
 from ..rank import Timeline, counters, union_s
 from .comm import Comm
@@ -49,7 +50,14 @@ class Runner:
                 raise ValueError(f"batch {cfg.real.batch} is not a multiple of "
                                  f"{cfg.micro_batches} micro-batches")
             self.mb_size = cfg.real.batch // cfg.micro_batches
+        self.batches: dict[int, tuple] = {}
         self.grad_out: dict = {}
+        # without a flush (PipeMare) an iteration's actions run into the next one's
+        self.chunks = stream(self.stage, lay.pp, cfg.micro_batches, cfg.iters) \
+            if cfg.schedule in ASYNC else None
+        self.pending: list = []  # sends still going at the end of an iteration
+        self.version = 0         # the weight updates this stage has made
+        self.forward_version: dict[int, int] = {}
 
     def boundary_shape(self, stage: int) -> tuple:
         """The activation leaving `stage` (the input of stage + 1)."""
@@ -57,6 +65,31 @@ class Runner:
             return (self.mb_size, self.cfg.real.width)
         plan = self.cfg.plan()
         return (plan.stage_work(stage)[-1].act_elems,)
+
+    def plan(self, it: int) -> list[tuple[str, int]]:
+        """The iteration's actions, micro-batches numbered over the run."""
+        if self.chunks is not None:
+            return self.chunks[it]
+        m = self.cfg.micro_batches
+        return [(k, it * m + mb) for k, mb in actions(self.cfg.schedule, self.stage,
+                                                      self.cfg.layout.pp, m)]
+
+    def tag(self, it: int, g: int) -> int:
+        """A micro-batch's activation tag (its gradient's is one more): numbered within the
+        iteration, or over the run when iterations overlap."""
+        return 2 * (g if self.chunks is not None else g - it * self.cfg.micro_batches)
+
+    def micro_batch(self, g: int) -> tuple:
+        """The samples and labels of micro-batch g of the run, the iteration's batch drawn
+        when first needed (in order: the same batches as the data-parallel job's)."""
+        k, j = divmod(g, self.cfg.micro_batches)
+        if k not in self.batches:
+            idx = self.torch.randint(0, self.xtr.shape[0], (self.cfg.real.batch,),
+                                     generator=self.gen)
+            self.batches = {k: (self.xtr[idx].split(self.mb_size),
+                                self.ytr[idx].split(self.mb_size))}
+        xs, ys = self.batches[k]
+        return xs[j], ys[j]
 
     def iteration(self, it: int) -> dict:
         torch, cfg, lay = self.torch, self.cfg, self.cfg.layout
@@ -66,62 +99,85 @@ class Runner:
             time.sleep(10 * cfg.timeout_s)
         last = lay.pp - 1
         dtype = torch.float32 if self.real else self.model.dtype
-        if self.real:
-            idx = torch.randint(0, self.xtr.shape[0], (cfg.real.batch,), generator=self.gen)
-            xs = self.xtr[idx].split(self.mb_size)
-            ys = self.ytr[idx].split(self.mb_size)
-        losses, sends, waited = [], [], 0.0
+        losses, sends, waited, lags = [], [], 0.0, []
         self.comm.spans.clear()
         t0 = time.perf_counter()
         compute = 0.0
         m = cfg.micro_batches
-        acts = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage - 1),
-                                                dtype=dtype), self.stage - 1, 2 * mb)
-                for mb in range(m)} if self.stage > 0 else {}
-        grads = {mb: self.comm.irecv(torch.empty(self.boundary_shape(self.stage),
-                                                 dtype=dtype), self.stage + 1, 2 * mb + 1)
-                 for mb in range(m)} if self.stage < last else {}
-        for kind, mb in actions(cfg.schedule, self.stage, lay.pp, m):
+        todo = self.plan(it)
+        acts = {g: self.comm.irecv(torch.empty(self.boundary_shape(self.stage - 1),
+                                               dtype=dtype), self.stage - 1, self.tag(it, g))
+                for k, g in todo if k == "F" and self.stage > 0}
+        grads = {g: self.comm.irecv(torch.empty(self.boundary_shape(self.stage),
+                                                dtype=dtype), self.stage + 1,
+                                    self.tag(it, g) + 1)
+                 for k, g in todo if k == "B" and self.stage < last}
+        t_sync = t_synced = None
+        for kind, g in todo:
             if kind == "F":
                 if self.stage > 0:
-                    waited += self.comm.wait(acts[mb])
-                    x = acts.pop(mb)[1]
+                    waited += self.comm.wait(acts[g])
+                    x = acts.pop(g)[1]
                 else:
-                    x = xs[mb].reshape(len(xs[mb]), -1) if self.real else None
+                    x = self.micro_batch(g)[0] if self.real else None
+                    if x is not None:
+                        x = x.reshape(len(x), -1)
+                self.forward_version[g] = self.version
                 c0 = time.perf_counter()
-                y = self.model.forward(mb, x)
+                y = self.model.forward(g, x)
                 compute += time.perf_counter() - c0
                 if self.stage < last:
-                    sends.append(self.comm.send(y.contiguous(), self.stage + 1, tag=2 * mb))
+                    sends.append(self.comm.send(y.contiguous(), self.stage + 1,
+                                                tag=self.tag(it, g)))
                 elif self.real:
-                    losses.append(self.loss(mb, y, ys[mb]))
+                    losses.append(self.loss(g, y, self.micro_batch(g)[1]))
+                continue
+            if self.stage < last:
+                waited += self.comm.wait(grads[g])
+                grad = grads.pop(g)[1]
             else:
-                if self.stage < last:
-                    waited += self.comm.wait(grads[mb])
-                    g = grads.pop(mb)[1]
-                else:
-                    g = self.grad_out.pop(mb) if self.real else None
-                c0 = time.perf_counter()
-                gx = self.model.backward(mb, g)
-                compute += time.perf_counter() - c0
-                if self.stage > 0:
-                    sends.append(self.comm.send(gx.contiguous(), self.stage - 1,
-                                                tag=2 * mb + 1))
-        for w in sends:
-            w.wait()
-        t_pipe = time.perf_counter()
-        self.reporter.set_phase("sync")
-        self.sync()
-        t1 = time.perf_counter()
+                grad = self.grad_out.pop(g) if self.real else None
+            lag = self.version - self.forward_version.pop(g)
+            lags.append(lag)
+            c0 = time.perf_counter()
+            gx = self.model.backward(g, grad, lag)
+            compute += time.perf_counter() - c0
+            if self.stage > 0:
+                sends.append(self.comm.send(gx.contiguous(), self.stage - 1,
+                                            tag=self.tag(it, g) + 1))
+            if self.chunks is not None and g % m == m - 1:
+                # no flush: the stage updates its weights as soon as it has the
+                # iteration's gradients, and goes on with the next iteration's forwards
+                t_sync = time.perf_counter()
+                self.sync()
+                t_synced = time.perf_counter()
+        if self.chunks is None or it == cfg.iters - 1:
+            for w in self.pending + sends:
+                w.wait()
+            self.pending = []
+        else:  # the sends of the last iteration are long done, this one's may still go
+            for w in self.pending:
+                w.wait()
+            self.pending = sends
+        if t_sync is None or t_synced is None:
+            t_sync = time.perf_counter()
+            self.reporter.set_phase("sync")
+            self.sync()
+            t_synced = t1 = time.perf_counter()
+        else:
+            t1 = time.perf_counter()
         self.timeline.span(f"iteration {it}", "iteration", t0, t1, tid=7)
+        sync_s = t_synced - t_sync
+        pipe_s = t1 - t0 - sync_s
         # the bubble: the share of the pipeline phase this rank spent outside its layers
         # (waiting for a neighbour, or for its own sends)
         # perf_counter is the machine's monotonic clock, the same in every namespace: the
         # analysis lines up the ranks of a group with these
-        row = {"iteration": it, "iter_s": t1 - t0, "pipeline_s": t_pipe - t0,
-               "sync_s": t1 - t_pipe, "pp_wait_s": waited,
-               "t_start": t0, "t_sync_start": t_pipe, "t_sync_end": t1,
-               "bubble": 1 - compute / (t_pipe - t0) if t_pipe > t0 else 0.0}
+        row = {"iteration": it, "iter_s": t1 - t0, "pipeline_s": pipe_s,
+               "sync_s": sync_s, "pp_wait_s": waited,
+               "t_start": t0, "t_sync_start": t_sync, "t_sync_end": t_synced,
+               "bubble": 1 - compute / pipe_s if pipe_s > 0 else 0.0,
+               "staleness": sum(lags) / len(lags) if lags else 0.0}
         if self.real:
             row["loss"] = sum(losses) if losses else None
         return row | {"compute_loop_s": compute}
@@ -140,14 +196,24 @@ class Runner:
         return loss.item()
 
     def sync(self) -> None:
+        """The data-parallel synchronisation and the stage's weight update (under PipeMare
+        with its learning rate rescheduled, and the update's moving average kept)."""
         cfg = self.cfg
         lr, mom = (cfg.real.lr, cfg.real.momentum) if self.real else (0.0, 0.0)
+        if self.chunks is not None:
+            lr *= lr_scale(self.version, tau(self.stage, cfg.layout.pp, cfg.micro_batches),
+                           cfg.pipemare.lr_steps)
         groups = [self.model.shards]
         if not self.real and self.model.experts is not None:
             groups.append(self.model.experts)
         for shards in groups:
             grads = shards.synchronise()
+            before = [p.clone() for p in shards.params] \
+                if self.real and self.model.velocity is not None else []
             shards.step(grads, lr, mom)
+            if before:
+                self.model.moved(before)
+        self.version += 1
 
     def close(self) -> None:
         import resource

@@ -31,7 +31,7 @@ from testbed.workloads.model.parallel.desc import (
     stage_layers,
 )
 from testbed.workloads.model.parallel.layout import Layout
-from testbed.workloads.model.parallel.schedule import bubble_fraction, simulate
+from testbed.workloads.model.parallel.schedule import ASYNC, bubble_fraction, simulate
 
 KINDS = ("tp", "pp", "dp", "ep", "fsdp")  # collective types, one process group (DSCP) each
 
@@ -147,9 +147,6 @@ def predict(plan: JobShape, net: Network, s_per_flop: float) -> dict:
         fwd.append(f)
         bwd.append(b)
         comm_stage.append(comm)
-    act = max(w.act_elems for w in plan.layers()) * nb
-    transfer = net.ring("pp", act, 1) if lay.pp > 1 else 0.0
-    pipe = simulate(plan.schedule, lay.pp, m, fwd, bwd, transfer)
     syncs = []
     for s in range(lay.pp):
         work = plan.stage_work(s)
@@ -165,12 +162,20 @@ def predict(plan: JobShape, net: Network, s_per_flop: float) -> dict:
                           + net.ring("fsdp", ring_gather_sent(expert, edp), edp - 1))
             comm_stage[s]["fsdp"] += t
         syncs.append(t)
+    act = max(w.act_elems for w in plan.layers()) * nb
+    transfer = net.ring("pp", act, 1) if lay.pp > 1 else 0.0
+    # without a flush (PipeMare) each stage synchronises at its own update, inside the
+    # pipeline's steady period; after the flush otherwise
+    steady = plan.schedule in ASYNC
+    pipe = simulate(plan.schedule, lay.pp, m, fwd, bwd, transfer, syncs if steady else None)
     sync = max(syncs)
     slowest = max(range(lay.pp), key=lambda s: pipe["busy_s"][s] + syncs[s])
     comm = dict(comm_stage[slowest])
     comm["pp"] = 2 * m * transfer if lay.pp > 1 else 0.0
     compute = m * sum(w.fwd_flops + w.bwd_flops for w in plan.stage_work(slowest)) * s_per_flop
-    return {"iteration_s": pipe["iteration_s"] + sync, "pipeline_s": pipe["iteration_s"],
-            "sync_s": sync, "compute_s": compute, "fwd_s": fwd, "bwd_s": bwd,
-            "transfer_s": transfer, "comm_s": comm,
-            "bubble": pipe["bubble"], "bubble_ideal": bubble_fraction(lay.pp, m)}
+    iteration = pipe["iteration_s"] if steady else pipe["iteration_s"] + sync
+    pipeline = iteration - (syncs[slowest] if steady else sync)
+    return {"iteration_s": iteration, "pipeline_s": pipeline, "sync_s": sync,
+            "compute_s": compute, "fwd_s": fwd, "bwd_s": bwd,
+            "transfer_s": transfer, "comm_s": comm, "bubble": pipe["bubble"],
+            "bubble_ideal": 0.0 if steady else bubble_fraction(lay.pp, m)}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from testbed.workloads.model.parallel.cost import JobShape
 from testbed.workloads.model.parallel.desc import ModelDesc
 from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.pipemare import PipeMare
 
 COMPUTE_MODES = ("real", "emulated")
 
@@ -59,6 +60,7 @@ class JobConfig:
     report_file: str = ""              # ... where rank 0 reports its progress, ...
     start_file: str = ""               # ... and the runner's start of iteration 0
     roce: RoceTransport | None = None  # emulated: collectives over the RoCE engine
+    pipemare: PipeMare = field(default_factory=PipeMare)  # schedule pipemare, real compute
 
     def plan(self) -> JobShape:
         """The job as the analytical model sees it."""

@@ -6,13 +6,19 @@
   forwards, then alternates one forward and one backward, then drains the backwards. The
   same bubble as GPipe, (p-1)/(m+p-1) of the iteration, with at most p micro-batches'
   activations alive instead of m.
+- PipeMare (Yang et al. 2021): asynchronous, no flush. 1F1B runs over every micro-batch of
+  the whole run; a stage updates its weights after the last backward of each mini-batch
+  and goes on with the next mini-batch's forwards meanwhile (`stream`). The bubble is the
+  fill and drain of the whole run, not of every iteration; the price is that a forward
+  uses weights a few updates older than those its gradient is applied to (`staleness`).
 
 `simulate` replays a schedule with fixed per-micro-batch times and transfer delays: the
 iteration time and bubble the model predicts, used by the analytical model and the tests.
 """
 from __future__ import annotations
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b")   # synchronous: a flush at the end of every iteration
+ASYNC = ("pipemare",)
 
 Action = tuple[str, int]  # ("F" | "B", micro-batch)
 
@@ -21,17 +27,39 @@ def actions(schedule: str, stage: int, stages: int, micro: int) -> list[Action]:
     if schedule == "gpipe":
         return [("F", i) for i in range(micro)] + [("B", i) for i in reversed(range(micro))]
     if schedule == "1f1b":
-        warm = min(stages - stage - 1, micro)
-        out: list[Action] = [("F", i) for i in range(warm)]
-        f, b = warm, 0
-        while f < micro:
-            out.append(("F", f))
-            f += 1
-            out.append(("B", b))
-            b += 1
-        out += [("B", i) for i in range(b, micro)]
-        return out
+        return one_f_one_b(stages - stage - 1, micro)
     raise ValueError(f"unknown schedule {schedule!r} (one of {', '.join(SCHEDULES)})")
+
+
+def one_f_one_b(warm: int, micro: int) -> list[Action]:
+    """`warm` forwards, then one forward and one backward alternately, then the backwards
+    left, over micro-batches 0 .. micro-1."""
+    warm = min(warm, micro)
+    out: list[Action] = [("F", i) for i in range(warm)]
+    for f in range(warm, micro):
+        out += [("F", f), ("B", f - warm)]
+    return out + [("B", i) for i in range(micro - warm, micro)]
+
+
+def stream(stage: int, stages: int, micro: int, iters: int) -> list[list[Action]]:
+    """PipeMare's pipeline: 1F1B over the run's micro-batches, numbered over the whole run
+    (micro-batch j of iteration k is k*micro + j), cut after each iteration's last backward,
+    where the stage updates its weights: one list per iteration. The first holds the
+    warm-up forwards of the next iteration, the last the drain."""
+    out: list[list[Action]] = [[]]
+    for kind, g in one_f_one_b(stages - stage - 1, micro * iters):
+        out[-1].append((kind, g))
+        if kind == "B" and g % micro == micro - 1 and len(out) < iters:
+            out.append([])
+    return out
+
+
+def staleness(stage: int, stages: int, micro: int) -> list[int]:
+    """In PipeMare's steady state, how many weight updates of the stage fall between the
+    forward of micro-batch j of an iteration and its backward, j = 0 .. micro-1: the updates
+    its gradient is late by (0 for the last stage). Their mean is (stages-stage-1)/micro."""
+    warm = stages - stage - 1
+    return [-((j - warm) // micro) for j in range(micro)]
 
 
 def bubble_fraction(stages: int, micro: int) -> float:
@@ -40,17 +68,28 @@ def bubble_fraction(stages: int, micro: int) -> float:
 
 
 def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
-             bwd_s: float | list[float], transfer_s: float = 0.0) -> dict:
+             bwd_s: float | list[float], transfer_s: float = 0.0,
+             sync_s: list[float] | None = None, iters: int = 8) -> dict:
     """Event-driven replay: each stage runs its actions in order, a forward waits for the
     previous stage's forward of that micro-batch to arrive, a backward for the next stage's
     backward. Transfers overlap compute (asynchronous sends into receives posted ahead) but
     leave one at a time on the sending stage's link (forward activations and backward
     gradients of a middle stage share it). Returns the iteration
     time, each stage's busy time and the bubble (1 - busy / iteration, averaged). Times may
-    differ per stage (a list)."""
+    differ per stage (a list).
+
+    An asynchronous schedule is replayed over `iters` iterations, each stage stopping for its
+    `sync_s` at every weight update; its iteration is the steady period between updates
+    (its sync included), its bubble the share of that period, less the sync, each stage
+    idles. A synchronous schedule's sync comes after the flush: the caller adds it."""
     fwd = fwd_s if isinstance(fwd_s, list) else [fwd_s] * stages
     bwd = bwd_s if isinstance(bwd_s, list) else [bwd_s] * stages
-    plans = [actions(schedule, s, stages, micro) for s in range(stages)]
+    sync = sync_s or [0.0] * stages
+    run = iters if schedule in ASYNC else 1
+    plans = [[a for chunk in stream(s, stages, micro, run) for a in chunk]
+             if schedule in ASYNC else actions(schedule, s, stages, micro)
+             for s in range(stages)]
+    updates: list[list[float]] = [[] for _ in range(stages)]
     done: dict[tuple[str, int, int], float] = {}
     arrived: dict[tuple[str, int, int], float] = {}
     nic = [0.0] * stages  # when each stage's link is free to send the next tensor
@@ -77,12 +116,21 @@ def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
                 leave = max(clock[s], nic[s])
                 nic[s] = leave + transfer_s
                 arrived[(kind, s, mb)] = nic[s]
+            if kind == "B" and mb % micro == micro - 1 and schedule in ASYNC:
+                clock[s] += sync[s]
+                updates[s].append(clock[s])
             pos[s] += 1
             progressed = True
         if not progressed:
-            raise RuntimeError("schedule deadlocks")  # cannot happen for the two above
-    total = max(clock)
+            raise RuntimeError("schedule deadlocks")  # cannot happen for the three above
     busy = [micro * (f + b) for f, b in zip(fwd, bwd)]
+    if schedule in ASYNC and run > 2:
+        # between the first update and the last but one: past the fill, before the drain
+        period = max((u[-2] - u[0]) / (run - 2) for u in updates)
+        idle = [1 - b / (period - y) if period > y else 0.0 for b, y in zip(busy, sync)]
+        return {"iteration_s": period, "busy_s": busy, "bubble": sum(idle) / stages,
+                "peak_in_flight": [peak_in_flight(p) for p in plans]}
+    total = max(clock)
     return {"iteration_s": total, "busy_s": busy,
             "bubble": 1 - sum(busy) / stages / total if total > 0 else 0.0,
             "peak_in_flight": [peak_in_flight(p) for p in plans]}

@@ -1,0 +1,52 @@
+"""PipeMare's two corrections for an asynchronous pipeline (Yang et al., "PipeMare:
+Asynchronous Pipeline Parallel DNN Training", MLSys 2021), pure. Without a flush, stage s
+computes a micro-batch's forward with weights some updates older than those its gradient
+is applied to (`schedule.staleness`); the two techniques make that delay harmless:
+
+- learning-rate rescheduling (T1): stage s's step at update k is lr / tau_s^(1 - k/K) for
+  the first K updates, then lr, where tau_s is the stage's delay: early steps, when the
+  weights move fastest, are shortened where the gradients are most out of date;
+- discrepancy correction (T2): the backward pass should use the weights the forward used,
+  but keeping them (PipeDream's weight stashing) costs memory; PipeMare predicts them
+  instead, today's weights less the updates since the forward, each estimated by a moving
+  average of the stage's recent updates: u = w - lag * delta, delta <- gamma delta +
+  (1 - gamma)(w_new - w_old), with gamma = decay^(1/tau_s).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schedule import staleness
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipeMare:
+    """The corrections of an asynchronous pipeline (`schedule: pipemare`): `lr_steps` is
+    K, the updates over which T1's rescheduling anneals (0: off); `predict` turns T2 on,
+    `decay` is how much of an update the moving average keeps after the stage's delay."""
+    lr_steps: int = 100
+    predict: bool = True
+    decay: float = 0.1
+
+    def label(self) -> str:
+        """What the job label adds: nothing with both corrections, else what is off."""
+        off = [name for name, on in (("lr", self.lr_steps > 0), ("pred", self.predict))
+               if not on]
+        return "" if not off else "no-" + "-".join(off)
+
+
+def tau(stage: int, stages: int, micro: int) -> int:
+    """The stage's delay in updates (the most of its micro-batches'; at least 1)."""
+    return max(1, max(staleness(stage, stages, micro)))
+
+
+def lr_scale(step: int, delay: int, steps: int) -> float:
+    """T1: the factor on the learning rate at the stage's `step`-th update."""
+    if steps <= 0 or step >= steps:
+        return 1.0
+    return float(delay) ** -(1 - step / steps)
+
+
+def gamma(decay: float, delay: int) -> float:
+    """T2: the moving average's factor per update, so that `decay` is left after `delay`."""
+    return decay ** (1 / delay)
