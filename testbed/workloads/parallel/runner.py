@@ -58,6 +58,8 @@ class Runner:
         self.pending: list = []  # sends still going at the end of an iteration
         self.version = 0         # the weight updates this stage has made
         self.forward_version: dict[int, int] = {}
+        self.acts: dict = {}      # receives posted: activations and gradients, by micro-batch
+        self.grads: dict = {}
 
     def boundary_shape(self, stage: int) -> tuple:
         """The activation leaving `stage` (the input of stage + 1)."""
@@ -105,13 +107,20 @@ class Runner:
         compute = 0.0
         m = cfg.micro_batches
         todo = self.plan(it)
-        acts = {g: self.comm.irecv(torch.empty(self.boundary_shape(self.stage - 1),
-                                               dtype=dtype), self.stage - 1, self.tag(it, g))
-                for k, g in todo if k == "F" and self.stage > 0}
-        grads = {g: self.comm.irecv(torch.empty(self.boundary_shape(self.stage),
-                                                dtype=dtype), self.stage + 1,
-                                    self.tag(it, g) + 1)
-                 for k, g in todo if k == "B" and self.stage < last}
+        # Gloo sends only into a posted receive: the receives of the iteration, and without
+        # a flush those of the next one too, whose first inputs leave the neighbours while
+        # this iteration runs
+        for k, g in todo + (self.plan(it + 1) if self.chunks is not None and
+                            it + 1 < cfg.iters else []):
+            if k == "F" and self.stage > 0 and g not in self.acts:
+                self.acts[g] = self.comm.irecv(torch.empty(
+                    self.boundary_shape(self.stage - 1), dtype=dtype), self.stage - 1,
+                    self.tag(it, g))
+            elif k == "B" and self.stage < last and g not in self.grads:
+                self.grads[g] = self.comm.irecv(torch.empty(
+                    self.boundary_shape(self.stage), dtype=dtype), self.stage + 1,
+                    self.tag(it, g) + 1)
+        acts, grads = self.acts, self.grads
         t_sync = t_synced = None
         for kind, g in todo:
             if kind == "F":
