@@ -293,7 +293,8 @@ TRAINING = ("training_priority", "training_compression", "training_consistency",
 
 
 PARALLEL = ("parallel_collectives", "parallel_pipeline", "parallel_fsdp", "parallel_moe",
-            "parallel_placement", "parallel_16", "parallel_roce", "parallel_roce_ecmp")
+            "parallel_placement", "parallel_16", "parallel_roce", "parallel_roce_ecmp",
+            "parallel_pipemare")
 
 
 def parallel(out: Path, name: str) -> None:
@@ -333,6 +334,18 @@ def parallel(out: Path, name: str) -> None:
               f"{float(r['roce_cpu_s']):.1f} s |")
 
 
+def pipemare(out: Path, name: str) -> None:
+    """The asynchronous pipeline's price: each job's delays (measured, model) and losses."""
+    print("| experiment | job | iteration | delay in updates (model) | loss, last step | "
+          "loss, last tenth |\n|---|---|---|---|---|---|")
+    for r in rows(out / name, "parallel.csv"):
+        if r.get("tail_loss") in (None, "", "None"):
+            continue
+        print(f"| {r['experiment']} | {r['job']} | {_g(r, 'iter_s_median', '{:.4f} s')} | "
+              f"{_g(r, 'staleness', '{:.3f}')} ({_g(r, 'model_staleness', '{:.3f}')}) | "
+              f"{_g(r, 'final_loss', '{:.3f}')} | **{_g(r, 'tail_loss', '{:.3f}')}** |")
+
+
 def main(out: Path) -> None:
     for title, fn in (("Reachability", reachability), ("Link calibration", link),
                       ("Queue calibration", queue), ("Startup", startup)):
@@ -362,6 +375,9 @@ def main(out: Path) -> None:
         if (out / name / "metrics" / "parallel.csv").exists():
             print(f"\n### {name}\n")
             parallel(out, name)
+            if name == "parallel_pipemare":
+                print()
+                pipemare(out, name)
 
 
 if __name__ == "__main__":

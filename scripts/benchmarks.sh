@@ -32,7 +32,7 @@ if ((${#specs[@]} == 0)); then
          training_fusion training_scheduling \
          hedera_fattree hedera_fattree_20mbps \
          parallel_collectives parallel_pipeline parallel_fsdp parallel_moe parallel_placement parallel_16 \
-         parallel_roce parallel_roce_ecmp parallel_3d \
+         parallel_roce parallel_roce_ecmp parallel_3d parallel_pipemare \
          parallel_smoke \
          fault_link fault_link_ff fault_controller fault_training jobs_two jobs_unequal jobs_fattree \
          jobs_roce jobs_transports \

@@ -87,8 +87,8 @@ def test_the_corrections_arithmetic():
     assert lr_scale(100, 4, 100) == 1.0 and lr_scale(0, 4, 0) == 1.0
     # T2: the average keeps `decay` of an update after the stage's delay
     assert gamma(0.1, 2) ** 2 == pytest.approx(0.1)
-    assert PipeMare().label() == "" and PipeMare(lr_steps=0, predict=False).label() == \
-        "no-lr-pred"
+    assert PipeMare().label() == "" and PipeMare(lr_steps=0, backward="current").label() == \
+        "no-lr-current-weights"
 
 
 def test_an_asynchronous_real_job_on_loopback(tmp_path):

@@ -46,6 +46,8 @@ BAD_PARALLEL = [
      "experiments[0].jobs[0].schedule: pipemare runs over gloo"),
     ({"jobs": [{"pp": 2, "schedule": "pipemare", "pipemare": {"decay": 1.5}}]},
      "experiments[0].jobs[0].pipemare.decay"),
+    ({"jobs": [{"pp": 2, "schedule": "pipemare", "pipemare": {"backward": "old"}}]},
+     "experiments[0].jobs[0].pipemare.backward: unknown 'old'"),
     ({"jobs": [{"pp": 2, "schedule": "pipemare", "pipemare": {"lr_steps": -1}}]},
      "experiments[0].jobs[0].pipemare.lr_steps"),
     ({"transport": "roce", "compute": "real"}, "experiments[0].transport: roce carries"),

@@ -10,6 +10,7 @@ from testbed.config.capacity import Capacity
 from testbed.config.spec import Spec
 from testbed.workloads.model.parallel.cost import KINDS, Network, sent_bytes
 from testbed.workloads.model.parallel.layout import Layout
+from testbed.workloads.model.parallel.schedule import ASYNC
 from testbed.workloads.model.rdma import ROCE_OVERHEAD
 from topologies.model import Topology, at_rate
 
@@ -48,7 +49,11 @@ def parallel_timing(exp: Parallel, job: ParallelJob, where: Topology, hosts: lis
     counted = prediction(plan, Network(dict.fromkeys(KINDS, float("inf")),
                                        dict.fromkeys(KINDS, 1.0)), 0.0, {})
     steps = round(sum(counted["comm_s"].values()))
-    return max(0.0, pred["iteration_s"] - pred["compute_s"]), compute, sent / 1e6, steps
+    comm = max(0.0, pred["iteration_s"] - pred["compute_s"])
+    if job.schedule in ASYNC:  # without a flush the transfers overlap the compute
+        comm = min(pred["iteration_s"], sum(pred["comm_s"].values()))
+        compute = max(0.0, pred["iteration_s"] - comm) if exp.compute == "emulated" else 0.0
+    return comm, compute, sent / 1e6, steps
 
 
 def _layout(layout: Layout) -> str:

@@ -14,7 +14,7 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.desc import ModelDesc, load_models
 from testbed.workloads.model.parallel.job import COMPUTE_MODES, RealModel
 from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
-from testbed.workloads.model.parallel.pipemare import PipeMare
+from testbed.workloads.model.parallel.pipemare import BACKWARD_WEIGHTS, PipeMare
 from testbed.workloads.model.parallel.roce import queue_pairs
 from testbed.workloads.model.parallel.schedule import ASYNC, SCHEDULES
 from topologies import TopologyError
@@ -281,6 +281,7 @@ def check_async(exp: Parallel, job: ParallelJob, jp: str) -> None:
     pm = job.pipemare or PipeMare()
     if pm.lr_steps < 0:
         raise SpecError(f"{jp}.pipemare.lr_steps: must be >= 0 (got {pm.lr_steps})")
+    one_of(pm.backward, BACKWARD_WEIGHTS, f"{jp}.pipemare.backward")
     if not 0 < pm.decay < 1:
         raise SpecError(f"{jp}.pipemare.decay: between 0 and 1 (got {pm.decay})")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from testbed.workloads.model.parallel.desc import stage_layers
 from testbed.workloads.model.parallel.job import JobConfig
 from testbed.workloads.model.parallel.pipemare import gamma, tau
+from testbed.workloads.model.parallel.schedule import ASYNC
 
 from .comm import Comm
 from .shards import Shards
@@ -49,9 +50,12 @@ class RealStage:
         self.saved: dict[int, list] = {}
         # PipeMare's discrepancy correction: per unit, the moving average of an update
         self.velocity: list | None = None
-        if cfg.schedule == "pipemare" and cfg.pipemare.predict:
+        backward = cfg.pipemare.backward if cfg.schedule in ASYNC else "current"
+        if backward == "predicted":
             self.velocity = [torch.zeros_like(f) for f in flats]
             self.gamma = gamma(cfg.pipemare.decay, tau(stage, lay.pp, cfg.micro_batches))
+        # weight stashing: each micro-batch's forward weights, kept until its backward
+        self.stash: dict[int, list] | None = {} if backward == "stashed" else None
 
     def slice_unit(self, unit) -> list:
         if len(unit) == 1:
@@ -61,9 +65,11 @@ class RealStage:
         lo, hi = self.tpi * k, (self.tpi + 1) * k
         return [a.weight[lo:hi], a.bias[lo:hi], b.weight[:, lo:hi], b.bias]
 
-    def weights(self, j: int, lag: int) -> list:
-        """Unit j's weights for a backward `lag` updates after its forward: today's, or
-        under discrepancy correction those the forward used, predicted."""
+    def weights(self, j: int, lag: int, stashed: list | None) -> list:
+        """Unit j's weights for a backward `lag` updates after its forward: today's, those
+        the forward used (stashed), or under discrepancy correction those, predicted."""
+        if stashed is not None:
+            return self.unpack(j, stashed[j])
         w = self.shards.full(j)
         if lag and self.velocity is not None:
             w = w - lag * self.velocity[j]
@@ -108,13 +114,16 @@ class RealStage:
                 saved.append((x, za, ha, z))
             x = z.clamp(min=0) if self.relu_after(j, len(p) == 4) else z
         self.saved[mb] = saved
+        if self.stash is not None:
+            self.stash[mb] = [self.shards.full(j).clone() for j in range(len(self.mine))]
         return x
 
     def backward(self, mb: int, g, lag: int = 0):
         """The micro-batch's backward, `lag` weight updates after its forward."""
         saved = self.saved.pop(mb)
+        stashed = self.stash.pop(mb) if self.stash is not None else None
         for j in reversed(range(len(self.mine))):
-            p = self.weights(j, lag)
+            p = self.weights(j, lag, stashed)
             grad = self.unpack(j, self.shards.grads[j])
             s = saved[j]
             z = s[-1] if len(p) == 4 else s[1]

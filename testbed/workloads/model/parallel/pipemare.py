@@ -11,6 +11,10 @@ is applied to (`schedule.staleness`); the two techniques make that delay harmles
   instead, today's weights less the updates since the forward, each estimated by a moving
   average of the stage's recent updates: u = w - lag * delta, delta <- gamma delta +
   (1 - gamma)(w_new - w_old), with gamma = decay^(1/tau_s).
+
+The backward pass may also use today's weights (plain asynchronous pipelining) or the
+weights the forward used, kept per micro-batch in flight (PipeDream's weight stashing):
+the exact answer T2 approximates, at the memory T2 saves.
 """
 from __future__ import annotations
 
@@ -18,21 +22,25 @@ from dataclasses import dataclass
 
 from .schedule import staleness
 
+# the weights a backward pass uses: today's, predicted (T2), or kept from the forward
+BACKWARD_WEIGHTS = ("current", "predicted", "stashed")
+
 
 @dataclass(frozen=True, kw_only=True)
 class PipeMare:
     """The corrections of an asynchronous pipeline (`schedule: pipemare`): `lr_steps` is
-    K, the updates over which T1's rescheduling anneals (0: off); `predict` turns T2 on,
-    `decay` is how much of an update the moving average keeps after the stage's delay."""
+    K, the updates over which T1's rescheduling anneals (0: off); `backward` the weights
+    the backward pass uses (`predicted`: T2); `decay` is how much of an update T2's moving
+    average keeps after the stage's delay."""
     lr_steps: int = 100
-    predict: bool = True
+    backward: str = "predicted"
     decay: float = 0.1
 
     def label(self) -> str:
-        """What the job label adds: nothing with both corrections, else what is off."""
-        off = [name for name, on in (("lr", self.lr_steps > 0), ("pred", self.predict))
-               if not on]
-        return "" if not off else "no-" + "-".join(off)
+        """What the job label adds: nothing with both corrections, else what differs."""
+        parts = ([] if self.lr_steps > 0 else ["no-lr"]) + \
+            ([] if self.backward == "predicted" else [f"{self.backward}-weights"])
+        return "-".join(parts)
 
 
 def tau(stage: int, stages: int, micro: int) -> int:
