@@ -114,3 +114,36 @@ def test_an_asynchronous_real_job_on_loopback(tmp_path):
     assert async_loss[0] == pytest.approx(sync_loss[0], rel=1e-6)
     assert async_loss[1:] != pytest.approx(sync_loss[1:], rel=1e-6)  # late gradients
     assert all(r["loss"] is None for r in rows["async"][0])  # only the last stage's
+
+
+def test_discrepancy_correction_predicts_the_forward_weights():
+    """T2 on a stage whose weights move by the same step every update: the moving average
+    converges to that step, and today's weights less `lag` of it are the weights `lag`
+    updates ago."""
+    import torch
+
+    from testbed.workloads.parallel.real import RealStage
+    stage = object.__new__(RealStage)
+    stage.velocity = [torch.zeros(3)]
+    stage.gamma = gamma(0.1, 2)
+    stage.shapes = [[(3,)]]
+    step = torch.tensor([0.5, -1.0, 2.0])
+    history = [torch.tensor([1.0, 1.0, 1.0])]
+
+    class Shards:
+        params = [history[0].clone()]
+
+        def full(self, j):
+            return self.params[j]
+    stage.shards = Shards()
+    for _ in range(40):
+        before = [p.clone() for p in stage.shards.params]
+        stage.shards.params[0] += step
+        history.append(stage.shards.params[0].clone())
+        stage.moved(before)
+    assert stage.velocity[0] == pytest.approx(step.tolist(), rel=1e-6)
+    (predicted,) = stage.weights(0, 2, None)
+    assert predicted.tolist() == pytest.approx(history[-3].tolist(), rel=1e-6)
+    # stashed weights win over the prediction; no lag, today's
+    assert stage.weights(0, 2, [history[0]])[0].tolist() == history[0].tolist()
+    assert stage.weights(0, 0, None)[0].tolist() == history[-1].tolist()

@@ -83,6 +83,10 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
     `paths`: the path-aware model's (model.path_model), None without one."""
     lay = plan.layout
     steady = [row for rs in rows.values() for row in rs[warmup:]]
+    # without a flush an iteration's row also holds the next one's first forwards (the
+    # first row the fill's): the bytes per iteration are the whole run's over its length
+    counted = [row for rs in rows.values() for row in rs] if plan.schedule in ASYNC \
+        else steady
     iters = {it: [rs[it] for rs in rows.values() if it < len(rs)]
              for it in range(warmup, max((len(rs) for rs in rows.values()), default=0))}
     # an iteration of the job lasts as long as its slowest rank's
@@ -94,8 +98,8 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
     kind_rows = []
     by_kind = {}
     for k in KINDS:
-        measured_b = statistics.mean(r[f"{k}_bytes"] for r in steady) if steady else None
-        wire_b = statistics.mean(r[f"{k}_wire_bytes"] for r in steady) if steady else None
+        measured_b = statistics.mean(r[f"{k}_bytes"] for r in counted) if counted else None
+        wire_b = statistics.mean(r[f"{k}_wire_bytes"] for r in counted) if counted else None
         model_b = statistics.mean(s[k] for s in model_sent.values())
         if k == "pp":
             comm = exposed_pipeline(plan, rows, warmup)
