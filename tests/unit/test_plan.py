@@ -66,6 +66,9 @@ MEASURED_CPU_BOUND = {
     # measured 2026-11-27: none of its 40 job rows flagged (workers waited 2-8% of an
     # iteration for a core; the engines lost under 0.7% of a round to late wake-ups)
     "jobs_transports": False,
+    # measured 2026-11-28: none of its 12 jobs flagged (ranks waited 1-7% of an iteration;
+    # at 10 Mb/s one asynchronous real job had been, 12%)
+    "parallel_pipemare": False,
 }
 # where the plan and the measurement part, and why (docs/BENCHMARKS.md)
 DISAGREE: dict[str, str] = {}

@@ -93,6 +93,23 @@ class Runner:
         xs, ys = self.batches[k]
         return xs[j], ys[j]
 
+    def post_receives(self, it: int, dtype) -> None:
+        """Gloo sends only into a posted receive: the receives of the iteration, and without
+        a flush those of the next one too, whose first inputs leave the neighbours while
+        this iteration runs."""
+        last = self.cfg.layout.pp - 1
+        ahead = self.plan(it + 1) if self.chunks is not None and it + 1 < self.cfg.iters \
+            else []
+        for k, g in self.plan(it) + ahead:
+            if k == "F" and self.stage > 0 and g not in self.acts:
+                self.acts[g] = self.comm.irecv(self.torch.empty(
+                    self.boundary_shape(self.stage - 1), dtype=dtype), self.stage - 1,
+                    self.tag(it, g))
+            elif k == "B" and self.stage < last and g not in self.grads:
+                self.grads[g] = self.comm.irecv(self.torch.empty(
+                    self.boundary_shape(self.stage), dtype=dtype), self.stage + 1,
+                    self.tag(it, g) + 1)
+
     def iteration(self, it: int) -> dict:
         torch, cfg, lay = self.torch, self.cfg, self.cfg.layout
         if it == cfg.crash_iter and self.rank == cfg.crash_rank:
@@ -107,19 +124,7 @@ class Runner:
         compute = 0.0
         m = cfg.micro_batches
         todo = self.plan(it)
-        # Gloo sends only into a posted receive: the receives of the iteration, and without
-        # a flush those of the next one too, whose first inputs leave the neighbours while
-        # this iteration runs
-        for k, g in todo + (self.plan(it + 1) if self.chunks is not None and
-                            it + 1 < cfg.iters else []):
-            if k == "F" and self.stage > 0 and g not in self.acts:
-                self.acts[g] = self.comm.irecv(torch.empty(
-                    self.boundary_shape(self.stage - 1), dtype=dtype), self.stage - 1,
-                    self.tag(it, g))
-            elif k == "B" and self.stage < last and g not in self.grads:
-                self.grads[g] = self.comm.irecv(torch.empty(
-                    self.boundary_shape(self.stage), dtype=dtype), self.stage + 1,
-                    self.tag(it, g) + 1)
+        self.post_receives(it, dtype)
         acts, grads = self.acts, self.grads
         t_sync = t_synced = None
         for kind, g in todo:

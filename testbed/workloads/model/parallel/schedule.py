@@ -17,8 +17,8 @@ iteration time and bubble the model predicts, used by the analytical model and t
 """
 from __future__ import annotations
 
-SCHEDULES = ("gpipe", "1f1b")   # synchronous: a flush at the end of every iteration
-ASYNC = ("pipemare",)
+SCHEDULES = ("gpipe", "1f1b")  # synchronous: a flush at the end of every iteration
+ASYNC = ("pipemare",)         # no flush: iterations overlap
 
 Action = tuple[str, int]  # ("F" | "B", micro-batch)
 
@@ -44,8 +44,9 @@ def one_f_one_b(warm: int, micro: int) -> list[Action]:
 def stream(stage: int, stages: int, micro: int, iters: int) -> list[list[Action]]:
     """PipeMare's pipeline: 1F1B over the run's micro-batches, numbered over the whole run
     (micro-batch j of iteration k is k*micro + j), cut after each iteration's last backward,
-    where the stage updates its weights: one list per iteration. The first holds the
-    warm-up forwards of the next iteration, the last the drain."""
+    where the stage updates its weights: one list per iteration. Every list but the last
+    also holds the next iteration's first forwards; the first holds the fill, the last
+    the drain."""
     out: list[list[Action]] = [[]]
     for kind, g in one_f_one_b(stages - stage - 1, micro * iters):
         out[-1].append((kind, g))
