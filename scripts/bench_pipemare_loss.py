@@ -63,14 +63,14 @@ def main() -> int:
             continue
         n, width = exp.iters, max(1, exp.iters // 10)
         what = f"lr {exp.real.lr:g}, momentum {exp.real.momentum:g}, N = {n}"
-        runs = {job.label(): [last_stage_losses(local_job(
+        runs = [(job.label(), [last_stage_losses(local_job(
             job_config(replace(exp, seed=seed), job, rate_mbps=0.0),
-            out / f"e{e}-{job.label()}-s{seed}")) for seed in args.seeds]
-            for job in exp.jobs}
-        first = next(iter(runs.values()))
+            out / f"e{e}-j{j}-s{seed}")) for seed in args.seeds])
+            for j, job in enumerate(exp.jobs)]
+        first = runs[0][1]
         targets = [window(losses, n // 2, width) for losses in first]
         own = [steps_to(losses, t, width) for losses, t in zip(first, targets)]
-        for label, seeds in runs.items():
+        for label, seeds in runs:
             at = [statistics.mean(window(losses, end, width) for losses in seeds)
                   for end in (n // 4, n // 2, n)]
             steps = [steps_to(losses, t, width) for losses, t in zip(seeds, targets)]

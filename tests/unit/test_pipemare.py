@@ -61,6 +61,10 @@ def test_no_flush_no_bubble_in_the_steady_state():
     r = simulate("pipemare", 2, 4, [1.0, 2.0], [2.0, 4.0])
     assert r["iteration_s"] == pytest.approx(24.0)
     assert r["bubble"] == pytest.approx((0.5 + 0.0) / 2)
+    # unequal stages, more stages than micro-batches: the period is the busiest stage's
+    r = simulate("pipemare", 3, 1, [1.5, 1.0, 1.0], [3.0, 2.0, 2.0])
+    assert r["iteration_s"] == pytest.approx(4.5)
+    assert r["bubble"] == pytest.approx((0 + 1.5 / 4.5 + 1.5 / 4.5) / 3)
     # a stage's synchronisation stops it inside the period
     assert simulate("pipemare", 2, 2, 1.0, 2.0, sync_s=[1.0, 1.0])["iteration_s"] > 6.0
 
@@ -89,6 +93,7 @@ def test_the_corrections_arithmetic():
     assert gamma(0.1, 2) ** 2 == pytest.approx(0.1)
     assert PipeMare().label() == "" and PipeMare(lr_steps=0, backward="current").label() == \
         "no-lr-current-weights"
+    assert PipeMare(lr_steps=100, decay=0.5).label() == "lr100-decay0.5"
 
 
 def test_an_asynchronous_real_job_on_loopback(tmp_path):

@@ -41,6 +41,8 @@ def spec(**jobs):
 BAD_JOBS = [
     ({"jobs": []}, "experiments[0].jobs: at least one job"),
     ({"jobs": [{"name": "a"}, {"name": "a"}]}, "experiments[0].jobs: job names must differ"),
+    ({"jobs": [{"pp": 2, "schedule": "pipemare"}, {"dp": 2}]},
+     "experiments[0].jobs[0].schedule: pipemare runs in the parallel experiment only"),
     ({"jobs": [{"dp": 2, "hosts": ["h1", "h2"]}, {"dp": 2, "hosts": ["h2", "h3"]}]},
      "experiments[0].jobs: hosts ['h2'] are in more than one job"),
     ({"jobs": [{"dp": 8}, {"dp": 8}, {"dp": 2}]},

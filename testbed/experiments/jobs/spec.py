@@ -23,6 +23,7 @@ from testbed.workloads.model.parallel.cost import KINDS
 from testbed.workloads.model.parallel.desc import ModelDesc
 from testbed.workloads.model.parallel.job import RealModel
 from testbed.workloads.model.parallel.layout import POLICIES, Layout, place
+from testbed.workloads.model.parallel.schedule import ASYNC
 from topologies import TopologyError
 from topologies.model import Topology
 
@@ -333,6 +334,9 @@ def check_jobs(exp: Jobs, path: str, topo: Topology, spec: Spec | None = None) -
                                     "training job (its `training`)")
         else:
             pexp, pjob = job.as_parallel(exp, JOB_DSCPS[j])
+            if pjob.schedule in ASYNC:  # its phases are not the ones the policies gate
+                raise SpecError(f"{jp}.schedule: pipemare runs in the parallel experiment "
+                                "only")
             check_job(pexp, pjob, jp, jp, check_model(pexp, jp))
         if job.fault is not None:
             one_of(job.fault.kind, ("crash",) if job.training else ("crash", "hang"),

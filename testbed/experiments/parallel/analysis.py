@@ -9,7 +9,8 @@ from testbed.results.stats import median_or_none
 from testbed.results.stats import round_or_none as _r
 from testbed.workloads.model.parallel.cost import KINDS, JobShape, Network
 from testbed.workloads.model.parallel.layout import Layout
-from testbed.workloads.model.parallel.schedule import ASYNC, simulate, staleness
+from testbed.workloads.model.parallel.pipemare import mean_staleness
+from testbed.workloads.model.parallel.schedule import ASYNC, simulate
 
 from ..trainers.model import cpu_bound_verdict
 from .model import wire_factor
@@ -26,14 +27,6 @@ KIND_FIELDS = ["experiment", "fabric", "job", "kind", "bytes_per_rank", "model_b
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
-
-
-def model_staleness(plan: JobShape) -> float:
-    """The mean delay over the stages and micro-batches: (p-1)/(2m) without a flush."""
-    lay, m = plan.layout, plan.micro_batches
-    if plan.schedule not in ASYNC:
-        return 0.0
-    return statistics.mean(d for s in range(lay.pp) for d in staleness(s, lay.pp, m))
 
 
 def exposed_pipeline(plan: JobShape, rows: dict[int, list[dict]], warmup: int) -> float | None:
@@ -179,7 +172,8 @@ def summarise(*, experiment: int, fabric: str, label: str, plan: JobShape, compu
         # weight updates between a micro-batch's forward and backward (PipeMare's delay)
         "staleness": _r(statistics.mean(r.get("staleness", 0.0) for r in steady), 3)
         if steady else None,
-        "model_staleness": round(model_staleness(plan), 3),
+        "model_staleness": round(mean_staleness(lay.pp, plan.micro_batches), 3)
+        if plan.schedule in ASYNC else 0.0,
         **queue, **measured,
         "machine_idle_mean": cpu["machine_idle_mean"], "machine_idle_min": cpu["machine_idle_min"],
         "machine_steal_mean": cpu.get("machine_steal_mean"),

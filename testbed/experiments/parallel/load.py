@@ -50,7 +50,9 @@ def parallel_timing(exp: Parallel, job: ParallelJob, where: Topology, hosts: lis
                                        dict.fromkeys(KINDS, 1.0)), 0.0, {})
     steps = round(sum(counted["comm_s"].values()))
     comm = max(0.0, pred["iteration_s"] - pred["compute_s"])
-    if job.schedule in ASYNC:  # without a flush the transfers overlap the compute
+    if job.schedule in ASYNC:
+        # the time flows run: without a flush the transfers overlap the compute, so every
+        # one of them counts (not only what the iteration waits for), the rest is compute
         comm = min(pred["iteration_s"], sum(pred["comm_s"].values()))
         compute = max(0.0, pred["iteration_s"] - comm) if exp.compute == "emulated" else 0.0
     return comm, compute, sent / 1e6, steps

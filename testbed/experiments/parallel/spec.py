@@ -278,6 +278,9 @@ def check_async(exp: Parallel, job: ParallelJob, jp: str) -> None:
                         "parallelism only (zero: 0)")
     if exp.transport != "gloo":
         raise SpecError(f"{jp}.schedule: pipemare runs over gloo (transport: gloo)")
+    if job.pipemare is not None and exp.compute != "real":
+        raise SpecError(f"{jp}.pipemare: its corrections act on real compute's weights "
+                        "(compute: real)")
     pm = job.pipemare or PipeMare()
     if pm.lr_steps < 0:
         raise SpecError(f"{jp}.pipemare.lr_steps: must be >= 0 (got {pm.lr_steps})")

@@ -173,8 +173,10 @@ def predict(plan: JobShape, net: Network, s_per_flop: float) -> dict:
     comm = dict(comm_stage[slowest])
     comm["pp"] = 2 * m * transfer if lay.pp > 1 else 0.0
     compute = m * sum(w.fwd_flops + w.bwd_flops for w in plan.stage_work(slowest)) * s_per_flop
+    if steady:  # the period holds each stage's own sync: the slowest stage's is its share
+        sync = syncs[slowest]
     iteration = pipe["iteration_s"] if steady else pipe["iteration_s"] + sync
-    pipeline = iteration - (syncs[slowest] if steady else sync)
+    pipeline = iteration - sync
     return {"iteration_s": iteration, "pipeline_s": pipeline, "sync_s": sync,
             "compute_s": compute, "fwd_s": fwd, "bwd_s": bwd,
             "transfer_s": transfer, "comm_s": comm, "bubble": pipe["bubble"],

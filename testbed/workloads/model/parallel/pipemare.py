@@ -32,15 +32,25 @@ class PipeMare:
     K, the updates over which T1's rescheduling anneals (0: off); `backward` the weights
     the backward pass uses (`predicted`: T2); `decay` is how much of an update T2's moving
     average keeps after the stage's delay."""
-    lr_steps: int = 100
+    lr_steps: int = 200
     backward: str = "predicted"
     decay: float = 0.1
 
     def label(self) -> str:
-        """What the job label adds: nothing with both corrections, else what differs."""
-        parts = ([] if self.lr_steps > 0 else ["no-lr"]) + \
-            ([] if self.backward == "predicted" else [f"{self.backward}-weights"])
+        """What the job label adds: nothing with the defaults, else what differs."""
+        default = PipeMare()
+        parts = (["no-lr"] if self.lr_steps <= 0 else [] if self.lr_steps == default.lr_steps
+                 else [f"lr{self.lr_steps}"])
+        if self.backward != default.backward:
+            parts.append(f"{self.backward}-weights")
+        if self.decay != default.decay:
+            parts.append(f"decay{self.decay:g}")
         return "-".join(parts)
+
+
+def mean_staleness(stages: int, micro: int) -> float:
+    """The mean delay over the stages and micro-batches: (p-1)/(2m)."""
+    return sum(sum(staleness(s, stages, micro)) for s in range(stages)) / (stages * micro)
 
 
 def tau(stage: int, stages: int, micro: int) -> int:

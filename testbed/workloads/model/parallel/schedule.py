@@ -8,7 +8,8 @@
   activations alive instead of m.
 - PipeMare (Yang et al. 2021): asynchronous, no flush. 1F1B runs over every micro-batch of
   the whole run; a stage updates its weights after the last backward of each mini-batch
-  and goes on with the next mini-batch's forwards meanwhile (`stream`). The bubble is the
+  and then goes on with the next mini-batch's forwards, some of which it ran before the
+  update (`stream`). The bubble is the
   fill and drain of the whole run, not of every iteration; the price is that a forward
   uses weights a few updates older than those its gradient is applied to (`staleness`).
 
@@ -79,14 +80,16 @@ def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
     time, each stage's busy time and the bubble (1 - busy / iteration, averaged). Times may
     differ per stage (a list).
 
-    An asynchronous schedule is replayed over `iters` iterations, each stage stopping for its
-    `sync_s` at every weight update; its iteration is the steady period between updates
+    An asynchronous schedule is replayed over at least `iters` iterations, each stage
+    stopping for its `sync_s` at every weight update; its iteration is the steady period
+    between updates
     (its sync included), its bubble the share of that period, less the sync, each stage
     idles. A synchronous schedule's sync comes after the flush: the caller adds it."""
     fwd = fwd_s if isinstance(fwd_s, list) else [fwd_s] * stages
     bwd = bwd_s if isinstance(bwd_s, list) else [bwd_s] * stages
     sync = sync_s or [0.0] * stages
-    run = iters if schedule in ASYNC else 1
+    # without a flush the fill lasts about (p-1)/m iterations: run well past it
+    run = max(iters, 4 * -(-(stages - 1) // micro) + 8) if schedule in ASYNC else 1
     plans = [[a for chunk in stream(s, stages, micro, run) for a in chunk]
              if schedule in ASYNC else actions(schedule, s, stages, micro)
              for s in range(stages)]
@@ -125,10 +128,14 @@ def simulate(schedule: str, stages: int, micro: int, fwd_s: float | list[float],
         if not progressed:
             raise RuntimeError("schedule deadlocks")  # cannot happen for the three above
     busy = [micro * (f + b) for f, b in zip(fwd, bwd)]
-    if schedule in ASYNC and run > 2:
-        # between the first update and the last but one: past the fill, before the drain
-        period = max((u[-2] - u[0]) / (run - 2) for u in updates)
-        idle = [1 - b / (period - y) if period > y else 0.0 for b, y in zip(busy, sync)]
+    if schedule in ASYNC:
+        # over the second half of the updates, before the last: past the fill, before the
+        # drain; never shorter than the busiest stage's work
+        first = run // 2
+        period = max(max((u[-2] - u[first]) / (run - 2 - first) for u in updates),
+                     max(b + y for b, y in zip(busy, sync)))
+        idle = [max(0.0, 1 - b / (period - y)) if period > y else 0.0
+                for b, y in zip(busy, sync)]
         return {"iteration_s": period, "busy_s": busy, "bubble": sum(idle) / stages,
                 "peak_in_flight": [peak_in_flight(p) for p in plans]}
     total = max(clock)
