@@ -93,14 +93,14 @@ class Runner:
         xs, ys = self.batches[k]
         return xs[j], ys[j]
 
-    def post_receives(self, it: int, dtype) -> None:
+    def post_receives(self, it: int, todo: list[tuple[str, int]], dtype) -> None:
         """Gloo sends only into a posted receive: the receives of the iteration, and without
         a flush those of the next one too, whose first inputs leave the neighbours while
         this iteration runs."""
         last = self.cfg.layout.pp - 1
         ahead = self.plan(it + 1) if self.chunks is not None and it + 1 < self.cfg.iters \
             else []
-        for k, g in self.plan(it) + ahead:
+        for k, g in todo + ahead:
             if k == "F" and self.stage > 0 and g not in self.acts:
                 self.acts[g] = self.comm.irecv(self.torch.empty(
                     self.boundary_shape(self.stage - 1), dtype=dtype), self.stage - 1,
@@ -127,14 +127,13 @@ class Runner:
         t0 = time.perf_counter()
         compute = 0.0
         m = cfg.micro_batches
-        self.post_receives(it, dtype)
-        acts, grads = self.acts, self.grads
+        self.post_receives(it, todo, dtype)
         t_sync = t_synced = None
         for kind, g in todo:
             if kind == "F":
                 if self.stage > 0:
-                    waited += self.comm.wait(acts[g])
-                    x = acts.pop(g)[1]
+                    waited += self.comm.wait(self.acts[g])
+                    x = self.acts.pop(g)[1]
                 else:
                     x = self.micro_batch(g)[0] if self.real else None
                     if x is not None:
@@ -150,8 +149,8 @@ class Runner:
                     losses.append(self.loss(g, y, self.micro_batch(g)[1]))
                 continue
             if self.stage < last:
-                waited += self.comm.wait(grads[g])
-                grad = grads.pop(g)[1]
+                waited += self.comm.wait(self.grads[g])
+                grad = self.grads.pop(g)[1]
             else:
                 grad = self.grad_out.pop(g) if self.real else None
             lag = self.version - self.forward_version.pop(g)
